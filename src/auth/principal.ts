@@ -1,0 +1,24 @@
+import { createContextKey } from "@connectrpc/connect";
+
+/**
+ * Who is calling. Set once per request by the service wrapper
+ * (src/server/wrap.ts) and read by handlers through principalKey.
+ */
+export interface Principal {
+  /** The identity uid the caller acts as; "" for the anonymous principal. */
+  subject: string;
+  /** Holds every capability everywhere (the built-in administrator). */
+  admin: boolean;
+}
+
+/** The built-in administrator: every capability at every scope. */
+export const ADMIN_PRINCIPAL: Principal = Object.freeze({ subject: "admin", admin: true });
+
+/** Context value carrying the authenticated principal of the current call. */
+export const principalKey = createContextKey<Principal | null>(null, { description: "authenticated principal" });
+
+/** Resolves the principal of a call from its request headers. */
+export interface Authenticator {
+  /** Returns the principal, or throws UnauthenticatedError. */
+  authenticate(headers: Headers): Principal | Promise<Principal>;
+}

@@ -1,0 +1,53 @@
+import { getOption, hasOption, type DescField, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { iam, iam_scope } from "../../gen/platform/annotations/v1/iam_pb.js";
+import type { Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+
+/** The authorization rule of one RPC, read from its (platform.annotations.v1.iam) option. */
+export type MethodRule =
+  | { mode: "disabled" }
+  | {
+      mode: "enabled";
+      capabilities: readonly Capability[];
+      unscoped: boolean;
+      /** Field path to the scope uid for a scoped method, e.g. ["group", "uid"] or ["parent"]. */
+      scopePath: readonly string[] | null;
+    };
+
+/**
+ * Reads a method's rule. Throws when the method declares none, or declares a
+ * scoped rule without marking a scope field: every RPC must say how it is
+ * authorized, and the server refuses to start otherwise.
+ */
+export function methodRule(method: DescMethod): MethodRule {
+  if (!hasOption(method, iam)) throw new Error(`${method.parent.typeName}.${method.name} has no iam option`);
+  const option = getOption(method, iam);
+  if (option.mode.case === "disabled") return { mode: "disabled" };
+  if (option.mode.case !== "enabled") throw new Error(`${method.parent.typeName}.${method.name} has an empty iam option`);
+  const rules = option.mode.value;
+  const scopePath = rules.unscoped ? null : findScopePath(method.input.fields);
+  if (!rules.unscoped && scopePath === null) {
+    throw new Error(`${method.parent.typeName}.${method.name} is scoped but marks no iam_scope field`);
+  }
+  return { mode: "enabled", capabilities: rules.capabilities, unscoped: rules.unscoped, scopePath };
+}
+
+function findScopePath(fields: readonly DescField[]): string[] | null {
+  for (const field of fields) {
+    if (!getOption(field, iam_scope)) continue;
+    if (field.fieldKind === "scalar") return [field.localName];
+    if (field.fieldKind === "message") {
+      const inner = findScopePath(field.message.fields);
+      return inner ? [field.localName, ...inner] : null;
+    }
+  }
+  return null;
+}
+
+/** Every method's rule, keyed by "/package.Service/Method". */
+export function rulesOf(services: readonly DescService[]): Map<string, MethodRule> {
+  const out = new Map<string, MethodRule>();
+  for (const service of services) {
+    for (const method of service.methods) out.set(`/${service.typeName}/${method.name}`, methodRule(method));
+  }
+  return out;
+}

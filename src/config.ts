@@ -1,0 +1,73 @@
+import { resolve } from "node:path";
+
+/** The server's configuration, read once at start from the environment. */
+export interface Config {
+  /** TCP port of the one listener; 0 picks a free port. */
+  port: number;
+  /** Interface to listen on. */
+  host: string;
+  /** Directory of the SQLite database and its WAL. */
+  dataDir: string;
+  /** The API's own address: the audience of the tokens it issues. */
+  baseUrl: string;
+  /** The token-issuing address (issuer of API tokens; serves /sts/exchange). */
+  authUrl: string;
+  /** pino level: fatal, error, warn, info, debug, trace or silent. */
+  logLevel: string;
+  /** How long shutdown waits for in-flight calls before closing connections. */
+  shutdownGraceMs: number;
+}
+
+/** Thrown when the environment holds invalid settings; lists every problem. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+  }
+}
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, problems: string[]): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    problems.push(`${name}=${raw}: must be an integer from ${min} to ${max}`);
+    return fallback;
+  }
+  return n;
+}
+
+function url(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: string[]): string {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  try {
+    const u = new URL(raw);
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error("scheme");
+    return raw.replace(/\/+$/, "");
+  } catch {
+    problems.push(`${name}=${raw}: must be an absolute http(s) URL`);
+    return fallback;
+  }
+}
+
+/** Reads and validates the configuration; throws ConfigError naming every bad variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const problems: string[] = [];
+  const port = integer(env, "PORT", 8080, 0, 65535, problems);
+  const baseUrl = url(env, "PLATFORM_BASE_URL", `http://localhost:${port}`, problems);
+  const logLevel = env.LOG_LEVEL ?? "info";
+  if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${logLevel}: must be one of ${LOG_LEVELS.join(", ")}`);
+  const config: Config = {
+    port,
+    host: env.HOST ?? "0.0.0.0",
+    dataDir: resolve(env.PLATFORM_DATA_DIR ?? "./data"),
+    baseUrl,
+    authUrl: url(env, "PLATFORM_AUTH_URL", baseUrl, problems),
+    logLevel,
+    shutdownGraceMs: integer(env, "PLATFORM_SHUTDOWN_GRACE_MS", 10_000, 0, 600_000, problems),
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

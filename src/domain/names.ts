@@ -1,0 +1,26 @@
+import type { FieldViolation } from "./errors.js";
+
+/** The spec's name rule (§2, §7). */
+export const NAME_PATTERN = /^[a-z0-9 ._-]{1,}$/;
+/** The contract's length rule for group, identity and identity-provider names. */
+export const NAME_MIN = 3;
+export const NAME_MAX = 63;
+/** The contract's description rule: printable text up to 512 characters. */
+export const DESCRIPTION_PATTERN = /^[\S ]{0,512}$/;
+
+/** Violations of the resource name rule: pattern and 3–63 characters. */
+export function checkName(field: string, name: string): FieldViolation[] {
+  if (NAME_PATTERN.test(name) && name.length >= NAME_MIN && name.length <= NAME_MAX) return [];
+  return [
+    {
+      field,
+      description: `must match ${NAME_PATTERN.source} and be ${NAME_MIN} to ${NAME_MAX} characters long`,
+    },
+  ];
+}
+
+/** Violations of the description rule. */
+export function checkDescription(field: string, description: string): FieldViolation[] {
+  if (DESCRIPTION_PATTERN.test(description)) return [];
+  return [{ field, description: "must be at most 512 characters without tabs or line breaks" }];
+}

@@ -1,0 +1,109 @@
+import { create, createRegistry, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { anyPack, AnySchema, type Any } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+  file_google_rpc_error_details,
+  PreconditionFailureSchema,
+} from "../../gen/google/rpc/error_details_pb.js";
+import { StatusSchema, type Status } from "../../gen/google/rpc/status_pb.js";
+import { ApiError } from "../domain/errors.js";
+
+/** Every google.rpc detail type, so an Any in an error body never fails to render. */
+const detailRegistry = createRegistry(file_google_rpc_error_details);
+
+/** ErrorInfo.domain for errors that happen before a service is known. */
+export const DEFAULT_ERROR_DOMAIN = "platform.api";
+
+/** The standard gRPC code → HTTP status table (grpc-gateway, Envoy, connect-es). */
+const HTTP_STATUS: Record<Code, number> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 429,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
+
+/** HTTP status for a gRPC code. */
+export function httpStatusOf(code: Code): number {
+  return HTTP_STATUS[code] ?? 500;
+}
+
+/** UPPER_SNAKE name of a code, used as the ErrorInfo reason when nothing better is known. */
+export function reasonOf(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+/** Called with every error that is not a client's mistake; the default is silence. */
+export type InternalErrorSink = (err: unknown) => void;
+
+/**
+ * Maps anything thrown by a handler to a ConnectError carrying exactly one
+ * ErrorInfo. Unknown errors become INTERNAL with a fixed message, so no stack,
+ * SQL or library text ever reaches a client.
+ */
+export function toConnectError(err: unknown, domain: string, onInternal?: InternalErrorSink): ConnectError {
+  if (err instanceof ApiError) {
+    const details: ConnectError["details"] = [
+      { desc: ErrorInfoSchema, value: { reason: err.reason, domain, metadata: err.metadata } },
+    ];
+    if (err.fieldViolations.length > 0) {
+      details.push({ desc: BadRequestSchema, value: { fieldViolations: err.fieldViolations } });
+    }
+    if (err.preconditionViolations.length > 0) {
+      details.push({ desc: PreconditionFailureSchema, value: { violations: err.preconditionViolations } });
+    }
+    return new ConnectError(err.message, err.code, undefined, details);
+  }
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Internal || err.code === Code.Unknown) onInternal?.(err);
+    if (err.findDetails(ErrorInfoSchema).length > 0) return err;
+    const message = err.code === Code.Internal || err.code === Code.Unknown ? "Internal error" : err.rawMessage;
+    return new ConnectError(message, err.code, undefined, [
+      { desc: ErrorInfoSchema, value: { reason: reasonOf(err.code), domain, metadata: {} } },
+      ...err.details,
+    ]);
+  }
+  onInternal?.(err);
+  return new ConnectError("Internal error", Code.Internal, undefined, [
+    { desc: ErrorInfoSchema, value: { reason: "INTERNAL", domain, metadata: {} } },
+  ]);
+}
+
+/** The google.rpc.Status of an error: the same value rendered on every wire. */
+export function statusOf(err: ConnectError): Status {
+  const details: Any[] = err.details.map((d) =>
+    "desc" in d
+      ? anyPack(d.desc, create(d.desc, d.value))
+      : create(AnySchema, { typeUrl: `type.googleapis.com/${d.type}`, value: d.value }),
+  );
+  return create(StatusSchema, { code: err.code, message: err.rawMessage, details });
+}
+
+/** REST rendering (spec §7): HTTP status and the body {code, message, details:[{"@type",…}]}. */
+export function restErrorBody(err: ConnectError): { status: number; body: JsonObject } {
+  const json = toJson(StatusSchema, statusOf(err), { registry: detailRegistry }) as JsonObject;
+  // Put "@type" first in each detail, as Google's own services do.
+  const details = ((json.details as JsonObject[] | undefined) ?? []).map(({ "@type": type, ...rest }) => ({
+    "@type": type,
+    ...rest,
+  }));
+  return { status: httpStatusOf(err.code), body: { code: err.code, message: err.rawMessage, details } };
+}
+
+/** Serialized google.rpc.Status for the grpc-status-details-bin trailer. */
+export function grpcStatusDetails(err: ConnectError): Uint8Array {
+  return toBinary(StatusSchema, statusOf(err));
+}

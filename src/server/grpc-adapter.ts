@@ -1,0 +1,107 @@
+import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
+import { ConnectError, createHandlerContext } from "@connectrpc/connect";
+import * as grpc from "@grpc/grpc-js";
+import { invalidField } from "../domain/errors.js";
+import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
+import { errorDomainOf, type WrappedService } from "./wrap.js";
+
+/** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
+const UNDECODABLE = Symbol("undecodable");
+type Decoded = Message | typeof UNDECODABLE;
+
+/** Serializers from protobuf-es descriptors: no copies, and no throw inside grpc-js. */
+export function methodDefinition(service: DescService, method: DescMethod): grpc.MethodDefinition<Decoded, unknown> {
+  return {
+    path: `/${service.typeName}/${method.name}`,
+    requestStream: method.methodKind === "client_streaming" || method.methodKind === "bidi_streaming",
+    responseStream: method.methodKind === "server_streaming" || method.methodKind === "bidi_streaming",
+    requestSerialize: (m: Decoded) => toBuffer(toBinary(method.input, m as Message)),
+    requestDeserialize: (buf: Buffer) => {
+      try {
+        return fromBinary(method.input, buf);
+      } catch {
+        return UNDECODABLE;
+      }
+    },
+    responseSerialize: (m: unknown) => toBuffer(toBinary(method.output, asMessage(method.output, m))),
+    responseDeserialize: (buf: Buffer) => fromBinary(method.output, buf),
+    originalName: method.localName,
+  };
+}
+
+function toBuffer(u8: Uint8Array): Buffer {
+  return Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
+}
+
+function asMessage(schema: DescMessage, value: unknown): Message {
+  return isMessage(value, schema) ? value : create(schema, value as never);
+}
+
+/** Request metadata as fetch Headers (binary values base64, as the gRPC spec writes them). */
+export function metadataHeaders(metadata: grpc.Metadata): Headers {
+  const headers = new Headers();
+  for (const [key, value] of Object.entries(metadata.getMap())) {
+    headers.set(key, typeof value === "string" ? value : value.toString("base64"));
+  }
+  return headers;
+}
+
+/** The gRPC form of an error: code, message and google.rpc.Status in grpc-status-details-bin. */
+export function grpcError(err: ConnectError): Partial<grpc.StatusObject> {
+  const metadata = new grpc.Metadata();
+  metadata.set("grpc-status-details-bin", toBuffer(grpcStatusDetails(err)));
+  return { code: err.code as number as grpc.status, details: err.rawMessage, metadata };
+}
+
+/**
+ * A grpc-js service definition and implementation for one wrapped service:
+ * every unary method calls the same wrapped handler as REST and Connect.
+ */
+export function grpcService(
+  svc: WrappedService,
+  onInternal?: InternalErrorSink,
+): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
+  const definition: Record<string, grpc.MethodDefinition<Decoded, unknown>> = {};
+  const implementation: grpc.UntypedServiceImplementation = {};
+  const domain = errorDomainOf(svc.service);
+  for (const method of svc.service.methods) {
+    const handler = svc.handlers[method.localName];
+    if (!handler || method.methodKind !== "unary") continue;
+    definition[method.localName] = methodDefinition(svc.service, method);
+    const path = `/${svc.service.typeName}/${method.name}`;
+    implementation[method.localName] = (call: grpc.ServerUnaryCall<Decoded, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+      // grpc-js ≥1.10 emits 'cancelled' at the end of every call, successful
+      // ones included: only a call still running is really cancelled.
+      let finished = false;
+      const abort = new AbortController();
+      call.on("cancelled", () => {
+        if (!finished) abort.abort();
+      });
+      const fail = (err: unknown) => {
+        finished = true;
+        callback(grpcError(toConnectError(err, domain, onInternal)));
+      };
+      if (call.request === UNDECODABLE) {
+        fail(invalidField("request", "is not a valid protobuf encoding of " + method.input.typeName));
+        return;
+      }
+      const deadline = call.getDeadline();
+      const timeoutMs = deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
+      const ctx = createHandlerContext({
+        service: svc.service,
+        method,
+        protocolName: "grpc",
+        requestMethod: "POST",
+        url: path,
+        requestHeader: metadataHeaders(call.metadata),
+        requestSignal: abort.signal,
+        timeoutMs,
+      });
+      handler(call.request, ctx).then((result) => {
+        finished = true;
+        callback(null, asMessage(method.output, result));
+      }, fail);
+    };
+  }
+  return { definition, implementation };
+}

@@ -1,0 +1,90 @@
+import { create } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import {
+  Health,
+  HealthCheckResponseSchema,
+  HealthListResponseSchema,
+  type HealthCheckRequest,
+} from "../../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection, type ServerReflectionRequest } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import { methodDefinition, grpcService } from "./grpc-adapter.js";
+import type { InternalErrorSink } from "./errors.js";
+import type { HealthState } from "./health.js";
+import { Reflector, type ReflectionSchema } from "./reflection.js";
+import type { WrappedService } from "./wrap.js";
+
+const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
+
+/** Names of the system services served next to the API on the gRPC side. */
+export const SYSTEM_SERVICES = [Health.typeName, ServerReflection.typeName, REFLECTION_V1ALPHA];
+
+/**
+ * The native gRPC side: a grpc-js server (never bound to a port; the one-port
+ * listener injects its h2c connections) serving every wrapped service, health
+ * and reflection v1 + v1alpha.
+ */
+export function createGrpcServer(
+  services: readonly WrappedService[],
+  health: HealthState,
+  reflection: ReflectionSchema,
+  onInternal?: InternalErrorSink,
+): grpc.Server {
+  const server = new grpc.Server({
+    "grpc.max_receive_message_length": 4 * 1024 * 1024,
+    "grpc.keepalive_permit_without_calls": 1,
+  });
+  for (const svc of services) {
+    const { definition, implementation } = grpcService(svc, onInternal);
+    server.addService(definition, implementation);
+  }
+  addHealth(server, health);
+  addReflection(server, reflection);
+  return server;
+}
+
+function addHealth(server: grpc.Server, health: HealthState): void {
+  const [check, watch, list] = ["check", "watch", "list"].map((n) => Health.methods.find((m) => m.localName === n)!);
+  server.addService(
+    { check: methodDefinition(Health, check!), watch: methodDefinition(Health, watch!), list: methodDefinition(Health, list!) },
+    {
+      check(call: grpc.ServerUnaryCall<HealthCheckRequest, unknown>, callback: grpc.sendUnaryData<unknown>) {
+        const status = health.status(call.request.service);
+        if (status === undefined) callback({ code: grpc.status.NOT_FOUND, details: `unknown service ${call.request.service}` });
+        else callback(null, create(HealthCheckResponseSchema, { status }));
+      },
+      watch(call: grpc.ServerWritableStream<HealthCheckRequest, unknown>) {
+        const name = call.request.service;
+        const send = () => call.write(create(HealthCheckResponseSchema, { status: health.status(name) ?? 3 }));
+        send();
+        const stop = health.watch(send);
+        call.on("cancelled", stop);
+        call.on("close", stop);
+      },
+      list(_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) {
+        const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
+        callback(null, create(HealthListResponseSchema, { statuses }));
+      },
+    },
+  );
+}
+
+function addReflection(server: grpc.Server, schema: ReflectionSchema): void {
+  const method = ServerReflection.methods[0]!;
+  const handler = (call: grpc.ServerDuplexStream<ServerReflectionRequest, unknown>) => {
+    const reflector = new Reflector(schema);
+    call.on("data", (req: ServerReflectionRequest) => {
+      try {
+        call.write(reflector.answer(req));
+      } catch {
+        call.end();
+      }
+    });
+    call.on("end", () => call.end());
+    call.on("error", () => call.end());
+  };
+  for (const name of [ServerReflection.typeName, REFLECTION_V1ALPHA]) {
+    // v1alpha is wire-identical to v1, so the v1 messages serve both names.
+    const def = { ...methodDefinition(ServerReflection, method), path: `/${name}/${method.name}` };
+    server.addService({ serverReflectionInfo: def }, { serverReflectionInfo: handler });
+  }
+}

@@ -1,0 +1,120 @@
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+import { Duplex } from "node:stream";
+import * as grpc from "@grpc/grpc-js";
+
+/** The HTTP/2 connection preface every gRPC client sends first (RFC 9113 §3.4). */
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+
+/** Timeouts of the one-port listener, in milliseconds. */
+export interface OnePortTimeouts {
+  /** A connection must send its first bytes within this time. */
+  firstBytes: number;
+  keepAlive: number;
+  headers: number;
+  request: number;
+}
+
+export const DEFAULT_TIMEOUTS: OnePortTimeouts = { firstBytes: 10_000, keepAlive: 5_000, headers: 10_000, request: 30_000 };
+
+/** The front listener plus the hooks fastify and our shutdown call. */
+export interface OnePortServer extends net.Server {
+  closeIdleConnections(): void;
+  closeAllConnections(): void;
+  closeHttp2Sessions(): void;
+  /** Sends GOAWAY on every gRPC connection; they close once their calls finish or after graceMs. */
+  drainGrpc(graceMs: number): void;
+}
+
+let peerPatched = false;
+
+/**
+ * With isStreamBase=false Node wraps the socket in a JSStreamSocket, which
+ * has no peer address; grpc-js reads the peer from it. Delegate the address
+ * getters to the real socket underneath, once for the process.
+ */
+function patchJsStreamSocketPeer(): void {
+  if (peerPatched) return;
+  peerPatched = true;
+  const probe = http2.createServer();
+  probe.on("session", (session) => {
+    const proto = Object.getPrototypeOf(session.socket) as object;
+    for (const name of ["remoteAddress", "remotePort", "remoteFamily", "localAddress", "localPort"]) {
+      Object.defineProperty(proto, name, {
+        configurable: true,
+        get(this: { stream?: net.Socket }) {
+          return this.stream?.[name as "remoteAddress"];
+        },
+      });
+    }
+    session.destroy();
+  });
+  const dummy = new Duplex({ read() {}, write(_c, _e, cb) { cb(); } });
+  probe.emit("connection", dummy);
+  dummy.destroy();
+}
+
+/**
+ * One TCP listener for every protocol. It peeks at each connection's first
+ * bytes: the HTTP/2 preface (prior knowledge, what gRPC clients speak) goes to
+ * grpc-js through its connection injector; anything else goes to an HTTP/1.1
+ * server running fastify's handler (REST, Connect, gRPC-Web).
+ */
+export function createOnePortServer(
+  handler: http.RequestListener,
+  grpcServer: grpc.Server,
+  timeouts: OnePortTimeouts = DEFAULT_TIMEOUTS,
+): OnePortServer {
+  patchJsStreamSocketPeer();
+  const h1 = http.createServer(
+    { keepAliveTimeout: timeouts.keepAlive, headersTimeout: timeouts.headers, requestTimeout: timeouts.request, noDelay: true },
+    handler,
+  );
+  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+
+  const front = net.createServer((socket) => {
+    let buf = Buffer.alloc(0);
+    const timer = setTimeout(() => socket.destroy(), timeouts.firstBytes);
+    const onError = () => socket.destroy();
+    socket.on("error", onError);
+    const onReadable = () => {
+      let chunk: Buffer | null;
+      while ((chunk = socket.read() as Buffer | null) !== null) buf = Buffer.concat([buf, chunk]);
+      if (buf.length === 0) return;
+      const n = Math.min(buf.length, PREFACE.length);
+      const isH2 = buf.subarray(0, n).equals(PREFACE.subarray(0, n));
+      if (isH2 && buf.length < PREFACE.length) return;
+      clearTimeout(timer);
+      socket.off("readable", onReadable);
+      socket.off("error", onError);
+      // Without this, Nagle plus delayed ACK holds small h2 frames ~40 ms.
+      socket.setNoDelay(true);
+      socket.unshift(buf);
+      if (isH2) {
+        // Http2Session consumes the native handle and would never see the
+        // bytes we unshifted; make Node read through the JS stream instead.
+        (socket as unknown as { _handle: { isStreamBase: boolean } })._handle.isStreamBase = false;
+        injector.injectConnection(socket);
+      } else {
+        h1.emit("connection", socket);
+      }
+    };
+    socket.on("readable", onReadable);
+    socket.on("close", () => clearTimeout(timer));
+  }) as OnePortServer;
+
+  // http.Server tracks connections (idle close, header and request timeouts)
+  // only after its own 'listening' event, which a never-bound server lacks.
+  front.on("listening", () => h1.emit("listening"));
+  front.on("close", () => h1.close());
+  h1.on("clientError", (err, socket) => {
+    if (front.listenerCount("clientError") > 0) front.emit("clientError", err, socket);
+    else socket.destroy();
+  });
+  front.closeIdleConnections = () => h1.closeIdleConnections();
+  front.closeAllConnections = () => h1.closeAllConnections();
+  front.closeHttp2Sessions = () => injector.drain(0);
+  front.drainGrpc = (graceMs) => injector.drain(graceMs);
+  return front;
+}

@@ -1,0 +1,340 @@
+import {
+  fromJson,
+  getOption,
+  ScalarType,
+  type DescField,
+  type DescMessage,
+  type DescMethod,
+  type JsonObject,
+  type JsonValue,
+  type Registry,
+} from "@bufbuild/protobuf";
+import { createHandlerContext } from "@connectrpc/connect";
+import { http } from "../../gen/google/api/annotations_pb.js";
+import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
+import type { HttpRule } from "../../gen/google/api/http_pb.js";
+import { InvalidArgumentError, invalidField } from "../domain/errors.js";
+import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
+import { responseJson } from "./json.js";
+import type { UnaryHandler, WrappedService } from "./wrap.js";
+
+/** How one query parameter maps onto the request message. */
+interface QueryField {
+  /** JSON names from the request message down to the field. */
+  jsonPath: string[];
+  field: DescField;
+}
+
+/** One REST binding of one method. */
+interface Route {
+  httpMethod: string;
+  template: CompiledTemplate;
+  /** "" (no body), "*" (whole request) or a top-level field's proto name. */
+  body: string;
+  method: DescMethod;
+  service: WrappedService["service"];
+  handler: UnaryHandler;
+  query: Map<string, QueryField>;
+  /** Set when PATCH without an explicit mask infers update_mask from the body's keys. */
+  maskFrom: { bodyField: DescField; bodyMessage: DescMessage } | null;
+}
+
+/** A transcoding result: what to send back over HTTP. */
+export interface RestResponse {
+  status: number;
+  body: JsonValue;
+  headers: Headers;
+}
+
+/** A request as the transcoder sees it: method, raw path and query, parsed headers and body. */
+export interface RestRequest {
+  method: string;
+  /** The raw request target, still percent-encoded. */
+  url: string;
+  headers: Headers;
+  /** Parsed JSON body, or URLSearchParams for a form body, or undefined. */
+  body: unknown;
+  signal?: AbortSignal;
+}
+
+const SCALAR_JSON_NUMBER = new Set([ScalarType.INT32, ScalarType.UINT32, ScalarType.SINT32, ScalarType.FIXED32, ScalarType.SFIXED32]);
+const SCALAR_INTEGER = new Set([...SCALAR_JSON_NUMBER, ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
+const STRING_FORM_MESSAGES = new Set(["google.protobuf.Timestamp", "google.protobuf.Duration", "google.protobuf.FieldMask"]);
+
+/** Thrown when no route matches; `allowed` lists the HTTP methods that would. */
+export class RouteNotFoundError extends Error {
+  constructor(readonly allowed: string[]) {
+    super("route not found");
+    this.name = "RouteNotFoundError";
+  }
+}
+
+function httpBindings(rule: HttpRule): { method: string; path: string; body: string }[] {
+  const out: { method: string; path: string; body: string }[] = [];
+  const add = (r: HttpRule) => {
+    const p = r.pattern;
+    if (p.case === undefined) return;
+    if (p.case === "custom") out.push({ method: p.value.kind.toUpperCase(), path: p.value.path, body: r.body });
+    else out.push({ method: p.case.toUpperCase(), path: p.value, body: r.body });
+    for (const extra of r.additionalBindings) add(extra);
+  };
+  add(rule);
+  return out;
+}
+
+/** Every leaf field reachable as a query parameter, by proto and JSON dotted names. */
+function queryFields(message: DescMessage, excluded: Set<string>, prefix: { proto: string[]; json: string[] }, out: Map<string, QueryField>, depth = 0): void {
+  if (depth > 4) return;
+  for (const field of message.fields) {
+    const protoPath = [...prefix.proto, field.name];
+    if (excluded.has(protoPath.join("."))) continue;
+    const jsonPath = [...prefix.json, field.jsonName];
+    const isLeafMessage = field.fieldKind === "message" && STRING_FORM_MESSAGES.has(field.message.typeName);
+    if (field.fieldKind === "scalar" || field.fieldKind === "enum" || isLeafMessage || (field.fieldKind === "list" && field.listKind !== "message")) {
+      const entry = { jsonPath, field };
+      out.set(protoPath.join("."), entry);
+      out.set(jsonPath.join("."), entry);
+    } else if (field.fieldKind === "message") {
+      queryFields(field.message, excluded, { proto: protoPath, json: jsonPath }, out, depth + 1);
+    }
+  }
+}
+
+function setPath(target: JsonObject, path: string[], value: JsonValue): void {
+  let node = target;
+  for (const key of path.slice(0, -1)) {
+    const next = node[key];
+    if (next === undefined || next === null || typeof next !== "object" || Array.isArray(next)) node[key] = {};
+    node = node[key] as JsonObject;
+  }
+  node[path[path.length - 1]!] = value;
+}
+
+const snakeToCamel = (s: string) => s.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+
+/** Converts one query value to the JSON form fromJson expects for the field; throws INVALID_ARGUMENT. */
+function queryValue(name: string, raw: string, field: DescField): JsonValue {
+  const scalar = field.fieldKind === "scalar" ? field.scalar : field.fieldKind === "list" && field.listKind === "scalar" ? field.scalar : undefined;
+  if (scalar === ScalarType.BOOL) {
+    if (raw === "true" || raw === "1") return true;
+    if (raw === "false" || raw === "0") return false;
+    throw invalidField(name, "must be true or false");
+  }
+  if (scalar !== undefined && SCALAR_INTEGER.has(scalar)) {
+    if (!/^-?\d{1,20}$/.test(raw)) throw invalidField(name, "must be an integer");
+    if (SCALAR_JSON_NUMBER.has(scalar)) {
+      const n = Number(raw);
+      const unsigned = scalar === ScalarType.UINT32 || scalar === ScalarType.FIXED32;
+      if (n > (unsigned ? 4294967295 : 2147483647) || n < (unsigned ? 0 : -2147483648)) throw invalidField(name, "is out of range");
+      return n;
+    }
+    return raw;
+  }
+  if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.FieldMask") {
+    return raw.split(",").map((p) => p.trim()).filter((p) => p !== "").map((p) => p.split(".").map(snakeToCamel).join(".")).join(",");
+  }
+  return raw;
+}
+
+/**
+ * The generic REST transcoder: built at start-up from every method's
+ * google.api.http rule, it turns an HTTP request into the request message,
+ * calls the same wrapped handler the Connect and gRPC entry points call, and
+ * renders the response as proto3 JSON. No route is written by hand.
+ */
+export class RestTranscoder {
+  private readonly buckets = new Map<string, Route[]>();
+  private readonly unbucketed: Route[] = [];
+  /** Every (HTTP method, template) served, for the OpenAPI comparison. */
+  readonly operations: { method: string; path: string; rpc: string }[] = [];
+
+  constructor(services: readonly WrappedService[], private readonly registry: Registry) {
+    for (const svc of services) {
+      for (const method of svc.service.methods) {
+        const handler = svc.handlers[method.localName];
+        if (!handler) continue;
+        for (const binding of httpBindings(getOption(method, http))) this.add(svc, method, handler, binding);
+      }
+    }
+    const specificity = (r: Route) => [r.template.literalLength, -r.template.variables.length] as const;
+    for (const routes of [...this.buckets.values(), this.unbucketed]) {
+      routes.sort((a, b) => {
+        const [la, va] = specificity(a);
+        const [lb, vb] = specificity(b);
+        return lb - la || vb - va;
+      });
+    }
+  }
+
+  private add(svc: WrappedService, method: DescMethod, handler: UnaryHandler, binding: { method: string; path: string; body: string }): void {
+    const template = compileTemplate(binding.path);
+    const excluded = new Set(template.variables.map((v) => v.fieldPath.join(".")));
+    if (binding.body !== "" && binding.body !== "*") excluded.add(binding.body);
+    const query = new Map<string, QueryField>();
+    if (binding.body !== "*") queryFields(method.input, excluded, { proto: [], json: [] }, query);
+    let maskFrom: Route["maskFrom"] = null;
+    const maskField = method.input.fields.find((f) => f.name === "update_mask");
+    const bodyField = method.input.fields.find((f) => f.name === binding.body);
+    if (maskField && bodyField?.fieldKind === "message") maskFrom = { bodyField, bodyMessage: bodyField.message };
+    const route: Route = { httpMethod: binding.method, template, body: binding.body, method, service: svc.service, handler, query, maskFrom };
+    if (template.prefix === null) this.unbucketed.push(route);
+    else {
+      const key = `${binding.method} ${template.prefix}`;
+      const list = this.buckets.get(key) ?? [];
+      list.push(route);
+      this.buckets.set(key, list);
+    }
+    this.operations.push({ method: binding.method, path: binding.path, rpc: `${svc.service.typeName}.${method.name}` });
+  }
+
+  private match(method: string, path: string): { route: Route; groups: string[] } | null {
+    const second = path.indexOf("/", path.indexOf("/", 1) + 1);
+    const prefix = second < 0 ? path.replace(/:[^/]*$/, "") : path.slice(0, second);
+    for (const route of [...(this.buckets.get(`${method} ${prefix}`) ?? []), ...this.unbucketed]) {
+      if (route.httpMethod !== method) continue;
+      const m = route.template.regex.exec(path);
+      if (m) return { route, groups: m.slice(1) };
+    }
+    return null;
+  }
+
+  /** True when some route serves this path with any HTTP method. */
+  allowedMethods(path: string): string[] {
+    const out = new Set<string>();
+    for (const routes of [...this.buckets.values(), this.unbucketed]) {
+      for (const r of routes) if (r.template.regex.test(path)) out.add(r.httpMethod);
+    }
+    return [...out];
+  }
+
+  /**
+   * Handles one request. Throws RouteNotFoundError when no route matches, and
+   * ApiError / ConnectError for anything else (rendered by the caller).
+   */
+  async handle(req: RestRequest): Promise<RestResponse> {
+    const q = req.url.indexOf("?");
+    const path = q < 0 ? req.url : req.url.slice(0, q);
+    const found = this.match(req.method, path);
+    if (!found) throw new RouteNotFoundError(this.allowedMethods(path));
+    const { route, groups } = found;
+    const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
+    let request;
+    try {
+      request = fromJson(route.method.input, json, { ignoreUnknownFields: true, registry: this.registry });
+    } catch (err) {
+      throw decodeError(err);
+    }
+    const ctx = createHandlerContext({
+      service: route.service,
+      method: route.method,
+      protocolName: "rest",
+      requestMethod: req.method,
+      url: req.url,
+      requestHeader: req.headers,
+      requestSignal: req.signal,
+    });
+    const result = await route.handler(request, ctx);
+    return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.responseHeader };
+  }
+
+  private requestJson(route: Route, groups: string[], rawQuery: string, body: unknown): JsonObject {
+    const json: JsonObject = {};
+    const form = body instanceof URLSearchParams ? body : null;
+    const jsonBody = form ? undefined : body;
+    if (route.body === "") {
+      if (jsonBody !== undefined && !(typeof jsonBody === "object" && jsonBody !== null && Object.keys(jsonBody).length === 0)) {
+        throw invalidField("body", `${route.httpMethod} ${route.template.source} takes no request body`);
+      }
+    } else if (jsonBody !== undefined) {
+      if (typeof jsonBody !== "object" || jsonBody === null || Array.isArray(jsonBody)) throw invalidField("body", "must be a JSON object");
+      if (route.body === "*") Object.assign(json, jsonBody);
+      else {
+        const field = route.method.input.fields.find((f) => f.name === route.body)!;
+        json[field.jsonName] = jsonBody as JsonObject;
+      }
+    } else if (form && route.body !== "") {
+      throw invalidField("body", "must be JSON (Content-Type: application/json)");
+    }
+    this.applyQuery(route, new URLSearchParams(rawQuery), json);
+    if (form) this.applyQuery(route, form, json);
+    if (route.maskFrom && json.updateMask === undefined) {
+      json.updateMask = inferredMask(route.maskFrom.bodyMessage, jsonBody);
+    }
+    // Path variables last: the path wins over the body.
+    route.template.variables.forEach((v, i) => {
+      const raw = groups[i] ?? "";
+      let value: string;
+      try {
+        value = decodeVariable(raw, v.multiSegment);
+      } catch {
+        throw invalidField(v.fieldPath.join("."), "is not validly percent-encoded");
+      }
+      setPath(json, jsonPathOf(route.method.input, v.fieldPath), value);
+    });
+    return json;
+  }
+
+  private applyQuery(route: Route, params: URLSearchParams, json: JsonObject): void {
+    const seen = new Set<string>();
+    for (const [name, raw] of params) {
+      const entry = route.query.get(name);
+      if (!entry) throw invalidField(name, `is not a query parameter of ${route.httpMethod} ${route.template.source}`);
+      const value = queryValue(name, raw, entry.field);
+      if (entry.field.fieldKind === "list") {
+        const current = getPath(json, entry.jsonPath);
+        setPath(json, entry.jsonPath, [...(Array.isArray(current) ? current : []), value]);
+      } else {
+        const key = entry.jsonPath.join(".");
+        if (seen.has(key)) throw invalidField(name, "is given more than once");
+        seen.add(key);
+        setPath(json, entry.jsonPath, value);
+      }
+    }
+  }
+}
+
+function getPath(json: JsonObject, path: string[]): JsonValue | undefined {
+  let node: JsonValue | undefined = json;
+  for (const key of path) {
+    if (node === null || typeof node !== "object" || Array.isArray(node)) return undefined;
+    node = node[key];
+  }
+  return node;
+}
+
+function jsonPathOf(message: DescMessage, protoPath: string[]): string[] {
+  const out: string[] = [];
+  let current: DescMessage | undefined = message;
+  for (const name of protoPath) {
+    const field: DescField | undefined = current?.fields.find((f) => f.name === name);
+    if (!field) throw new Error(`template variable ${protoPath.join(".")} names no field of ${message.typeName}`);
+    out.push(field.jsonName);
+    current = field.fieldKind === "message" ? field.message : undefined;
+  }
+  return out;
+}
+
+/**
+ * The update mask a PATCH without one implies: the body's keys that name
+ * writable fields (grpc-gateway's behaviour). Output-only and unknown keys
+ * are ignored rather than rejected.
+ */
+function inferredMask(resource: DescMessage, body: unknown): string {
+  if (typeof body !== "object" || body === null) return "";
+  const paths: string[] = [];
+  for (const key of Object.keys(body)) {
+    const field = resource.fields.find((f) => f.jsonName === key || f.name === key);
+    if (!field || getOption(field, field_behavior).includes(FieldBehavior.OUTPUT_ONLY)) continue;
+    paths.push(field.jsonName);
+  }
+  return paths.join(",");
+}
+
+/** A fromJson failure as INVALID_ARGUMENT naming the field when the message says which. */
+function decodeError(err: unknown): InvalidArgumentError {
+  const text = err instanceof Error ? err.message : String(err);
+  const m = /cannot decode (?:field|message) ([\w.]+)(?: from JSON)?: (.*)$/s.exec(text);
+  const field = m ? m[1]!.split(".").pop()! : "body";
+  const reason = m ? m[2]!.slice(0, 200) : "is malformed";
+  return new InvalidArgumentError([{ field, description: reason }]);
+}

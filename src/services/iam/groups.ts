@@ -1,0 +1,113 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  GroupSchema,
+  GroupsService,
+  type Group,
+  type ListGroupsResponse,
+} from "../../../gen/platform/iam/v2beta1/groups_pb.js";
+import { InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
+import { fieldsToUpdate } from "../../domain/field-mask.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { checkDescription, checkName } from "../../domain/names.js";
+import { newChildUid, newRootUid } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { GroupChanges, GroupOrder, GroupRecord } from "../../store/store.js";
+import { principalOf, visibleWithin, type ServiceDeps } from "../context.js";
+
+const PAGING: PagingSpec<GroupOrder> = {
+  orderFields: ["uid", "name", "created_at", "updated_at"],
+  defaultOrder: "uid",
+};
+const UPDATABLE = ["name", "description"] as const;
+
+/** The API shape of a stored group. */
+export function groupMessage(g: GroupRecord): Group {
+  return create(GroupSchema, {
+    uid: g.uid,
+    name: g.name,
+    description: g.description,
+    resourceLimits: g.resourceLimits,
+    verified: g.verified,
+    createTime: timestampFromMs(g.createTime),
+    updateTime: timestampFromMs(g.updateTime),
+  });
+}
+
+/** The keyset position of a group in a given order. */
+export function groupCursor(g: GroupRecord, field: GroupOrder) {
+  const key = field === "name" ? g.name : field === "created_at" ? g.createTime : field === "updated_at" ? g.updateTime : g.uid;
+  return { key, uid: g.uid };
+}
+
+function validateFields(group: { name: string; description: string }, fields: Iterable<string>): void {
+  const violations = [];
+  for (const f of fields) {
+    if (f === "name") violations.push(...checkName("name", group.name));
+    if (f === "description") violations.push(...checkDescription("description", group.description));
+  }
+  if (violations.length > 0) throw new InvalidArgumentError(violations);
+}
+
+/** GroupsService: organizations and folders (spec §4.1). */
+export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
+  const { store } = deps;
+  return {
+    createGroup(req) {
+      const parent = req.parent === "" ? null : requireUidp("parent", req.parent);
+      const input = req.group ?? create(GroupSchema);
+      validateFields(input, ["name", "description"]);
+      const now = deps.now();
+      const record: GroupRecord = {
+        uid: parent === null ? newRootUid() : newChildUid(parent),
+        parentUid: parent,
+        name: input.name,
+        description: input.description,
+        verified: false,
+        resourceLimits: {},
+        createTime: now,
+        updateTime: now,
+      };
+      store.groups.create(record);
+      return groupMessage(record);
+    },
+
+    getGroup(req) {
+      const uid = requireUidp("uid", req.uid);
+      const group = store.groups.get(uid);
+      if (!group) throw new NotFoundError("group", uid);
+      return groupMessage(group);
+    },
+
+    listGroups(req, ctx): ListGroupsResponse {
+      const principal = principalOf(ctx);
+      const hierarchy = hierarchyFilter(req.uidp);
+      const filter = req.name === "" ? {} : { name: req.name };
+      const plan = planPage(req, PAGING, deps.pageTokens, ["groups", hierarchy, filter]);
+      const result = store.groups.list({ hierarchy, filter, ...plan, visibleWithin: visibleWithin(principal) });
+      return {
+        $typeName: "platform.iam.v2beta1.ListGroupsResponse",
+        groups: result.items.map(groupMessage),
+        ...pageEnvelope(plan, result, groupCursor, deps.pageTokens),
+      };
+    },
+
+    updateGroup(req) {
+      const input = req.group ?? create(GroupSchema);
+      const uid = requireUidp("group.uid", input.uid);
+      const fields = fieldsToUpdate(GroupSchema, input, req.updateMask, UPDATABLE);
+      validateFields(input, fields);
+      const changes: GroupChanges = {};
+      if (fields.has("name")) changes.name = input.name;
+      if (fields.has("description")) changes.description = input.description;
+      return groupMessage(store.groups.update(uid, changes, deps.now()));
+    },
+
+    deleteGroup(req) {
+      store.groups.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+  };
+}
+

@@ -1,0 +1,66 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
+import type { Cursor } from "./store.js";
+
+/** What a page token carries between requests. */
+export interface PageTokenState {
+  /** Where the previous page ended. */
+  after: Cursor;
+  /** Results skipped so far, accumulated across pages. */
+  skipped: number;
+  /** Hash of the request parameters the token belongs to. */
+  queryHash: string;
+  /** Seconds since the epoch when the token was issued. */
+  issuedAt: number;
+}
+
+/** Why a token could not be used. */
+export type OpenResult = { ok: true; state: PageTokenState } | { ok: false; reason: "expired" | "invalid" | "mismatch" };
+
+/** Tokens older than this are treated as absent (spec §4.6 rule 7). */
+export const PAGE_TOKEN_LIFETIME_SECONDS = 3 * 24 * 3600;
+
+/**
+ * Seals page tokens with AES-256-GCM under a server key, so clients can
+ * neither read nor forge them, and a token only works for the query that
+ * produced it.
+ */
+export class PageTokenSealer {
+  constructor(
+    private readonly key: Buffer,
+    private readonly now: () => number = () => Date.now(),
+  ) {
+    if (key.length !== 32) throw new Error("page token key must be 32 bytes");
+  }
+
+  /** A stable short hash of the parameters that must not change between pages. */
+  static queryHash(parts: unknown): string {
+    return createHash("sha256").update(JSON.stringify(parts)).digest("base64url").slice(0, 16);
+  }
+
+  seal(after: Cursor, skipped: number, queryHash: string): string {
+    const payload = JSON.stringify([after.key, after.uid, skipped, queryHash, Math.floor(this.now() / 1000)]);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv("aes-256-gcm", this.key, iv);
+    const body = Buffer.concat([cipher.update(payload, "utf8"), cipher.final()]);
+    return Buffer.concat([iv, body, cipher.getAuthTag()]).toString("base64url");
+  }
+
+  open(token: string, queryHash: string): OpenResult {
+    const raw = Buffer.from(token, "base64url");
+    if (raw.length < 12 + 16 + 2 || raw.toString("base64url") !== token) return { ok: false, reason: "invalid" };
+    let parsed: unknown;
+    try {
+      const decipher = createDecipheriv("aes-256-gcm", this.key, raw.subarray(0, 12));
+      decipher.setAuthTag(raw.subarray(raw.length - 16));
+      const text = Buffer.concat([decipher.update(raw.subarray(12, raw.length - 16)), decipher.final()]).toString("utf8");
+      parsed = JSON.parse(text);
+    } catch {
+      return { ok: false, reason: "invalid" };
+    }
+    if (!Array.isArray(parsed) || parsed.length !== 5) return { ok: false, reason: "invalid" };
+    const [key, uid, skipped, hash, issuedAt] = parsed as [string | number, string, number, string, number];
+    if (Math.floor(this.now() / 1000) - issuedAt > PAGE_TOKEN_LIFETIME_SECONDS) return { ok: false, reason: "expired" };
+    if (hash !== queryHash) return { ok: false, reason: "mismatch" };
+    return { ok: true, state: { after: { key, uid }, skipped, queryHash: hash, issuedAt } };
+  }
+}

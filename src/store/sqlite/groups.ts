@@ -1,0 +1,126 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+/** A kind of record that lives below a group and blocks the group's deletion. */
+export interface ChildKind {
+  /** Plural name used in the precondition message, e.g. "repos". */
+  label: string;
+  /** SQL returning a row when the group (the single parameter) holds one. */
+  existsSql: string;
+}
+
+const TABLE: ListableTable<GroupOrder> = {
+  table: "groups",
+  select: "uid, parent_uid, name, description, verified, resource_limits, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+
+interface GroupRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  verified: number;
+  resource_limits: string;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: GroupRow): GroupRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    verified: row.verified === 1,
+    resourceLimits: JSON.parse(row.resource_limits) as Record<string, number>,
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** GroupStore over SQLite; children of every kind are checked before a delete. */
+export class SqliteGroupStore implements GroupStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly deleteStmt: Statement;
+  private readonly childChecks: { label: string; stmt: Statement }[];
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+    childKinds: readonly ChildKind[],
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
+       VALUES (@uid, @parentUid, @name, @description, @verified, @resourceLimits, @createTime, @updateTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM groups WHERE uid = ?`);
+    this.updateStmt = db.prepare(
+      "UPDATE groups SET name = @name, description = @description, update_time = @updateTime WHERE uid = @uid",
+    );
+    this.deleteStmt = db.prepare("DELETE FROM groups WHERE uid = ?");
+    this.childChecks = [
+      { label: "child groups", stmt: db.prepare("SELECT 1 FROM groups WHERE parent_uid = ? LIMIT 1") },
+      ...childKinds.map((k) => ({ label: k.label, stmt: db.prepare(k.existsSql) })),
+    ];
+  }
+
+  create(group: GroupRecord): void {
+    if (group.parentUid !== null && !this.getStmt.get(group.parentUid)) {
+      throw new NotFoundError("group", group.parentUid);
+    }
+    if (this.getStmt.get(group.uid)) throw new AlreadyExistsError("group", group.uid);
+    this.insertStmt.run({
+      ...group,
+      verified: group.verified ? 1 : 0,
+      resourceLimits: JSON.stringify(group.resourceLimits),
+    });
+    this.lists.touched(TABLE.table);
+  }
+
+  get(uid: string): GroupRecord | null {
+    const row = this.getStmt.get(uid) as GroupRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<GroupFilter, GroupOrder>): ListResult<GroupRecord> {
+    const filters: Clause[] = [];
+    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as GroupRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  update(uid: string, changes: GroupChanges, updateTime: number): GroupRecord {
+    return this.db.transaction(() => {
+      const current = this.get(uid);
+      if (!current) throw new NotFoundError("group", uid);
+      const next = { ...current, ...changes, updateTime };
+      this.updateStmt.run({ uid, name: next.name, description: next.description, updateTime });
+      this.lists.touched(TABLE.table);
+      return next;
+    })();
+  }
+
+  delete(uid: string): void {
+    this.db.transaction(() => {
+      if (!this.getStmt.get(uid)) throw new NotFoundError("group", uid);
+      for (const check of this.childChecks) {
+        if (check.stmt.get(uid)) {
+          throw new FailedPreconditionError([
+            {
+              type: "RESOURCE_NOT_EMPTY",
+              subject: uid,
+              description: `the group still has ${check.label}; delete them first`,
+            },
+          ]);
+        }
+      }
+      this.deleteStmt.run(uid);
+      this.lists.touched(TABLE.table);
+    })();
+  }
+}

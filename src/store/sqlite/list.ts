@@ -1,0 +1,120 @@
+import type { Database, Statement } from "better-sqlite3";
+import { ancestorsOf } from "../../domain/uidp.js";
+import type { Cursor, HierarchyFilter, ListQuery } from "../store.js";
+
+/** A WHERE fragment with its positional parameters. */
+export interface Clause {
+  sql: string;
+  params: unknown[];
+}
+
+/** How a table is listed: its select list and the column behind each order field. */
+export interface ListableTable<TOrder extends string> {
+  table: string;
+  select: string;
+  orderColumns: Record<TOrder, string>;
+}
+
+const COUNT_CACHE_LIMIT = 2048;
+
+/**
+ * Runs keyset-paged lists and counts against one connection. Statements are
+ * prepared once per query shape (list-valued parameters travel as JSON, so
+ * the SQL text depends only on which filters are present). Counts are cached
+ * until the next write to the table.
+ */
+export class ListRunner {
+  private readonly statements = new Map<string, Statement>();
+  private readonly counts = new Map<string, number>();
+  private readonly versions = new Map<string, number>();
+
+  constructor(private readonly db: Database) {}
+
+  /** Marks a table as written, so cached counts over it are not reused. */
+  touched(table: string): void {
+    this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
+  }
+
+  /** Returns the rows of one page, whether more follow, and the total count. */
+  run<TOrder extends string>(
+    spec: ListableTable<TOrder>,
+    query: ListQuery<unknown, TOrder>,
+    filters: Clause[],
+  ): { rows: Record<string, unknown>[]; hasMore: boolean; totalCount: number } {
+    const where = [...hierarchyClauses(query.hierarchy), ...filters];
+    if (query.visibleWithin !== null) where.push(visibilityClause(query.visibleWithin));
+    const column = spec.orderColumns[query.order.field];
+    const dir = query.order.desc ? "DESC" : "ASC";
+
+    const base = where.map((c) => `(${c.sql})`).join(" AND ") || "1";
+    const baseParams = where.flatMap((c) => c.params);
+    const totalCount = this.count(spec.table, base, baseParams);
+
+    let pageWhere = base;
+    const pageParams = [...baseParams];
+    if (query.after) {
+      const keyset = keysetClause(column, query.order.desc, query.after);
+      pageWhere = `${base} AND ${keyset.sql}`;
+      pageParams.push(...keyset.params);
+    }
+    const order = column === "uid" ? `uid ${dir}` : `${column} ${dir}, uid ${dir}`;
+    const sql = `SELECT ${spec.select} FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
+    const rows = this.prepare(sql).all(...pageParams, query.limit + 1, query.offset) as Record<string, unknown>[];
+    const hasMore = rows.length > query.limit;
+    if (hasMore) rows.length = query.limit;
+    return { rows, hasMore, totalCount };
+  }
+
+  private count(table: string, where: string, params: unknown[]): number {
+    const sql = `SELECT count(*) AS n FROM ${table} AS t WHERE ${where}`;
+    const key = `${this.versions.get(table) ?? 0}\u0000${sql}\u0000${JSON.stringify(params)}`;
+    const cached = this.counts.get(key);
+    if (cached !== undefined) return cached;
+    const n = (this.prepare(sql).get(...params) as { n: number }).n;
+    if (this.counts.size >= COUNT_CACHE_LIMIT) this.counts.clear();
+    this.counts.set(key, n);
+    return n;
+  }
+
+  private prepare(sql: string): Statement {
+    let stmt = this.statements.get(sql);
+    if (!stmt) {
+      stmt = this.db.prepare(sql);
+      this.statements.set(sql, stmt);
+    }
+    return stmt;
+  }
+}
+
+/** The UIDPFilter as SQL over t.uid and t.parent_uid; descendants are an index range scan. */
+function hierarchyClauses(h: HierarchyFilter): Clause[] {
+  const out: Clause[] = [];
+  if (h.descendantsOf !== undefined) {
+    // Every descendant of p sorts between p + "/" and p + "0" ("0" follows "/").
+    out.push({ sql: "t.uid > ? AND t.uid < ?", params: [`${h.descendantsOf}/`, `${h.descendantsOf}0`] });
+  }
+  if (h.childrenOf !== undefined) out.push({ sql: "t.parent_uid = ?", params: [h.childrenOf] });
+  if (h.ancestorsOf !== undefined) {
+    out.push({
+      sql: "t.uid IN (SELECT value FROM json_each(?))",
+      params: [JSON.stringify(ancestorsOf(h.ancestorsOf))],
+    });
+  }
+  if (h.inRoot) out.push({ sql: "t.parent_uid IS NULL", params: [] });
+  if (h.ids !== undefined) out.push({ sql: "t.uid IN (SELECT value FROM json_each(?))", params: [JSON.stringify(h.ids)] });
+  return out;
+}
+
+function visibilityClause(within: readonly string[]): Clause {
+  return {
+    sql:
+      "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))",
+    params: [JSON.stringify(within)],
+  };
+}
+
+function keysetClause(column: string, desc: boolean, after: Cursor): Clause {
+  const op = desc ? "<" : ">";
+  if (column === "uid") return { sql: `t.uid ${op} ?`, params: [after.uid] };
+  return { sql: `(t.${column}, t.uid) ${op} (?, ?)`, params: [after.key, after.uid] };
+}
