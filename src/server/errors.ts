@@ -1,6 +1,9 @@
 import { create, createRegistry, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { anyPack, AnySchema, type Any } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
+
+/** A detail as ConnectError accepts it: a message descriptor and its value. */
+type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
 import {
   BadRequestSchema,
   ErrorInfoSchema,
@@ -56,7 +59,7 @@ export type InternalErrorSink = (err: unknown) => void;
  */
 export function toConnectError(err: unknown, domain: string, onInternal?: InternalErrorSink): ConnectError {
   if (err instanceof ApiError) {
-    const details: ConnectError["details"] = [
+    const details: OutgoingDetail[] = [
       { desc: ErrorInfoSchema, value: { reason: err.reason, domain, metadata: err.metadata } },
     ];
     if (err.fieldViolations.length > 0) {
@@ -73,7 +76,7 @@ export function toConnectError(err: unknown, domain: string, onInternal?: Intern
     const message = err.code === Code.Internal || err.code === Code.Unknown ? "Internal error" : err.rawMessage;
     return new ConnectError(message, err.code, undefined, [
       { desc: ErrorInfoSchema, value: { reason: reasonOf(err.code), domain, metadata: {} } },
-      ...err.details,
+      ...err.details.filter((d) => "desc" in d),
     ]);
   }
   onInternal?.(err);
@@ -87,7 +90,7 @@ export function statusOf(err: ConnectError): Status {
   const details: Any[] = err.details.map((d) =>
     "desc" in d
       ? anyPack(d.desc, create(d.desc, d.value))
-      : create(AnySchema, { typeUrl: `type.googleapis.com/${d.type}`, value: d.value }),
+      : create(AnySchema, { typeUrl: `type.googleapis.com/${d.type}`, value: d.value as Uint8Array }),
   );
   return create(StatusSchema, { code: err.code, message: err.rawMessage, details });
 }

@@ -16,7 +16,8 @@ import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { InvalidArgumentError, invalidField } from "../domain/errors.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { responseJson } from "./json.js";
-import type { UnaryHandler, WrappedService } from "./wrap.js";
+import { toConnectError } from "./errors.js";
+import { errorDomainOf, type UnaryHandler, type WrappedService } from "./wrap.js";
 
 /** How one query parameter maps onto the request message. */
 interface QueryField {
@@ -217,12 +218,17 @@ export class RestTranscoder {
     const found = this.match(req.method, path);
     if (!found) throw new RouteNotFoundError(this.allowedMethods(path));
     const { route, groups } = found;
-    const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
     let request;
     try {
-      request = fromJson(route.method.input, json, { ignoreUnknownFields: true, registry: this.registry });
+      const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
+      try {
+        request = fromJson(route.method.input, json, { ignoreUnknownFields: true, registry: this.registry });
+      } catch (err) {
+        throw decodeError(err);
+      }
     } catch (err) {
-      throw decodeError(err);
+      // Decoding failures belong to the method's service, like its own errors.
+      throw toConnectError(err, errorDomainOf(route.service));
     }
     const ctx = createHandlerContext({
       service: route.service,

@@ -1,0 +1,246 @@
+import { randomBytes } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import { create, createRegistry, type DescService } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import type * as grpc from "@grpc/grpc-js";
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ADMIN_PRINCIPAL, type Authenticator } from "../auth/principal.js";
+import type { Config } from "../config.js";
+import { ApiError, invalidField } from "../domain/errors.js";
+import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
+import { PageTokenSealer } from "../store/page-token.js";
+import type { Store } from "../store/store.js";
+import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
+import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
+import { HealthState } from "./health.js";
+import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
+import { Reflector, reflectionSchema, type ReflectionSchema } from "./reflection.js";
+import { RestTranscoder, RouteNotFoundError } from "./rest-transcoder.js";
+import { wrapService, type WrappedService } from "./wrap.js";
+
+/** What a running server needs from its caller. */
+export interface ServerOptions {
+  config: Config;
+  store: Store;
+  /** Resolves callers; defaults to treating every caller as the administrator. */
+  authenticator?: Authenticator;
+  timeouts?: OnePortTimeouts;
+  /** Milliseconds since the epoch; injectable for tests. */
+  now?: () => number;
+}
+
+/** A listening server. */
+export interface RunningServer {
+  /** The bound port (useful with PORT=0). */
+  port: number;
+  /** http://127.0.0.1:<port> */
+  url: string;
+  app: FastifyInstance;
+  health: HealthState;
+  /** Every REST operation the transcoder serves. */
+  restOperations: readonly { method: string; path: string; rpc: string }[];
+  /**
+   * Graceful stop: health goes NOT_SERVING, the listener stops accepting,
+   * in-flight calls finish (up to the grace period), then the store closes.
+   */
+  close(): Promise<void>;
+}
+
+const BODY_LIMIT = 1024 * 1024;
+
+/** Builds every part and starts listening on the one port. */
+export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const { config, store } = opts;
+  const now = opts.now ?? Date.now;
+  const pageTokens = new PageTokenSealer(store.keys.secret("page-token-key", () => randomBytes(32)), now);
+  const authenticator = opts.authenticator ?? { authenticate: () => ADMIN_PRINCIPAL };
+
+  let app: FastifyInstance | undefined;
+  const onInternalError = (err: unknown) => app?.log.error({ err }, "internal error");
+  const wrapped = createServiceBindings({ store, pageTokens, now }).map((b) =>
+    wrapService(b, { authenticator, onInternalError }),
+  );
+  const registry = createRegistry(...CONTRACT_FILES);
+  const transcoder = new RestTranscoder(wrapped, registry);
+  const apiNames = wrapped.map((w) => w.service.typeName);
+  const health = new HealthState(apiNames);
+  const reflection = reflectionSchema(
+    [...CONTRACT_FILES, ...[Health, ServerReflection].map((s) => s.file)],
+    [...apiNames, ...SYSTEM_SERVICES],
+  );
+  const grpcServer = createGrpcServer(wrapped, health, reflection, onInternalError);
+
+  let front: OnePortServer | undefined;
+  app = Fastify({
+    logger: { level: config.logLevel },
+    bodyLimit: BODY_LIMIT,
+    return503OnClosing: true,
+    serverFactory: (handler) => {
+      front = createOnePortServer(handler, grpcServer, opts.timeouts ?? DEFAULT_TIMEOUTS);
+      return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
+    },
+  });
+  installRest(app, transcoder);
+  await app.register(fastifyConnectPlugin, {
+    routes: (router) => registerConnect(router, wrapped, health, reflection),
+    shutdownTimeoutMs: config.shutdownGraceMs,
+  });
+  app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
+  app.get("/readyz", async (_req, reply) => {
+    const ready = health.status("") === 1 && store.ready();
+    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
+  });
+
+  await app.listen({ port: config.port, host: config.host });
+  const port = (app.server.address() as AddressInfo).port;
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    app,
+    health,
+    restOperations: transcoder.operations,
+    close: () => (closing ??= shutdown(app!, front!, grpcServer, health, store, config.shutdownGraceMs)),
+  };
+}
+
+async function shutdown(
+  app: FastifyInstance,
+  front: OnePortServer,
+  grpcServer: grpc.Server,
+  health: HealthState,
+  store: Store,
+  graceMs: number,
+): Promise<void> {
+  health.shutdown();
+  front.drainGrpc(graceMs);
+  const grpcDone = new Promise<void>((resolve) => {
+    const force = setTimeout(() => {
+      grpcServer.forceShutdown();
+      resolve();
+    }, graceMs);
+    grpcServer.tryShutdown(() => {
+      clearTimeout(force);
+      resolve();
+    });
+  });
+  const force = setTimeout(() => front.closeAllConnections(), graceMs);
+  await Promise.all([app.close(), grpcDone]);
+  clearTimeout(force);
+  store.close();
+}
+
+function registerConnect(
+  router: ConnectRouter,
+  services: readonly WrappedService[],
+  health: HealthState,
+  reflection: ReflectionSchema,
+): void {
+  for (const svc of services) router.service(svc.service as DescService, svc.handlers as never);
+  router.service(Health, {
+    check(req) {
+      const status = health.status(req.service);
+      if (status === undefined) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
+      return create(HealthCheckResponseSchema, { status });
+    },
+    async *watch(req) {
+      yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? 3 });
+    },
+    list() {
+      const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
+      return create(HealthListResponseSchema, { statuses });
+    },
+  });
+  router.service(ServerReflection, {
+    async *serverReflectionInfo(requests) {
+      const reflector = new Reflector(reflection);
+      for await (const req of requests) yield reflector.answer(req);
+    },
+  });
+}
+
+/** Request headers as fetch Headers, without HTTP/2 pseudo-headers. */
+function fetchHeaders(req: FastifyRequest): Headers {
+  const headers = new Headers();
+  for (const [key, value] of Object.entries(req.headers)) {
+    if (key.startsWith(":") || value === undefined) continue;
+    headers.set(key, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return headers;
+}
+
+function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {
+  const rendered = restErrorBody(toConnectError(err, DEFAULT_ERROR_DOMAIN, (e) => reply.log.error({ err: e }, "internal error")));
+  return reply.code(status ?? rendered.status).type("application/json").send(rendered.body);
+}
+
+/** The REST side: JSON and form parsing, the generic transcoder route, and error rendering. */
+function installRest(app: FastifyInstance, transcoder: RestTranscoder): void {
+  // Our parsers live in their own scope: the Connect plugin registers its own.
+  void app.register(async (scope) => installTranscoderRoute(scope, transcoder));
+  installErrorHandlers(app);
+}
+
+function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
+    const text = (body as string).trim();
+    if (text === "") return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch {
+      done(invalidField("body", "is not valid JSON"));
+    }
+  });
+  app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => {
+    done(null, new URLSearchParams(body as string));
+  });
+
+  app.route({
+    method: ["GET", "POST", "PUT", "PATCH", "DELETE"],
+    url: "/*",
+    handler: async (req, reply) => {
+      try {
+        const controller = new AbortController();
+        req.raw.once("close", () => controller.abort());
+        const res = await transcoder.handle({
+          method: req.method,
+          url: req.url,
+          headers: fetchHeaders(req),
+          body: req.body,
+          signal: controller.signal,
+        });
+        res.headers.forEach((value, key) => void reply.header(key, value));
+        return reply.code(res.status).type("application/json").send(res.body);
+      } catch (err) {
+        if (err instanceof RouteNotFoundError) return notFound(reply, req.method, err.allowed);
+        return sendError(reply, err);
+      }
+    },
+  });
+}
+
+function installErrorHandlers(app: FastifyInstance): void {
+  app.setNotFoundHandler((req, reply) => notFound(reply, req.method, []));
+  app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, _req, reply) => {
+    if (err instanceof ApiError || err instanceof ConnectError) return sendError(reply, err);
+    const status = err.statusCode ?? 500;
+    if (status === 413) {
+      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${BODY_LIMIT} bytes`), 413);
+    }
+    if (status === 415) return sendError(reply, invalidField("Content-Type", "must be application/json"), 415);
+    if (status >= 400 && status < 500) return sendError(reply, invalidField("request", "is malformed"), status);
+    return sendError(reply, err);
+  });
+}
+
+function notFound(reply: FastifyReply, method: string, allowed: string[]): FastifyReply {
+  if (allowed.length > 0) {
+    reply.header("allow", allowed.join(", "));
+    return sendError(reply, new ApiError(Code.Unimplemented, "METHOD_NOT_ALLOWED", `Method ${method} is not allowed here; use ${allowed.join(" or ")}`), 405);
+  }
+  return sendError(reply, new ApiError(Code.NotFound, "ROUTE_NOT_FOUND", "No such route"));
+}

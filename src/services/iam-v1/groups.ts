@@ -1,0 +1,33 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { GroupsService } from "../../../gen/platform/iam/v1/groups_pb.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import type { GroupRecord } from "../../store/store.js";
+import { principalOf, visibleWithin, type ServiceDeps } from "../context.js";
+
+/** The most groups one v1 list returns; v1 has no paging. */
+const V1_LIST_LIMIT = 10_000;
+
+/** The v1 group shape: id in place of uid, no timestamps. */
+function v1Group(g: GroupRecord) {
+  return { id: g.uid, name: g.name, description: g.description, resourceLimits: g.resourceLimits, verified: g.verified };
+}
+
+/** v1 GroupsService: the list still served at /iam/v1/groups (spec §4.9). */
+export function createGroupsV1Service(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
+  return {
+    listGroups(req, ctx) {
+      const hierarchy = hierarchyFilter(req.uidp);
+      if (req.id !== "") hierarchy.ids = [requireUidp("id", req.id)];
+      const result = deps.store.groups.list({
+        hierarchy,
+        filter: req.name === "" ? {} : { name: req.name },
+        order: { field: "uid", desc: false },
+        after: null,
+        offset: 0,
+        limit: V1_LIST_LIMIT,
+        visibleWithin: visibleWithin(principalOf(ctx)),
+      });
+      return { items: result.items.map(v1Group) };
+    },
+  };
+}
