@@ -7,6 +7,7 @@ import type * as grpc from "@grpc/grpc-js";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { ADMIN_PRINCIPAL, type Authenticator } from "../auth/principal.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField } from "../domain/errors.js";
@@ -58,8 +59,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const pageTokens = new PageTokenSealer(store.keys.secret("page-token-key", () => randomBytes(32)), now);
   const authenticator = opts.authenticator ?? { authenticate: () => ADMIN_PRINCIPAL };
 
-  let app: FastifyInstance | undefined;
-  const onInternalError = (err: unknown) => app?.log.error({ err }, "internal error");
+  // Called only while serving, after `app` below exists.
+  const onInternalError = (err: unknown) => app.log.error({ err }, "internal error");
   const wrapped = createServiceBindings({ store, pageTokens, now }).map((b) =>
     wrapService(b, { authenticator, onInternalError }),
   );
@@ -68,13 +69,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const apiNames = wrapped.map((w) => w.service.typeName);
   const health = new HealthState(apiNames);
   const reflection = reflectionSchema(
-    [...CONTRACT_FILES, ...[Health, ServerReflection].map((s) => s.file)],
+    [...CONTRACT_FILES, ...[Health, ServerReflection, ServerReflectionV1alpha].map((s) => s.file)],
     [...apiNames, ...SYSTEM_SERVICES],
   );
   const grpcServer = createGrpcServer(wrapped, health, reflection, onInternalError);
 
   let front: OnePortServer | undefined;
-  app = Fastify({
+  const app: FastifyInstance = Fastify({
     logger: { level: config.logLevel },
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
@@ -103,7 +104,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     app,
     health,
     restOperations: transcoder.operations,
-    close: () => (closing ??= shutdown(app!, front!, grpcServer, health, store, config.shutdownGraceMs)),
+    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, config.shutdownGraceMs)),
   };
 }
 

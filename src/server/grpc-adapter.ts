@@ -1,5 +1,6 @@
 import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
-import { ConnectError, createHandlerContext } from "@connectrpc/connect";
+import type { ConnectError} from "@connectrpc/connect";
+import { createHandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { invalidField } from "../domain/errors.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";

@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { GroupsService } from "../../../gen/platform/iam/v1/groups_pb.js";
+import type { GroupsService } from "../../../gen/platform/iam/v1/groups_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import type { GroupRecord } from "../../store/store.js";
 import { principalOf, visibleWithin, type ServiceDeps } from "../context.js";

@@ -1,9 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
+import type {
+  GroupsService} from "../../../gen/platform/iam/v2beta1/groups_pb.js";
 import {
   GroupSchema,
-  GroupsService,
   type Group,
   type ListGroupsResponse,
 } from "../../../gen/platform/iam/v2beta1/groups_pb.js";

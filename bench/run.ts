@@ -1,0 +1,147 @@
+/**
+ * `npm run bench`: the performance budget of DESIGN.md, measured side by side
+ * in one run. Every figure is a ratio to a bare fastify route returning the
+ * same bytes (the ceiling for this stack on this machine), so runs on
+ * different or busy machines stay comparable. Targets run in child processes.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import autocannon from "autocannon";
+import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { grpcClient } from "../test/support/grpc.js";
+
+const DURATION = Number(process.env.BENCH_DURATION ?? 5);
+const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
+const CONNECTIONS = 50;
+
+interface Row {
+  name: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  note?: string;
+}
+
+function startTarget(args: string[]): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "targets.ts"), ...args], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.on("line", (line) => {
+      const m = /^PORT (\d+)$/.exec(line);
+      if (m) resolve({ child, port: Number(m[1]) });
+    });
+    child.once("exit", (code) => reject(new Error(`target ${args[0]} exited with ${code}`)));
+  });
+}
+
+async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, ...opts });
+  const bad = result.non2xx + result.errors;
+  if (bad > 0) throw new Error(`${name}: ${bad} failed requests`);
+  return { name, rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
+}
+
+async function grpcLoad(name: string, port: number, uid: string): Promise<Row> {
+  const client = grpcClient(GroupsService, port);
+  await client.call("getGroup", { uid });
+  const latencies: number[] = [];
+  const end = Date.now() + DURATION * 1000;
+  const worker = async () => {
+    while (Date.now() < end) {
+      const t = performance.now();
+      await client.call("getGroup", { uid });
+      latencies.push(performance.now() - t);
+    }
+  };
+  await Promise.all(Array.from({ length: CONNECTIONS }, worker));
+  client.close();
+  latencies.sort((a, b) => a - b);
+  const at = (q: number) => Math.round(latencies[Math.floor(q * (latencies.length - 1))]!);
+  return { name, rps: latencies.length / DURATION, p50: at(0.5), p99: at(0.99), note: "grpc-js client in the bench process" };
+}
+
+/** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction. */
+function seed(dataDir: string): { uid: string; orgUid: string } {
+  const store = openSqliteStore({ dataDir });
+  const now = Date.now();
+  let first = "";
+  let org = "";
+  store.transaction(() => {
+    for (let i = 0; i < GROUPS; i++) {
+      const isOrg = i % 100 === 0;
+      const uid = isOrg ? randomBytes(20).toString("hex") : `${org}/${randomBytes(8).toString("hex")}`;
+      if (isOrg) org = uid;
+      first ||= uid;
+      store.groups.create({
+        uid,
+        parentUid: isOrg ? null : org,
+        name: `group ${i}`,
+        description: "seeded for the benchmark",
+        verified: false,
+        resourceLimits: {},
+        createTime: now + i,
+        updateTime: now + i,
+      });
+    }
+  });
+  store.close();
+  return { uid: first, orgUid: first };
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), "platform-bench-"));
+  const children: ChildProcess[] = [];
+  try {
+    const seeded = seed(dataDir);
+    const server = await startTarget(["server", dataDir]);
+    children.push(server.child);
+    const base = `http://127.0.0.1:${server.port}`;
+    const getPath = `/iam/v2beta1/groups/${seeded.uid}`;
+    const getBody = await (await fetch(base + getPath)).text();
+    const bytesFile = join(dataDir, "ceiling.json");
+    writeFileSync(bytesFile, getBody);
+    const ceilingTarget = await startTarget(["ceiling", bytesFile]);
+    children.push(ceilingTarget.child);
+
+    const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`)).json();
+    const deepPath = `/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(deep.nextPageToken)}`;
+
+    const rows: Row[] = [];
+    rows.push(await load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`));
+    rows.push(await load("REST Get group", base + getPath));
+    rows.push(await load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`));
+    rows.push(await load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath));
+    rows.push(await grpcLoad("gRPC Get group (grpc-js)", server.port, seeded.uid));
+    rows.push({
+      ...(await load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "bench folder" }),
+        connections: 10,
+      })),
+    });
+
+    const ceiling = rows[0]!.rps;
+    const restGet = rows[1]!.rps;
+    console.log(`\nPlatform API benchmark — node ${process.version}, ${cpus().length} cores, ${DURATION}s per row, ${CONNECTIONS} connections`);
+    console.log("| scenario | req/s | p50 ms | p99 ms | vs ceiling |");
+    console.log("|---|---:|---:|---:|---:|");
+    for (const r of rows) {
+      console.log(`| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${((r.rps / ceiling) * 100).toFixed(1)}% |`);
+    }
+    console.log(`\ngRPC Get / REST Get = ${((rows[4]!.rps / restGet) * 100).toFixed(1)}%`);
+    console.log(`deep page / first page = ${((rows[3]!.rps / rows[2]!.rps) * 100).toFixed(1)}%`);
+  } finally {
+    for (const c of children) c.kill("SIGTERM");
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,30 @@
+/**
+ * Benchmark targets, each run in its own process so the load generator never
+ * shares an event loop with the server:
+ *   ceiling <bytes-file>  a bare fastify route returning fixed bytes
+ *   server <data-dir>     the real server over a seeded data directory
+ * Each prints "PORT <n>" once listening.
+ */
+import { readFileSync } from "node:fs";
+import Fastify from "fastify";
+import { loadConfig } from "../src/config.js";
+import { startServer } from "../src/server/app.js";
+import { openSqliteStore } from "../src/store/sqlite/index.js";
+
+const [mode, arg] = process.argv.slice(2);
+if (mode === "ceiling") {
+  const bytes = readFileSync(arg!);
+  const app = Fastify({ logger: false });
+  app.get("/*", (_req, reply) => reply.type("application/json").send(bytes));
+  await app.listen({ port: 0, host: "127.0.0.1" });
+  const address = app.server.address();
+  console.log(`PORT ${typeof address === "object" && address ? address.port : 0}`);
+} else if (mode === "server") {
+  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: arg!, LOG_LEVEL: "silent" });
+  const server = await startServer({ config, store: openSqliteStore({ dataDir: config.dataDir }) });
+  console.log(`PORT ${server.port}`);
+  process.once("SIGTERM", () => void server.close().then(() => process.exit(0)));
+} else {
+  console.error("usage: targets.ts ceiling <file> | server <data-dir>");
+  process.exit(2);
+}

@@ -1,0 +1,37 @@
+import assert from "node:assert/strict";
+import type { RestResult } from "./server.js";
+
+const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
+
+/**
+ * Asserts a REST error in the spec's shape (§7): the HTTP status, the body
+ * {code, message, details}, exactly one ErrorInfo with the given reason.
+ * Returns the body for further checks.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function assertRestError(res: RestResult, status: number, code: number, reason: string): any {
+  assert.equal(res.status, status, `HTTP status; body: ${JSON.stringify(res.body)}`);
+  assert.equal(typeof res.body, "object", "error body is JSON");
+  assert.equal(res.body.code, code);
+  assert.equal(typeof res.body.message, "string");
+  assert.ok(Array.isArray(res.body.details));
+  const infos = res.body.details.filter((d: { "@type": string }) => d["@type"] === ERROR_INFO);
+  assert.equal(infos.length, 1, "exactly one ErrorInfo");
+  assert.equal(infos[0].reason, reason);
+  assert.equal(typeof infos[0].domain, "string");
+  assert.ok(!/at .*\.(ts|js):\d+|SQLITE|sqlite|SELECT |INSERT /.test(JSON.stringify(res.body)), "no stack or SQL text");
+  return res.body;
+}
+
+/** The BadRequest field violations of an error body. */
+export function fieldViolations(body: { details: { "@type": string; fieldViolations?: { field: string; description: string }[] }[] }) {
+  return body.details.find((d) => d["@type"] === "type.googleapis.com/google.rpc.BadRequest")?.fieldViolations ?? [];
+}
+
+/** The PreconditionFailure violations of an error body. */
+export function preconditionViolations(body: { details: { "@type": string; violations?: { type: string; description: string }[] }[] }) {
+  return body.details.find((d) => d["@type"] === "type.googleapis.com/google.rpc.PreconditionFailure")?.violations ?? [];
+}
+
+/** RFC 3339 UTC with exactly three fractional digits. */
+export const MILLIS_TIMESTAMP = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;

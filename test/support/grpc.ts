@@ -1,0 +1,51 @@
+import { create, fromBinary, type DescMessage, type DescService } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { createRegistry } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { methodDefinition } from "../../src/server/grpc-adapter.js";
+
+const detailRegistry = createRegistry(file_google_rpc_error_details);
+
+/** A promisified grpc-js client for one service: client.call("getGroup", request). */
+export interface GrpcTestClient {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  call(method: string, request: any, metadata?: Record<string, string>): Promise<any>;
+  close(): void;
+}
+
+/** A real @grpc/grpc-js client over h2c to the one port. */
+export function grpcClient(service: DescService, port: number): GrpcTestClient {
+  const definition: grpc.ServiceDefinition = {};
+  for (const m of service.methods) (definition as Record<string, unknown>)[m.localName] = methodDefinition(service, m);
+  const Ctor = grpc.makeGenericClientConstructor(definition, service.typeName);
+  const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  return {
+    call(method, request, metadata = {}) {
+      const md = new grpc.Metadata();
+      for (const [k, v] of Object.entries(metadata)) md.set(k, v);
+      const m = service.methods.find((x) => x.localName === method);
+      if (!m) throw new Error(`no method ${method}`);
+      return new Promise((resolve, reject) => {
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        (client as any)[method](createRequest(m.input, request), md, (err: grpc.ServiceError | null, res: unknown) =>
+          err ? reject(err) : resolve(res),
+        );
+      });
+    },
+    close: () => client.close(),
+  };
+}
+
+function createRequest(schema: DescMessage, value: unknown) {
+  return create(schema, value as never);
+}
+
+/** The google.rpc.Status in a grpc-js error's grpc-status-details-bin, with details unpacked. */
+export function grpcStatus(err: grpc.ServiceError) {
+  const bin = err.metadata.get("grpc-status-details-bin")[0];
+  if (!(bin instanceof Buffer)) throw new Error("no grpc-status-details-bin");
+  const status = fromBinary(StatusSchema, bin);
+  return { code: status.code, message: status.message, details: status.details.map((d) => anyUnpack(d, detailRegistry)!) };
+}

@@ -1,0 +1,74 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadConfig } from "../../src/config.js";
+import { startServer, type RunningServer, type ServerOptions } from "../../src/server/app.js";
+import { openSqliteStore } from "../../src/store/sqlite/index.js";
+
+/** A real server on a real port with its own SQLite directory. */
+export interface TestServer {
+  url: string;
+  port: number;
+  dataDir: string;
+  server: RunningServer;
+  close(): Promise<void>;
+}
+
+/** Starts the real server on port 0 over a fresh data directory. */
+export async function startTestServer(
+  opts: { env?: Record<string, string>; now?: () => number; timeouts?: ServerOptions["timeouts"]; dataDir?: string } = {},
+): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "platform-test-"));
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: "silent",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    ...opts.env,
+  });
+  const store = openSqliteStore({ dataDir });
+  const server = await startServer({ config, store, now: opts.now, timeouts: opts.timeouts });
+  return {
+    url: server.url,
+    port: server.port,
+    dataDir,
+    server,
+    async close() {
+      await server.close();
+      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A REST response as a test reads it. */
+export interface RestResult {
+  status: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  body: any;
+  headers: Headers;
+}
+
+/** Calls the REST API with fetch, JSON in and out. */
+export async function rest(baseUrl: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestResult> {
+  const res = await fetch(baseUrl + path, {
+    method,
+    headers: body === undefined ? headers : { "content-type": "application/json", ...headers },
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text === "" ? undefined : JSON.parse(text);
+  } catch {
+    // leave as text
+  }
+  return { status: res.status, body: parsed, headers: res.headers };
+}
+
+/** Creates a group over REST and returns its JSON; fails the test on error. */
+export async function createGroup(baseUrl: string, parent: string | null, name: string, description = ""): Promise<{ uid: string; name: string; createTime: string; updateTime: string; description: string }> {
+  const res = await rest(baseUrl, "POST", `/iam/v2beta1/groups${parent ? `/${parent}` : ""}`, { name, description });
+  if (res.status !== 200) throw new Error(`create group failed: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
