@@ -37,7 +37,7 @@ function statusOf(err: unknown, code: number) {
   assert.equal(st.code, code, "google.rpc.Status.code");
   const infos = st.details.filter((d) => d.$typeName === "google.rpc.ErrorInfo") as ErrorInfo[];
   assert.equal(infos.length, 1, "exactly one ErrorInfo");
-  return { ...st, info: infos[0]!, detail: <T extends Message>(typeName: T["$typeName"]) => st.details.filter((d) => d.$typeName === typeName) as T[] };
+  return { ...st, grpcMessage: e.details, info: infos[0]!, detail: <T extends Message>(typeName: T["$typeName"]) => st.details.filter((d) => d.$typeName === typeName) as T[] };
 }
 
 /** Runs a call that must fail with code and returns its decoded status. */
@@ -201,6 +201,9 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     const st = await failure(groups.call("getGroup", { uid: g.uid }), 5);
     assert.equal(st.info.reason, "NOT_FOUND");
     assert.equal(st.info.metadata.uid, g.uid);
+    // The uid has a "/": grpc-message must reach grpc-js users undamaged (no %2F).
+    assert.equal(st.grpcMessage, `Not found: group ${g.uid} does not exist`);
+    assert.equal(st.message, st.grpcMessage);
     const again = await failure(groups.call("deleteGroup", { uid: g.uid }), 5);
     assert.equal(again.info.reason, "NOT_FOUND");
   });

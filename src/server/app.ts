@@ -16,9 +16,9 @@ import { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
-import { HealthState } from "./health.js";
+import { HealthState, ServingStatus } from "./health.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
-import { Reflector, reflectionSchema, type ReflectionSchema } from "./reflection.js";
+import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError } from "./rest-transcoder.js";
 import { wrapService, type WrappedService } from "./wrap.js";
 
@@ -86,7 +86,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   installRest(app, transcoder);
   await app.register(fastifyConnectPlugin, {
-    routes: (router) => registerConnect(router, wrapped, health, reflection),
+    routes: (router) => registerConnect(router, wrapped, health),
     shutdownTimeoutMs: config.shutdownGraceMs,
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
@@ -117,7 +117,6 @@ async function shutdown(
   graceMs: number,
 ): Promise<void> {
   health.shutdown();
-  front.drainGrpc(graceMs);
   const grpcDone = new Promise<void>((resolve) => {
     const force = setTimeout(() => {
       grpcServer.forceShutdown();
@@ -128,18 +127,20 @@ async function shutdown(
       resolve();
     });
   });
+  // GOAWAY after tryShutdown has begun, so grpcDone waits for the calls in flight.
+  front.drainGrpc(graceMs);
   const force = setTimeout(() => front.closeAllConnections(), graceMs);
   await Promise.all([app.close(), grpcDone]);
   clearTimeout(force);
   store.close();
 }
 
-function registerConnect(
-  router: ConnectRouter,
-  services: readonly WrappedService[],
-  health: HealthState,
-  reflection: ReflectionSchema,
-): void {
+/**
+ * Connect and gRPC-Web routes: every wrapped service, and health. (Reflection
+ * is a bidi stream, which Connect cannot serve over HTTP/1.1; gRPC clients
+ * reach it over h2c through grpc-js.)
+ */
+function registerConnect(router: ConnectRouter, services: readonly WrappedService[], health: HealthState): void {
   for (const svc of services) router.service(svc.service as DescService, svc.handlers as never);
   router.service(Health, {
     check(req) {
@@ -147,18 +148,28 @@ function registerConnect(
       if (status === undefined) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
       return create(HealthCheckResponseSchema, { status });
     },
-    async *watch(req) {
-      yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? 3 });
+    async *watch(req, ctx) {
+      const changes: ServingStatus[] = [];
+      let wake: (() => void) | undefined;
+      const stop = health.watch((status) => {
+        changes.push(status);
+        wake?.();
+      });
+      ctx.signal.addEventListener("abort", () => wake?.());
+      try {
+        yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN });
+        while (!ctx.signal.aborted) {
+          if (changes.length === 0) await new Promise<void>((resolve) => (wake = resolve));
+          const status = changes.shift();
+          if (status !== undefined) yield create(HealthCheckResponseSchema, { status });
+        }
+      } finally {
+        stop();
+      }
     },
     list() {
       const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
       return create(HealthListResponseSchema, { statuses });
-    },
-  });
-  router.service(ServerReflection, {
-    async *serverReflectionInfo(requests) {
-      const reflector = new Reflector(reflection);
-      for await (const req of requests) yield reflector.answer(req);
     },
   });
 }

@@ -1,7 +1,5 @@
 import http from "node:http";
-import http2 from "node:http2";
 import net from "node:net";
-import { Duplex } from "node:stream";
 import * as grpc from "@grpc/grpc-js";
 
 /** The HTTP/2 connection preface every gRPC client sends first (RFC 9113 §3.4). */
@@ -27,34 +25,6 @@ export interface OnePortServer extends net.Server {
   drainGrpc(graceMs: number): void;
 }
 
-let peerPatched = false;
-
-/**
- * With isStreamBase=false Node wraps the socket in a JSStreamSocket, which
- * has no peer address; grpc-js reads the peer from it. Delegate the address
- * getters to the real socket underneath, once for the process.
- */
-function patchJsStreamSocketPeer(): void {
-  if (peerPatched) return;
-  peerPatched = true;
-  const probe = http2.createServer();
-  probe.on("session", (session) => {
-    const proto = Object.getPrototypeOf(session.socket) as object;
-    for (const name of ["remoteAddress", "remotePort", "remoteFamily", "localAddress", "localPort"]) {
-      Object.defineProperty(proto, name, {
-        configurable: true,
-        get(this: { stream?: net.Socket }) {
-          return this.stream?.[name as "remoteAddress"];
-        },
-      });
-    }
-    session.destroy();
-  });
-  const dummy = new Duplex({ read() {}, write(_c, _e, cb) { cb(); } });
-  probe.emit("connection", dummy);
-  dummy.destroy();
-}
-
 /**
  * One TCP listener for every protocol. It peeks at each connection's first
  * bytes: the HTTP/2 preface (prior knowledge, what gRPC clients speak) goes to
@@ -66,9 +36,16 @@ export function createOnePortServer(
   grpcServer: grpc.Server,
   timeouts: OnePortTimeouts = DEFAULT_TIMEOUTS,
 ): OnePortServer {
-  patchJsStreamSocketPeer();
   const h1 = http.createServer(
-    { keepAliveTimeout: timeouts.keepAlive, headersTimeout: timeouts.headers, requestTimeout: timeouts.request, noDelay: true },
+    {
+      keepAliveTimeout: timeouts.keepAlive,
+      headersTimeout: timeouts.headers,
+      requestTimeout: timeouts.request,
+      // Node checks those two deadlines only every connectionsCheckingInterval
+      // (default 30 s), so a 10 s headers timeout would fire after up to 40 s.
+      connectionsCheckingInterval: Math.max(50, Math.min(30_000, timeouts.headers / 4, timeouts.request / 4)),
+      noDelay: true,
+    },
     handler,
   );
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
@@ -92,9 +69,10 @@ export function createOnePortServer(
       socket.setNoDelay(true);
       socket.unshift(buf);
       if (isH2) {
-        // Http2Session consumes the native handle and would never see the
-        // bytes we unshifted; make Node read through the JS stream instead.
-        (socket as unknown as { _handle: { isStreamBase: boolean } })._handle.isStreamBase = false;
+        // Node 20.20's Http2Session replays bytes left in the socket's read
+        // buffer, so the unshifted preface reaches nghttp2 on the native
+        // handle (no JSStreamSocket wrapper, which cost ~10% and lost the peer
+        // address). test/one-port.test.ts guards a preface split across writes.
         injector.injectConnection(socket);
       } else {
         h1.emit("connection", socket);
@@ -114,7 +92,10 @@ export function createOnePortServer(
   });
   front.closeIdleConnections = () => h1.closeIdleConnections();
   front.closeAllConnections = () => h1.closeAllConnections();
-  front.closeHttp2Sessions = () => injector.drain(0);
+  // fastify calls this on close, right after shutdown's drainGrpc(graceMs).
+  // drain(0) here would cut the in-flight calls that grace period protects;
+  // the request timeout only bounds a close() made without drainGrpc.
+  front.closeHttp2Sessions = () => injector.drain(timeouts.request);
   front.drainGrpc = (graceMs) => injector.drain(graceMs);
   return front;
 }

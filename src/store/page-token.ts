@@ -7,6 +7,8 @@ export interface PageTokenState {
   after: Cursor;
   /** Results skipped so far, accumulated across pages. */
   skipped: number;
+  /** The skip parameter of the request that produced the token. */
+  lastSkip: number;
   /** Hash of the request parameters the token belongs to. */
   queryHash: string;
   /** Seconds since the epoch when the token was issued. */
@@ -37,8 +39,8 @@ export class PageTokenSealer {
     return createHash("sha256").update(JSON.stringify(parts)).digest("base64url").slice(0, 16);
   }
 
-  seal(after: Cursor, skipped: number, queryHash: string): string {
-    const payload = JSON.stringify([after.key, after.uid, skipped, queryHash, Math.floor(this.now() / 1000)]);
+  seal(after: Cursor, skipped: number, lastSkip: number, queryHash: string): string {
+    const payload = JSON.stringify([after.key, after.uid, skipped, lastSkip, queryHash, Math.floor(this.now() / 1000)]);
     const iv = randomBytes(12);
     const cipher = createCipheriv("aes-256-gcm", this.key, iv);
     const body = Buffer.concat([cipher.update(payload, "utf8"), cipher.final()]);
@@ -57,10 +59,10 @@ export class PageTokenSealer {
     } catch {
       return { ok: false, reason: "invalid" };
     }
-    if (!Array.isArray(parsed) || parsed.length !== 5) return { ok: false, reason: "invalid" };
-    const [key, uid, skipped, hash, issuedAt] = parsed as [string | number, string, number, string, number];
+    if (!Array.isArray(parsed) || parsed.length !== 6) return { ok: false, reason: "invalid" };
+    const [key, uid, skipped, lastSkip, hash, issuedAt] = parsed as [string | number, string, number, number, string, number];
     if (Math.floor(this.now() / 1000) - issuedAt > PAGE_TOKEN_LIFETIME_SECONDS) return { ok: false, reason: "expired" };
     if (hash !== queryHash) return { ok: false, reason: "mismatch" };
-    return { ok: true, state: { after: { key, uid }, skipped, queryHash: hash, issuedAt } };
+    return { ok: true, state: { after: { key, uid }, skipped, lastSkip, queryHash: hash, issuedAt } };
   }
 }

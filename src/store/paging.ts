@@ -29,6 +29,8 @@ export interface PagePlan<TOrder extends string> {
   limit: number;
   /** skipped to report: accumulated from the token plus this request's skip. */
   skipped: number;
+  /** This request's skip parameter, remembered in the next token. */
+  requestSkip: number;
   queryHash: string;
 }
 
@@ -72,18 +74,23 @@ export function planPage<TOrder extends string>(
   const queryHash = PageTokenSealer.queryHash([queryKey, order.field, order.desc]);
   let after: Cursor | null = null;
   let skippedBefore = 0;
+  let offset = req.skip;
   if (req.pageToken !== "") {
     const opened = sealer.open(req.pageToken, queryHash);
     if (opened.ok) {
       after = opened.state.after;
       skippedBefore = opened.state.skipped;
+      // Spec §4.6 rule 1 has clients repeat every other parameter with the
+      // token: a repeated skip was already applied, so it must not skip again.
+      // A different skip jumps that far from the cursor (random access).
+      if (req.skip === opened.state.lastSkip) offset = 0;
     } else if (opened.reason === "mismatch") {
       throw invalidField("page_token", "belongs to a different query; repeat the same filters and order_by");
     } else if (opened.reason === "invalid") {
       throw invalidField("page_token", "is not a token this server issued");
     }
   }
-  return { order, after, offset: req.skip, limit, skipped: skippedBefore + req.skip, queryHash };
+  return { order, after, offset, limit, skipped: skippedBefore + offset, requestSkip: req.skip, queryHash };
 }
 
 /** Builds the response envelope: a sealed token for the next page, the count, and skipped. */
@@ -95,6 +102,6 @@ export function pageEnvelope<T, TOrder extends string>(
 ): PageEnvelope {
   const last = result.items[result.items.length - 1];
   const nextPageToken =
-    result.hasMore && last !== undefined ? sealer.seal(cursorOf(last, plan.order.field), plan.skipped, plan.queryHash) : "";
+    result.hasMore && last !== undefined ? sealer.seal(cursorOf(last, plan.order.field), plan.skipped, plan.requestSkip, plan.queryHash) : "";
   return { nextPageToken, totalCount: BigInt(result.totalCount), skipped: plan.skipped };
 }

@@ -71,6 +71,8 @@ export class ListRunner {
     const cached = this.counts.get(key);
     if (cached !== undefined) return cached;
     const n = (this.prepare(sql).get(...params) as { n: number }).n;
+    // A count taken inside an open transaction may include writes that roll back.
+    if (this.db.inTransaction) return n;
     if (this.counts.size >= COUNT_CACHE_LIMIT) this.counts.clear();
     this.counts.set(key, n);
     return n;

@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import { once } from "node:events";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
+import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { ADMIN_PRINCIPAL, type Authenticator } from "../src/auth/principal.js";
+import { loadConfig } from "../src/config.js";
+import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { startServer } from "../src/server/app.js";
+import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { grpcClient } from "./support/grpc.js";
+import { rest } from "./support/server.js";
+
+/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
+async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * An authenticator that holds every call inside the server until released:
+ * calls are then provably in flight (past routing, inside the handler) when
+ * shutdown begins.
+ */
+function gatedAuthenticator(expected: number) {
+  let entered = 0;
+  let allEntered!: () => void;
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const authenticator: Authenticator = {
+    async authenticate() {
+      if (++entered === expected) allEntered();
+      await gate;
+      return ADMIN_PRINCIPAL;
+    },
+  };
+  return { authenticator, allEntered: new Promise<void>((resolve) => (allEntered = resolve)), release, entered: () => entered };
+}
+
+/** A Health.Watch stream; `statuses` collects every status the server sends. */
+function watchHealth(port: number) {
+  const watch = methodDefinition(Health, Health.method.watch);
+  const Ctor = grpc.makeGenericClientConstructor({ watch }, "Health");
+  const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const statuses: ServingStatus[] = [];
+  const waiters: { status: ServingStatus; resolve: () => void }[] = [];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{ status: ServingStatus }>;
+  call.on("data", (res: { status: ServingStatus }) => {
+    statuses.push(res.status);
+    for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
+  });
+  call.on("error", () => {}); // CANCELLED once we stop watching
+  return {
+    statuses,
+    next: (status: ServingStatus) =>
+      statuses.includes(status) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ status, resolve })),
+    close() {
+      call.cancel();
+      client.close();
+    },
+  };
+}
+
+/**
+ * Holds `restCalls` REST and `grpcCalls` gRPC creates inside their handlers,
+ * starts shutdown, checks health turned NOT_SERVING, releases the calls and
+ * checks each one succeeded, close() resolved, the port refuses connections
+ * and every acknowledged group is in the store when it is opened again.
+ */
+async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), "platform-shutdown-"));
+  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "5000" });
+  const gate = gatedAuthenticator(restCalls + grpcCalls);
+  const server = await startServer({ config, store: openSqliteStore({ dataDir }), authenticator: gate.authenticator });
+  const groups = grpcClient(GroupsService, server.port);
+  const health = watchHealth(server.port);
+  let closing: Promise<void> | undefined;
+  let reopened: Awaited<ReturnType<typeof startServer>> | undefined;
+  try {
+    await within(5000, health.next(ServingStatus.SERVING), "health watch says SERVING");
+
+    let completed = 0;
+    const restPending = Array.from({ length: restCalls }, (_, i) =>
+      rest(server.url, "POST", "/iam/v2beta1/groups", { name: `rest org ${i}` }).finally(() => completed++),
+    );
+    const grpcPending = Array.from({ length: grpcCalls }, (_, i) =>
+      groups.call("createGroup", { group: { name: `grpc org ${i}` } }).finally(() => completed++),
+    );
+    await within(10_000, gate.allEntered, "every call reaches its handler");
+
+    closing = server.close();
+    await within(5000, health.next(ServingStatus.NOT_SERVING), "health watch says NOT_SERVING once shutdown begins");
+    assert.equal(completed, 0, "no call finished before NOT_SERVING was announced");
+    health.close();
+
+    gate.release();
+    const restResults = await within(10_000, Promise.all(restPending), "in-flight REST calls finish");
+    const grpcResults = await within(10_000, Promise.all(grpcPending), "in-flight gRPC calls finish");
+    const uids: string[] = [];
+    for (const [i, r] of restResults.entries()) {
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.name, `rest org ${i}`);
+      uids.push(r.body.uid);
+    }
+    for (const [i, g] of grpcResults.entries()) {
+      assert.equal(g.name, `grpc org ${i}`);
+      uids.push(g.uid);
+    }
+    for (const uid of uids) assert.match(uid, /^[0-9a-f]{40}$/);
+
+    await within(10_000, closing, "close() resolves");
+
+    const refused = net.connect(server.port, "127.0.0.1");
+    const [err] = (await within(5000, once(refused, "error"), "a new connection fails")) as [NodeJS.ErrnoException];
+    assert.equal(err.code, "ECONNREFUSED");
+
+    // Every acknowledged create survived the shutdown.
+    reopened = await startServer({ config, store: openSqliteStore({ dataDir }) });
+    for (const uid of uids) {
+      const got = await rest(reopened.url, "GET", `/iam/v2beta1/groups/${uid}`);
+      assert.equal(got.status, 200, `group ${uid} after restart: ${JSON.stringify(got.body)}`);
+    }
+  } finally {
+    gate.release();
+    health.close();
+    groups.close();
+    await (closing ?? server.close());
+    await reopened?.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+test("graceful shutdown: NOT_SERVING first, 50 REST and 20 gRPC calls in flight all complete, then the port refuses", async () => {
+  await shutdownWithCallsInFlight(50, 20);
+});
+
+test("graceful shutdown: gRPC calls alone in flight complete before the store closes", async () => {
+  await shutdownWithCallsInFlight(0, 20);
+});
