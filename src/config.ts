@@ -16,6 +16,10 @@ export interface Config {
   logLevel: string;
   /** How long shutdown waits for in-flight calls before closing connections. */
   shutdownGraceMs: number;
+  /** Issuers whose ID tokens sign people in (PLATFORM_USER_ISSUERS). */
+  userIssuers: string[];
+  /** Audiences a sign-in ID token must carry one of (PLATFORM_USER_AUDIENCES; default: the auth URL). */
+  userAudiences: string[];
 }
 
 /** Thrown when the environment holds invalid settings; lists every problem. */
@@ -52,6 +56,11 @@ function url(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: s
   }
 }
 
+/** A comma-separated list, blanks dropped. */
+function list(raw: string | undefined): string[] {
+  return (raw ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
+}
+
 /** Reads and validates the configuration; throws ConfigError naming every bad variable. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const problems: string[] = [];
@@ -59,14 +68,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const baseUrl = url(env, "PLATFORM_BASE_URL", `http://localhost:${port}`, problems);
   const logLevel = env.LOG_LEVEL ?? "info";
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${logLevel}: must be one of ${LOG_LEVELS.join(", ")}`);
+  const authUrl = url(env, "PLATFORM_AUTH_URL", baseUrl, problems);
+  const userIssuers = list(env.PLATFORM_USER_ISSUERS);
+  for (const issuer of userIssuers) {
+    if (!/^https?:\/\/[^\s]+$/.test(issuer)) problems.push(`PLATFORM_USER_ISSUERS: ${issuer} is not an http(s) URL`);
+  }
+  const userAudiences = list(env.PLATFORM_USER_AUDIENCES);
   const config: Config = {
     port,
     host: env.HOST ?? "0.0.0.0",
     dataDir: resolve(env.PLATFORM_DATA_DIR ?? "./data"),
     baseUrl,
-    authUrl: url(env, "PLATFORM_AUTH_URL", baseUrl, problems),
+    authUrl,
     logLevel,
     shutdownGraceMs: integer(env, "PLATFORM_SHUTDOWN_GRACE_MS", 10_000, 0, 600_000, problems),
+    userIssuers,
+    userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

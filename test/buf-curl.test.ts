@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
-import { startTestServer, type TestServer } from "./support/server.js";
+import { type TestServer, defaultToken, startTestServer } from "./support/server.js";
 
 /** The repository root: buf.yaml there makes `--schema .` the contract's own module. */
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -29,8 +29,11 @@ interface BufResult {
 
 /** Runs `buf curl <args>` from the repository root (offline; no BSR access needed). */
 function bufCurl(...args: string[]): Promise<BufResult> {
+  // The administrator's token for the target server (the URL is the last argument).
+  const token = defaultToken(args[args.length - 1]!.split("/").slice(0, 3).join("/"));
+  const auth = token ? ["-H", `Authorization: Bearer ${token}`] : [];
   return new Promise((resolve, reject) => {
-    execFile(BUF, ["curl", ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
+    execFile(BUF, ["curl", ...auth, ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
       if (err && typeof err.code !== "number") reject(err);
       else resolve({ exitCode: err ? (err.code as number) : 0, stdout, stderr });
     });

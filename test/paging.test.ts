@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "./support/server.js";
+import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type RestResult, type TestServer } from "./support/server.js";
+
+/** Tokens expire with the clock: re-mint the administrator's after moving it by days. */
+let refreshToken = async (): Promise<void> => {};
 
 /** A group as the REST API returns it. */
 interface GroupJson {
@@ -379,6 +382,7 @@ describe("paging over REST: page token lifetime", () => {
 
   before(async () => {
     srv = await startTestServer({ now: () => clock });
+    refreshToken = async () => setDefaultToken(srv.port, await mintAdminToken(srv.server));
     root = await createGroup(srv.url, null, "time org");
     const kids: GroupJson[] = [];
     for (let i = 0; i < 7; i++) kids.push(await createGroup(srv.url, root.uid, `kid ${i % 3}`));
@@ -398,6 +402,8 @@ describe("paging over REST: page token lifetime", () => {
     const token = encodeURIComponent(first.body.nextPageToken as string);
 
     clock += 3 * DAY_MS - 1_000;
+
+    await refreshToken();
     const fresh = await rest(srv.url, "GET", `${path}&page_token=${token}`);
     assert.equal(fresh.status, 200);
     assert.deepEqual(
@@ -428,6 +434,7 @@ describe("paging over REST: page token lifetime", () => {
     const first = await rest(srv.url, "GET", `${path}&skip=2`);
     assert.equal(first.body.skipped, 2);
     clock += 3 * DAY_MS + 1_000;
+    await refreshToken();
     const stale = await rest(srv.url, "GET", `${path}&page_token=${encodeURIComponent(first.body.nextPageToken)}`);
     assert.equal(stale.status, 200);
     assert.equal(stale.body.skipped, 0);

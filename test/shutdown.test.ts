@@ -9,13 +9,13 @@ import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
-import { ADMIN_PRINCIPAL, type Authenticator } from "../src/auth/principal.js";
+import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
 import { startServer } from "../src/server/app.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { grpcClient } from "./support/grpc.js";
-import { rest } from "./support/server.js";
+import { mintAdminToken, rest, setDefaultToken } from "./support/server.js";
 
 /** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
 async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
@@ -40,14 +40,14 @@ function gatedAuthenticator(expected: number) {
   let allEntered!: () => void;
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
-  const authenticator: Authenticator = {
-    async authenticate() {
+  const decorate = (inner: Authenticator): Authenticator => ({
+    async authenticate(headers) {
       if (++entered === expected) allEntered();
       await gate;
-      return ADMIN_PRINCIPAL;
+      return inner.authenticate(headers);
     },
-  };
-  return { authenticator, allEntered: new Promise<void>((resolve) => (allEntered = resolve)), release, entered: () => entered };
+  });
+  return { decorate, allEntered: new Promise<void>((resolve) => (allEntered = resolve)), release, entered: () => entered };
 }
 
 /** A Health.Watch stream; `statuses` collects every status the server sends. */
@@ -85,7 +85,8 @@ async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): 
   const dataDir = mkdtempSync(join(tmpdir(), "platform-shutdown-"));
   const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "5000" });
   const gate = gatedAuthenticator(restCalls + grpcCalls);
-  const server = await startServer({ config, store: openSqliteStore({ dataDir }), authenticator: gate.authenticator });
+  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: gate.decorate });
+  setDefaultToken(server.port, await mintAdminToken(server));
   const groups = grpcClient(GroupsService, server.port);
   const health = watchHealth(server.port);
   let closing: Promise<void> | undefined;
@@ -130,6 +131,7 @@ async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): 
 
     // Every acknowledged create survived the shutdown.
     reopened = await startServer({ config, store: openSqliteStore({ dataDir }) });
+    setDefaultToken(reopened.port, await mintAdminToken(reopened));
     for (const uid of uids) {
       const got = await rest(reopened.url, "GET", `/iam/v2beta1/groups/${uid}`);
       assert.equal(got.status, 200, `group ${uid} after restart: ${JSON.stringify(got.body)}`);

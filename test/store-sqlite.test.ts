@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
-import type { GroupRecord } from "../src/store/store.js";
+import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, SigningKeyRecord } from "../src/store/store.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 
 const tempDirs: string[] = [];
@@ -23,6 +23,26 @@ runStoreConformance("sqlite file", () => openSqliteStore({ dataDir: freshDir() }
 
 const ROOT = "d".repeat(40);
 const CHILD = `${ROOT}/${"e".repeat(16)}`;
+
+const PERSON: IdentityRecord = {
+  uid: "9".repeat(40),
+  parentUid: null,
+  name: "Ada",
+  description: "",
+  email: "ada@example.com",
+  emailUnverified: "",
+  company: "",
+  relationship: {
+    kind: "staticKeys",
+    staticKeys: { issuer: "https://ci.example", subject: "ada", issuerKeys: '{"keys":[]}', expirationTime: 5, audiences: ["x"] },
+  },
+  lastSeenTime: 3,
+  createTime: 1,
+  updateTime: 2,
+};
+const ROLE: RoleRecord = { uid: `${CHILD}/${"d".repeat(16)}`, parentUid: CHILD, name: "ops", description: "", capabilities: [4, 8], createTime: 1, updateTime: 1 };
+const BINDING: RoleBindingRecord = { uid: `${ROOT}/${"1".repeat(16)}`, groupUid: ROOT, identityUid: PERSON.uid, roleUid: ROLE.uid, createTime: 7 };
+const SIGNING_KEY: SigningKeyRecord = { kid: "k1", privateJwk: '{"d":"x"}', publicJwk: '{"x":"y"}', createTime: 9 };
 
 function record(uid: string, parentUid: string | null, name: string): GroupRecord {
   return {
@@ -59,6 +79,10 @@ describe("sqlite store on disk", () => {
     first.groups.create(record(ROOT, null, "durable org"));
     first.groups.create(record(CHILD, ROOT, "durable team"));
     const key = first.keys.secret("page-token-key", () => Buffer.alloc(32, 7));
+    first.identities.create(PERSON);
+    first.roles.create(ROLE);
+    first.roleBindings.create([BINDING]);
+    first.keys.addSigningKey(SIGNING_KEY);
     first.close();
 
     const versionAfterFirst = userVersion(dir);
@@ -86,11 +110,38 @@ describe("sqlite store on disk", () => {
           again.keys.secret("page-token-key", () => Buffer.alloc(32, 9)),
           key,
         );
+        assert.deepEqual(again.identities.get(PERSON.uid), PERSON);
+        assert.deepEqual(again.roles.get(ROLE.uid), ROLE);
+        assert.deepEqual(again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
+        assert.deepEqual(again.keys.signingKeys(), [SIGNING_KEY]);
       } finally {
         again.close();
       }
       assert.equal(userVersion(dir), versionAfterFirst);
     }
+  });
+
+  test("a database at schema version 1 is migrated in place, keeping its groups", () => {
+    const dir = freshDir();
+    const first = openSqliteStore({ dataDir: dir });
+    first.groups.create(record(ROOT, null, "old org"));
+    first.close();
+    // Turn the file back into what a version-1 server left: no IAM tables.
+    const db = new Database(join(dir, "platform.db"));
+    db.exec("DROP TABLE role_bindings; DROP TABLE roles; DROP TABLE identities; DROP TABLE signing_keys;");
+    db.pragma("user_version = 1");
+    db.close();
+
+    const again = openSqliteStore({ dataDir: dir });
+    try {
+      assert.deepEqual(again.groups.get(ROOT), record(ROOT, null, "old org"));
+      again.identities.create(PERSON);
+      assert.deepEqual(again.identities.get(PERSON.uid), PERSON);
+      assert.deepEqual(again.keys.signingKeys(), []);
+    } finally {
+      again.close();
+    }
+    assert.ok(userVersion(dir) >= 2);
   });
 
   test("a database from a newer server version is refused", () => {

@@ -5,14 +5,13 @@ import { createContextKey } from "@connectrpc/connect";
  * (src/server/wrap.ts) and read by handlers through principalKey.
  */
 export interface Principal {
-  /** The identity uid the caller acts as; "" for the anonymous principal. */
+  /** The identity uid the caller acts as. */
   subject: string;
   /** Holds every capability everywhere (the built-in administrator). */
   admin: boolean;
+  /** The verified token's claims, for WhoAmI. */
+  token: { issuer: string; audience: string[]; issuedAt: number; expiresAt: number };
 }
-
-/** The built-in administrator: every capability at every scope. */
-export const ADMIN_PRINCIPAL: Principal = Object.freeze({ subject: "admin", admin: true });
 
 /** Context value carrying the authenticated principal of the current call. */
 export const principalKey = createContextKey<Principal | null>(null, { description: "authenticated principal" });

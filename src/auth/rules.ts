@@ -9,8 +9,10 @@ export type MethodRule =
       mode: "enabled";
       capabilities: readonly Capability[];
       unscoped: boolean;
-      /** Field path to the scope uid for a scoped method, e.g. ["group", "uid"] or ["parent"]. */
+      /** localName path to the scope uid for a scoped method, e.g. ["group", "uid"] or ["parent"]. */
       scopePath: readonly string[] | null;
+      /** The same path in proto names, for error messages: "group.uid". */
+      scopeField: string | null;
     };
 
 /**
@@ -24,20 +26,22 @@ export function methodRule(method: DescMethod): MethodRule {
   if (option.mode.case === "disabled") return { mode: "disabled" };
   if (option.mode.case !== "enabled") throw new Error(`${method.parent.typeName}.${method.name} has an empty iam option`);
   const rules = option.mode.value;
-  const scopePath = rules.unscoped ? null : findScopePath(method.input.fields);
+  const found = rules.unscoped ? null : findScopePath(method.input.fields);
+  const scopePath = found?.map((f) => f.localName) ?? null;
+  const scopeField = found?.map((f) => f.name).join(".") ?? null;
   if (!rules.unscoped && scopePath === null) {
     throw new Error(`${method.parent.typeName}.${method.name} is scoped but marks no iam_scope field`);
   }
-  return { mode: "enabled", capabilities: rules.capabilities, unscoped: rules.unscoped, scopePath };
+  return { mode: "enabled", capabilities: rules.capabilities, unscoped: rules.unscoped, scopePath, scopeField };
 }
 
-function findScopePath(fields: readonly DescField[]): string[] | null {
+function findScopePath(fields: readonly DescField[]): DescField[] | null {
   for (const field of fields) {
     if (!getOption(field, iam_scope)) continue;
-    if (field.fieldKind === "scalar") return [field.localName];
+    if (field.fieldKind === "scalar") return [field];
     if (field.fieldKind === "message") {
       const inner = findScopePath(field.message.fields);
-      return inner ? [field.localName, ...inner] : null;
+      return inner ? [field, ...inner] : null;
     }
   }
   return null;

@@ -24,3 +24,12 @@ export function checkDescription(field: string, description: string): FieldViola
   if (DESCRIPTION_PATTERN.test(description)) return [];
   return [{ field, description: "must be at most 512 characters without tabs or line breaks" }];
 }
+
+/** The contract's role name rule: no pattern, 1–63 characters of printable text. */
+export const ROLE_NAME_PATTERN = /^\P{C}{1,63}$/u;
+
+/** Violations of the role name rule. */
+export function checkRoleName(field: string, name: string): FieldViolation[] {
+  if (ROLE_NAME_PATTERN.test(name)) return [];
+  return [{ field, description: "must be 1 to 63 characters of printable text" }];
+}

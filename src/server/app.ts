@@ -8,7 +8,13 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { ADMIN_PRINCIPAL, type Authenticator } from "../auth/principal.js";
+import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
+import type { Authenticator } from "../auth/principal.js";
+import { createAuthorizer } from "../auth/authorizer.js";
+import { TokenService } from "../auth/tokens.js";
+import { UpstreamVerifier } from "../auth/upstream.js";
+import { CapabilitySchema, type Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { seedBuiltinRoles } from "../store/seed.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField } from "../domain/errors.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
@@ -26,9 +32,9 @@ import { wrapService, type WrappedService } from "./wrap.js";
 export interface ServerOptions {
   config: Config;
   store: Store;
-  /** Resolves callers; defaults to treating every caller as the administrator. */
-  authenticator?: Authenticator;
   timeouts?: OnePortTimeouts;
+  /** Wraps the bearer-token authenticator (tests use it to hold calls in flight). */
+  decorateAuthenticator?: (inner: Authenticator) => Authenticator;
   /** Milliseconds since the epoch; injectable for tests. */
   now?: () => number;
 }
@@ -43,6 +49,10 @@ export interface RunningServer {
   health: HealthState;
   /** Every REST operation the transcoder serves. */
   restOperations: readonly { method: string; path: string; rpc: string }[];
+  /** This server's token issuer (for tests and the CLI). */
+  tokens: TokenService;
+  /** The uid the built-in administrator acts as. */
+  adminSubject: string;
   /**
    * Graceful stop: health goes NOT_SERVING, the listener stops accepting,
    * in-flight calls finish (up to the grace period), then the store closes.
@@ -57,13 +67,27 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const { config, store } = opts;
   const now = opts.now ?? Date.now;
   const pageTokens = new PageTokenSealer(store.keys.secret("page-token-key", () => randomBytes(32)), now);
-  const authenticator = opts.authenticator ?? { authenticate: () => ADMIN_PRINCIPAL };
+  seedBuiltinRoles(store, now());
+  const tokens = await TokenService.open(store.keys, { issuer: config.authUrl, audience: config.baseUrl, now });
+  const admin = adminSubject(store.keys);
+  const bearer = createBearerAuthenticator(tokens, admin);
+  const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
+  const allCapabilities = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
+  const authorizer = createAuthorizer(store, allCapabilities);
 
   // Called only while serving, after `app` below exists.
   const onInternalError = (err: unknown) => app.log.error({ err }, "internal error");
-  const wrapped = createServiceBindings({ store, pageTokens, now }).map((b) =>
-    wrapService(b, { authenticator, onInternalError }),
-  );
+  const deps = {
+    store,
+    authz: authorizer,
+    pageTokens,
+    now,
+    tokens,
+    upstream: new UpstreamVerifier(now),
+    urls: { base: config.baseUrl, auth: config.authUrl },
+    signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
+  };
+  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, onInternalError }));
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
@@ -90,6 +114,17 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     shutdownTimeoutMs: config.shutdownGraceMs,
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
+  app.get("/.well-known/openid-configuration", async (_req, reply) =>
+    reply.header("cache-control", "public, max-age=300").send({
+      issuer: config.authUrl,
+      jwks_uri: `${config.authUrl}/.well-known/jwks.json`,
+      token_endpoint: `${config.authUrl}/sts/exchange`,
+      response_types_supported: ["token"],
+      subject_types_supported: ["public"],
+      id_token_signing_alg_values_supported: ["ES256"],
+    }),
+  );
+  app.get("/.well-known/jwks.json", async (_req, reply) => reply.header("cache-control", "public, max-age=300").send(tokens.jwks()));
   app.get("/readyz", async (_req, reply) => {
     const ready = health.status("") === 1 && store.ready();
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
@@ -104,6 +139,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     app,
     health,
     restOperations: transcoder.operations,
+    tokens,
+    adminSubject: admin,
     close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, config.shutdownGraceMs)),
   };
 }

@@ -1,7 +1,9 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
+import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Authenticator } from "../auth/principal.js";
-import { methodRule } from "../auth/rules.js";
+import { methodRule, type MethodRule } from "../auth/rules.js";
+import { requireUidp } from "../domain/hierarchy.js";
 import { toConnectError, type InternalErrorSink } from "./errors.js";
 
 /** A unary handler as every entry point calls it. */
@@ -25,6 +27,7 @@ export interface WrappedService {
 /** Options shared by every wrapped method. */
 export interface WrapOptions {
   authenticator: Authenticator;
+  authorizer: Authorizer;
   onInternalError?: InternalErrorSink;
 }
 
@@ -35,10 +38,12 @@ export function errorDomainOf(service: DescService): string {
 }
 
 /**
- * Wraps every method once: resolve the principal, then call the
- * implementation, mapping whatever it throws to one ConnectError with a
- * single ErrorInfo. Throws at start-up when a method has no implementation or
- * no authorization rule.
+ * Wraps every method once, for every protocol: authenticate the caller, enforce
+ * the method's declared capabilities at its scope field (before the target is
+ * looked up, so a forbidden target and a missing one get the same answer),
+ * call the implementation, and map whatever it throws to one ConnectError with
+ * a single ErrorInfo. Throws at start-up when a method has no implementation
+ * or no authorization rule.
  */
 export function wrapService(binding: ServiceBinding, opts: WrapOptions): WrappedService {
   const domain = errorDomainOf(binding.service);
@@ -62,11 +67,20 @@ function wrapMethod(
   return async (request, context) => {
     try {
       if (rule.mode === "enabled") {
-        context.values.set(principalKey, await opts.authenticator.authenticate(context.requestHeader));
+        const principal = await opts.authenticator.authenticate(context.requestHeader);
+        context.values.set(principalKey, principal);
+        if (!rule.unscoped) opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
       }
       return await impl(request, context);
     } catch (err) {
       throw toConnectError(err, domain, opts.onInternalError);
     }
   };
+}
+
+/** The scope uid a scoped request names; INVALID_ARGUMENT unless it is a uid path. */
+function scopeOf(rule: Extract<MethodRule, { mode: "enabled" }>, request: unknown): string {
+  let value: unknown = request;
+  for (const key of rule.scopePath!) value = (value as Record<string, unknown> | undefined)?.[key];
+  return requireUidp(rule.scopeField!, typeof value === "string" ? value : "");
 }

@@ -1,4 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
+import type { Authorizer } from "../auth/authorizer.js";
+import type { TokenService } from "../auth/tokens.js";
+import type { UpstreamVerifier } from "../auth/upstream.js";
 import { principalKey, type Principal } from "../auth/principal.js";
 import { UnauthenticatedError } from "../domain/errors.js";
 import type { PageTokenSealer } from "../store/page-token.js";
@@ -7,9 +10,19 @@ import type { Store } from "../store/store.js";
 /** What every service implementation is built from. */
 export interface ServiceDeps {
   store: Store;
+  /** Capability checks beyond the method's declared rule (lists, references, escalation). */
+  authz: Authorizer;
   pageTokens: PageTokenSealer;
   /** Milliseconds since the epoch; injectable for tests. */
   now: () => number;
+  /** Issues and verifies this server's API tokens. */
+  tokens: TokenService;
+  /** Verifies OIDC tokens of other issuers. */
+  upstream: UpstreamVerifier;
+  /** The API's base URL (audience of our tokens) and the auth URL (their issuer). */
+  urls: { base: string; auth: string };
+  /** Who may sign in as a person: trusted issuers and the audiences their ID tokens must carry. */
+  signIn: { issuers: readonly string[]; audiences: readonly string[] };
 }
 
 /** The principal the service wrapper set for this call. */
@@ -17,12 +30,4 @@ export function principalOf(ctx: HandlerContext): Principal {
   const principal = ctx.values.get(principalKey);
   if (!principal) throw new UnauthenticatedError();
   return principal;
-}
-
-/**
- * The groups a principal may list within: null means everything. Until
- * role bindings exist every authenticated principal is the administrator.
- */
-export function visibleWithin(principal: Principal): readonly string[] | null {
-  return principal.admin ? null : [];
 }

@@ -99,6 +99,175 @@ export interface GroupStore {
   delete(uid: string): void;
 }
 
+/** Identity orderings the store supports. */
+export type IdentityOrder = "uid" | "name" | "created_at" | "updated_at";
+
+/** Match the claims of a third-party OIDC token. Empty strings mean "not set". */
+export interface ClaimMatchRecord {
+  issuer: string;
+  issuerPattern: string;
+  subject: string;
+  subjectPattern: string;
+  audience: string;
+  audiencePattern: string;
+  claims: Record<string, string>;
+  claimPatterns: Record<string, string>;
+}
+
+/** Pre-registered keys of an issuer that is not online. */
+export interface StaticKeysRecord {
+  issuer: string;
+  subject: string;
+  /** A JWKS document, as JSON text. */
+  issuerKeys: string;
+  /** Milliseconds since the epoch. */
+  expirationTime: number;
+  audiences: string[];
+}
+
+/** How an identity is assumed: exactly one relationship. */
+export type IdentityRelationship =
+  | { kind: "claimMatch"; claimMatch: ClaimMatchRecord }
+  | { kind: "staticKeys"; staticKeys: StaticKeysRecord };
+
+/** An identity as stored. A person's identity is root-level (parentUid null). */
+export interface IdentityRecord {
+  uid: string;
+  /** The group the identity lives in; null for a root-level user identity. */
+  parentUid: string | null;
+  name: string;
+  description: string;
+  email: string;
+  emailUnverified: string;
+  company: string;
+  relationship: IdentityRelationship;
+  /** Last federation (token exchange or sign-in), ms since the epoch. */
+  lastSeenTime: number;
+  createTime: number;
+  updateTime: number;
+}
+
+/** Identity-specific list filters. */
+export interface IdentityFilter {
+  name?: string;
+  relationshipKind?: IdentityRelationship["kind"];
+}
+
+/** The changeable fields of an identity. */
+export type IdentityChanges = Partial<Pick<IdentityRecord, "name" | "description" | "company" | "relationship">>;
+
+/** Persistence of identities. */
+export interface IdentityStore {
+  /**
+   * Inserts an identity. Throws NotFoundError when parentUid names no group,
+   * AlreadyExistsError when the uid is taken.
+   */
+  create(identity: IdentityRecord): void;
+  /** Returns the identity, or null when absent. */
+  get(uid: string): IdentityRecord | null;
+  /** Returns one page of identities in the requested order. */
+  list(query: ListQuery<IdentityFilter, IdentityOrder>): ListResult<IdentityRecord>;
+  /** Applies changes and sets updateTime; throws NotFoundError when absent. */
+  update(uid: string, changes: IdentityChanges, updateTime: number): IdentityRecord;
+  /** Records a federation; does nothing when the identity is absent. */
+  touchLastSeen(uid: string, time: number): void;
+  /** Deletes the identity and every role binding of it; throws NotFoundError when absent. */
+  delete(uid: string): void;
+}
+
+/** Role orderings the store supports. */
+export type RoleOrder = "uid" | "name" | "created_at" | "updated_at";
+
+/** A role as stored: a named set of capabilities. Built-in roles are root-level (parentUid null). */
+export interface RoleRecord {
+  uid: string;
+  parentUid: string | null;
+  name: string;
+  description: string;
+  /** Capability enum numbers, sorted ascending, without duplicates. */
+  capabilities: number[];
+  createTime: number;
+  updateTime: number;
+}
+
+/** Role-specific list filters. */
+export interface RoleFilter {
+  name?: string;
+}
+
+/** The changeable fields of a role. */
+export type RoleChanges = Partial<Pick<RoleRecord, "name" | "description" | "capabilities">>;
+
+/** Persistence of roles. */
+export interface RoleStore {
+  /** Inserts a role; NotFoundError for a missing parent group, AlreadyExistsError for a taken uid. */
+  create(role: RoleRecord): void;
+  /** Returns the role, or null when absent. */
+  get(uid: string): RoleRecord | null;
+  /**
+   * Returns one page of roles. Root-level (built-in) roles are visible to every
+   * query whose visibleWithin is non-null and non-empty, besides the roles at or
+   * below those groups.
+   */
+  list(query: ListQuery<RoleFilter, RoleOrder>): ListResult<RoleRecord>;
+  /** Applies changes and sets updateTime; throws NotFoundError when absent. */
+  update(uid: string, changes: RoleChanges, updateTime: number): RoleRecord;
+  /**
+   * Deletes a role. Throws NotFoundError when absent and FailedPreconditionError
+   * (type ROLE_IN_USE) while any role binding uses it.
+   */
+  delete(uid: string): void;
+}
+
+/** Role binding orderings the store supports. */
+export type RoleBindingOrder = "uid" | "created_at";
+
+/** A role binding as stored: identity holds role at group (and below). */
+export interface RoleBindingRecord {
+  uid: string;
+  /** The group the binding applies at; the binding's uid lies directly below it. */
+  groupUid: string;
+  identityUid: string;
+  roleUid: string;
+  createTime: number;
+}
+
+/** Role-binding-specific list filters (exact uids). */
+export interface RoleBindingFilter {
+  identityUid?: string;
+  groupUid?: string;
+  roleUid?: string;
+}
+
+/** Persistence of role bindings. */
+export interface RoleBindingStore {
+  /**
+   * Inserts bindings atomically (all or none). Throws NotFoundError naming the
+   * first missing group, identity or role; AlreadyExistsError for a taken uid.
+   */
+  create(bindings: readonly RoleBindingRecord[]): void;
+  /** Returns the binding, or null when absent. */
+  get(uid: string): RoleBindingRecord | null;
+  /** Returns one page of bindings. */
+  list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord>;
+  /** Changes the identity and/or role; throws NotFoundError for a missing binding, identity or role. */
+  update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): RoleBindingRecord;
+  /** Deletes the binding; returns false when it did not exist (delete is idempotent). */
+  delete(uid: string): boolean;
+  /** Every binding of one identity, for authorization. */
+  forIdentity(identityUid: string): RoleBindingRecord[];
+}
+
+/** A key that signs the API tokens this server issues. */
+export interface SigningKeyRecord {
+  kid: string;
+  /** Private JWK, as JSON text. */
+  privateJwk: string;
+  /** Public JWK, as JSON text. */
+  publicJwk: string;
+  createTime: number;
+}
+
 /** Server secrets that must survive restarts (page-token and signing keys). */
 export interface KeyStore {
   /**
@@ -106,12 +275,24 @@ export interface KeyStore {
    * Concurrent first uses agree on one value.
    */
   secret(name: string, make: () => Buffer): Buffer;
+  /** Every signing key, oldest first. */
+  signingKeys(): SigningKeyRecord[];
+  /** Adds a signing key; the newest signs from then on. */
+  addSigningKey(key: SigningKeyRecord): void;
 }
 
 /** The whole persistence layer, composed of role-named parts. */
 export interface Store {
   readonly groups: GroupStore;
+  readonly identities: IdentityStore;
+  readonly roles: RoleStore;
+  readonly roleBindings: RoleBindingStore;
   readonly keys: KeyStore;
+  /**
+   * A number that changes whenever identities, roles or role bindings change,
+   * in this process: authorization caches are valid while it stays the same.
+   */
+  authzVersion(): number;
   /** Runs fn in one transaction: all of its writes commit together or none do. */
   transaction<T>(fn: () => T): T;
   /** True when the store can serve requests. */

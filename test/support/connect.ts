@@ -1,12 +1,13 @@
 import diagnostics from "node:diagnostics_channel";
 import http from "node:http";
-import type { Transport } from "@connectrpc/connect";
+import type { Interceptor, Transport } from "@connectrpc/connect";
 import {
   createConnectTransport,
   createGrpcTransport,
   createGrpcWebTransport,
   Http2SessionManager,
 } from "@connectrpc/connect-node";
+import { defaultToken } from "./server.js";
 
 /** The connect-node client transports the one port serves. */
 export type TransportKind = "connect-h1" | "connect-get-h1" | "grpc-web-h1" | "grpc-h2c";
@@ -25,11 +26,13 @@ export interface TestTransport {
  * keep-alive agent and the h2c one its own session, so close() leaves no
  * socket behind.
  */
-export function testTransport(kind: TransportKind, baseUrl: string): TestTransport {
+export function testTransport(kind: TransportKind, baseUrl: string, token: string | undefined = defaultToken(baseUrl)): TestTransport {
+  // Sends the bearer token, by default the port's administrator token.
+  const interceptors: Interceptor[] = token ? [(next) => (req) => (req.header.set("authorization", `Bearer ${token}`), next(req))] : [];
   if (kind === "grpc-h2c") {
     const sessionManager = new Http2SessionManager(baseUrl);
     // connect-node 2.x gRPC transports always speak HTTP/2 (here h2c, prior knowledge).
-    const transport = createGrpcTransport({ baseUrl, sessionManager });
+    const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
     return { kind, transport, requests: [], close: () => sessionManager.abort() };
   }
   const agent = new http.Agent({ keepAlive: true });
@@ -46,8 +49,8 @@ export function testTransport(kind: TransportKind, baseUrl: string): TestTranspo
   const nodeOptions = { agent };
   const transport =
     kind === "grpc-web-h1"
-      ? createGrpcWebTransport({ baseUrl, httpVersion: "1.1", nodeOptions })
-      : createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions, useHttpGet: kind === "connect-get-h1" });
+      ? createGrpcWebTransport({ baseUrl, httpVersion: "1.1", nodeOptions, interceptors })
+      : createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions, interceptors, useHttpGet: kind === "connect-get-h1" });
   return {
     kind,
     transport,

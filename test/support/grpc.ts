@@ -5,6 +5,7 @@ import * as grpc from "@grpc/grpc-js";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { methodDefinition } from "../../src/server/grpc-adapter.js";
+import { defaultToken } from "./server.js";
 
 const detailRegistry = createRegistry(file_google_rpc_error_details);
 
@@ -15,8 +16,11 @@ export interface GrpcTestClient {
   close(): void;
 }
 
-/** A real @grpc/grpc-js client over h2c to the one port. */
-export function grpcClient(service: DescService, port: number): GrpcTestClient {
+/**
+ * A real @grpc/grpc-js client over h2c to the one port. Calls send the port's
+ * default token (see test/support/server.ts) unless given a token ("" for none).
+ */
+export function grpcClient(service: DescService, port: number, opts: { token?: string } = {}): GrpcTestClient {
   const definition: grpc.ServiceDefinition = {};
   for (const m of service.methods) (definition as Record<string, unknown>)[m.localName] = methodDefinition(service, m);
   const Ctor = grpc.makeGenericClientConstructor(definition, service.typeName);
@@ -24,6 +28,8 @@ export function grpcClient(service: DescService, port: number): GrpcTestClient {
   return {
     call(method, request, metadata = {}) {
       const md = new grpc.Metadata();
+      const token = opts.token ?? defaultToken(port);
+      if (token) md.set("authorization", `Bearer ${token}`);
       for (const [k, v] of Object.entries(metadata)) md.set(k, v);
       const m = service.methods.find((x) => x.localName === method);
       if (!m) throw new Error(`no method ${method}`);

@@ -11,7 +11,27 @@ export interface TestServer {
   port: number;
   dataDir: string;
   server: RunningServer;
+  /** An API token of the built-in administrator, used by default by rest(), grpcClient() and testTransport(). */
+  adminToken: string;
   close(): Promise<void>;
+}
+
+/** Default bearer tokens by port, so tests that are not about authentication act as the administrator. */
+const defaultTokens = new Map<number, string>();
+
+/** Makes token the default bearer token of every helper call to port. */
+export function setDefaultToken(port: number, token: string): void {
+  defaultTokens.set(port, token);
+}
+
+/** The default bearer token for a base URL or port, if any. */
+export function defaultToken(target: string | number): string | undefined {
+  return defaultTokens.get(typeof target === "number" ? target : Number(new URL(target).port));
+}
+
+/** Mints an administrator token on a running server. */
+export async function mintAdminToken(server: RunningServer): Promise<string> {
+  return (await server.tokens.mint(server.adminSubject)).token;
 }
 
 /** Starts the real server on port 0 over a fresh data directory. */
@@ -29,12 +49,16 @@ export async function startTestServer(
   });
   const store = openSqliteStore({ dataDir });
   const server = await startServer({ config, store, now: opts.now, timeouts: opts.timeouts });
+  const adminToken = await mintAdminToken(server);
+  setDefaultToken(server.port, adminToken);
   return {
     url: server.url,
     port: server.port,
     dataDir,
     server,
+    adminToken,
     async close() {
+      defaultTokens.delete(server.port);
       await server.close();
       if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
     },
@@ -49,11 +73,22 @@ export interface RestResult {
   headers: Headers;
 }
 
-/** Calls the REST API with fetch, JSON in and out. */
+/**
+ * Calls the REST API with fetch, JSON in and out. Sends the port's default
+ * token unless headers carry an authorization header ("" sends none).
+ */
 export async function rest(baseUrl: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestResult> {
+  const h: Record<string, string> = { ...headers };
+  const auth = Object.keys(h).find((k) => k.toLowerCase() === "authorization");
+  if (auth === undefined) {
+    const token = defaultToken(baseUrl);
+    if (token) h.authorization = `Bearer ${token}`;
+  } else if (h[auth] === "") {
+    delete h[auth];
+  }
   const res = await fetch(baseUrl + path, {
     method,
-    headers: body === undefined ? headers : { "content-type": "application/json", ...headers },
+    headers: body === undefined ? h : { "content-type": "application/json", ...h },
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
   });
   const text = await res.text();

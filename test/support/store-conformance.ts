@@ -1,16 +1,10 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
-import type {
-  Cursor,
-  GroupFilter,
-  GroupOrder,
-  GroupRecord,
-  HierarchyFilter,
-  ListQuery,
-  ListResult,
-  Store,
-} from "../../src/store/store.js";
+import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store } from "../../src/store/store.js";
+import { iamConformance } from "./store-conformance-iam.js";
+import { A, A1, A1X, A2, A2X, A3, A3X, B, B1, C, cursorOf, group, hierarchyFixture, query, sorted } from "./store-fixtures.js";
+import { pagedWalkConformance } from "./store-paged-walks.js";
 
 /**
  * The store conformance suite: every Store implementation must pass it. It
@@ -179,87 +173,8 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
       });
     });
 
-    describe("groups: paged walks (every page size, every order)", () => {
-      const ORDERS: GroupOrder[] = ["uid", "name", "created_at", "updated_at"];
-      let all: GroupRecord[];
-      beforeEach(() => {
-        all = buildPagingTree(store);
-      });
-
-      for (const scope of ["all groups", "descendants of the first root"] as const) {
-        for (const field of ORDERS) {
-          for (const desc of [false, true]) {
-            test(`${scope}, order ${field}${desc ? " desc" : ""}: pages concatenate to the full list`, () => {
-              const hierarchy: HierarchyFilter = scope === "all groups" ? {} : { descendantsOf: all[0]!.uid };
-              const expected = all.filter((g) => scope === "all groups" || g.uid.startsWith(`${all[0]!.uid}/`));
-              const n = expected.length;
-              const order = { field, desc };
-
-              const full = store.groups.list(query({ hierarchy, order, limit: 10_000 }));
-              assert.equal(full.totalCount, n);
-              assert.equal(full.hasMore, false);
-              assert.deepEqual(
-                full.items.map((g) => g.uid),
-                expectedOrder(expected, field, desc).map((g) => g.uid),
-                "the full list is sorted by the order field, ties broken by uid",
-              );
-
-              for (let pageSize = 1; pageSize <= n + 1; pageSize++) {
-                const seen: GroupRecord[] = [];
-                let after: Cursor | null = null;
-                for (let pages = 1; ; pages++) {
-                  assert.ok(pages <= n + 1, `page size ${pageSize}: the walk does not end`);
-                  const page: ListResult<GroupRecord> = store.groups.list(query({ hierarchy, order, after, limit: pageSize }));
-                  assert.equal(page.totalCount, n, `page size ${pageSize}: totalCount on page ${pages}`);
-                  seen.push(...page.items);
-                  if (!page.hasMore) {
-                    assert.ok(page.items.length >= 1 && page.items.length <= pageSize, `page size ${pageSize}: last page size`);
-                    break;
-                  }
-                  assert.equal(page.items.length, pageSize, `page size ${pageSize}: a page with more to come is full`);
-                  after = cursorOf(page.items[page.items.length - 1]!, field);
-                }
-                assert.deepEqual(
-                  seen.map((g) => g.uid),
-                  full.items.map((g) => g.uid),
-                  `page size ${pageSize}: no gaps, no duplicates`,
-                );
-                assert.deepEqual(seen, full.items);
-              }
-            });
-          }
-        }
-      }
-
-      for (const field of ORDERS) {
-        for (const desc of [false, true]) {
-          test(`order ${field}${desc ? " desc" : ""}: offset skips after the position`, () => {
-            const order = { field, desc };
-            const full = store.groups.list(query({ order, limit: 10_000 })).items;
-            const n = full.length;
-            for (const offset of [1, 2, 5]) {
-              for (const limit of [1, 4]) {
-                const first = store.groups.list(query({ order, offset, limit }));
-                assert.deepEqual(first.items, full.slice(offset, offset + limit));
-                assert.equal(first.hasMore, offset + limit < n);
-                assert.equal(first.totalCount, n);
-                for (let i = 0; i < n; i++) {
-                  const page = store.groups.list(query({ order, after: cursorOf(full[i]!, field), offset, limit }));
-                  const start = i + 1 + offset;
-                  assert.deepEqual(
-                    page.items.map((g) => g.uid),
-                    full.slice(start, start + limit).map((g) => g.uid),
-                    `after item ${i}, offset ${offset}, limit ${limit}`,
-                  );
-                  assert.equal(page.hasMore, start + limit < n, `hasMore after item ${i}, offset ${offset}, limit ${limit}`);
-                  assert.equal(page.totalCount, n);
-                }
-              }
-            }
-          });
-        }
-      }
-    });
+    iamConformance(() => store);
+    pagedWalkConformance(() => store);
 
     describe("transactions, keys and lifecycle", () => {
       test("a transaction's writes commit together", () => {
@@ -312,6 +227,22 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
         assert.deepEqual(store.keys.secret("page-token-key", make), first);
       });
 
+      test("signing keys come back exactly as added, oldest first; a taken kid throws AlreadyExistsError", () => {
+        assert.deepEqual(store.keys.signingKeys(), []);
+        const key = (kid: string, createTime: number): SigningKeyRecord => ({
+          kid,
+          privateJwk: JSON.stringify({ kty: "EC", crv: "P-256", kid, x: `x-${kid}`, y: `y-${kid}`, d: `d-${kid}` }),
+          publicJwk: JSON.stringify({ kty: "EC", crv: "P-256", kid, x: `x-${kid}`, y: `y-${kid}` }),
+          createTime,
+        });
+        // Kids in reverse alphabetical order, and two keys in one millisecond: insertion order decides.
+        const added = [key("zz-first", 1_000), key("mm-second", 2_000), key("aa-third", 2_000)];
+        for (const k of added) store.keys.addSigningKey(k);
+        assert.deepEqual(store.keys.signingKeys(), added);
+        assert.throws(() => store.keys.addSigningKey(key("mm-second", 3_000)), AlreadyExistsError);
+        assert.deepEqual(store.keys.signingKeys(), added);
+      });
+
       test("ready until closed; close is idempotent", () => {
         assert.equal(store.ready(), true);
         store.close();
@@ -320,147 +251,4 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
       });
     });
   });
-}
-
-// Hand-built uids for the hierarchy tests. B shares all but the last character
-// with A, and A3 all but the last character with A1, so a bare string-prefix
-// test would wrongly count them as descendants.
-const A = "a".repeat(40);
-const B = `${"a".repeat(39)}b`;
-const C = "c".repeat(40);
-const A1 = `${A}/${"1".repeat(16)}`;
-const A1X = `${A1}/${"a".repeat(16)}`;
-const A2 = `${A}/${"2".repeat(16)}`;
-const A2X = `${A2}/${"b".repeat(16)}`;
-const A3 = `${A}/${"1".repeat(15)}2`;
-const A3X = `${A3}/${"c".repeat(16)}`;
-const B1 = `${B}/${"1".repeat(16)}`;
-
-function hierarchyFixture(): GroupRecord[] {
-  return [
-    group(A, null, "org"),
-    group(A1, A, "team"),
-    group(A1X, A1, "svc"),
-    group(A2, A, "team"),
-    group(A2X, A2, "svc"),
-    group(A3, A, "svc"),
-    group(A3X, A3, "leaf"),
-    group(B, null, "org"),
-    group(B1, B, "team"),
-    group(C, null, "other org"),
-  ];
-}
-
-function group(uid: string, parentUid: string | null, name: string, over: Partial<GroupRecord> = {}): GroupRecord {
-  return {
-    uid,
-    parentUid,
-    name,
-    description: "",
-    verified: false,
-    resourceLimits: {},
-    createTime: 1_700_000_000_000,
-    updateTime: 1_700_000_000_000,
-    ...over,
-  };
-}
-
-function query(
-  q: Partial<ListQuery<GroupFilter, GroupOrder>>,
-): ListQuery<GroupFilter, GroupOrder> {
-  return {
-    hierarchy: {},
-    filter: {},
-    order: { field: "uid", desc: false },
-    after: null,
-    offset: 0,
-    limit: 1_000,
-    visibleWithin: null,
-    ...q,
-  };
-}
-
-/** The keyset position of a group, as the service builds it. */
-function cursorOf(g: GroupRecord, field: GroupOrder): Cursor {
-  const key = field === "name" ? g.name : field === "created_at" ? g.createTime : field === "updated_at" ? g.updateTime : g.uid;
-  return { key, uid: g.uid };
-}
-
-function sorted(uids: string[]): string[] {
-  return [...uids].sort(compareText);
-}
-
-function compareText(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** The order the store must produce: the field, ties by uid; desc reverses the whole order. */
-function expectedOrder(groups: GroupRecord[], field: GroupOrder, desc: boolean): GroupRecord[] {
-  const asc = [...groups].sort((x, y) => {
-    const kx = cursorOf(x, field).key;
-    const ky = cursorOf(y, field).key;
-    const byKey = typeof kx === "number" && typeof ky === "number" ? kx - ky : compareText(String(kx), String(ky));
-    return byKey !== 0 ? byKey : compareText(x.uid, y.uid);
-  });
-  return desc ? asc.reverse() : asc;
-}
-
-/** Deterministic 16-hex segments, so the tie-breaking uid order differs from insertion order. */
-function* hexSegments(seed: number, length: number): Generator<string> {
-  let x = seed;
-  for (;;) {
-    let out = "";
-    while (out.length < length) {
-      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-      out += (x >>> 8).toString(16).padStart(6, "0");
-    }
-    yield out.slice(0, length);
-  }
-}
-
-/**
- * 23 groups under three roots, with duplicated names and many equal
- * create and update times, so every order needs the uid tie-break.
- * Returns them in creation order; the first is the root with descendants.
- */
-function buildPagingTree(store: Store): GroupRecord[] {
-  const seg = hexSegments(7, 16);
-  const rootSeg = hexSegments(11, 40);
-  const names = ["ops", "dev", "ops", "web app", "dev", "ops", "data.lake", "ops"];
-  const times = [1_000, 1_000, 2_000, 1_000, 3_000, 2_000, 1_000];
-  const out: GroupRecord[] = [];
-  const add = (parent: GroupRecord | null) => {
-    const i = out.length;
-    const uid = parent === null ? rootSeg.next().value! : `${parent.uid}/${seg.next().value!}`;
-    const t = times[i % times.length]!;
-    const g = group(uid, parent?.uid ?? null, names[i % names.length]!, { createTime: t, updateTime: t });
-    store.groups.create(g);
-    out.push(g);
-    return g;
-  };
-  const root = add(null);
-  for (let c = 0; c < 4; c++) {
-    const child = add(root);
-    for (let gc = 0; gc < 3; gc++) add(child);
-  }
-  const second = add(null);
-  add(second);
-  add(second);
-  add(null);
-  assert.equal(out.length, 21);
-  add(out[1]!);
-  add(out[17]!);
-  assert.equal(out.length, 23);
-  // Updates give some groups later, partly equal, update times.
-  for (const [i, t] of [
-    [0, 9_000],
-    [3, 9_000],
-    [5, 8_000],
-    [8, 9_000],
-    [13, 8_000],
-    [20, 9_000],
-  ] as const) {
-    out[i] = store.groups.update(out[i]!.uid, { description: `touched ${i}` }, t);
-  }
-  return out;
 }

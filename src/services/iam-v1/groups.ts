@@ -2,7 +2,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { GroupsService } from "../../../gen/platform/iam/v1/groups_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import type { GroupRecord } from "../../store/store.js";
-import { principalOf, visibleWithin, type ServiceDeps } from "../context.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 
 /** The most groups one v1 list returns; v1 has no paging. */
 const V1_LIST_LIMIT = 10_000;
@@ -25,7 +26,7 @@ export function createGroupsV1Service(deps: ServiceDeps): ServiceImpl<typeof Gro
         after: null,
         offset: 0,
         limit: V1_LIST_LIMIT,
-        visibleWithin: visibleWithin(principalOf(ctx)),
+        visibleWithin: deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUPS_LIST),
       });
       return { items: result.items.map(v1Group) };
     },

@@ -11,11 +11,13 @@ import {
 import { InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { builtinRoleUid } from "../../domain/builtin-roles.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid, newRootUid } from "../../domain/uidp.js";
 import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
 import type { GroupChanges, GroupOrder, GroupRecord } from "../../store/store.js";
-import { principalOf, visibleWithin, type ServiceDeps } from "../context.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 
 const PAGING: PagingSpec<GroupOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -55,8 +57,12 @@ function validateFields(group: { name: string; description: string }, fields: It
 export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   const { store } = deps;
   return {
-    createGroup(req) {
+    createGroup(req, ctx) {
+      const principal = principalOf(ctx);
       const parent = req.parent === "" ? null : requireUidp("parent", req.parent);
+      // A root organization needs only a signed-in caller; a folder needs
+      // groups.create at its parent, checked before the parent is looked up.
+      if (parent !== null) deps.authz.require(principal, [Capability.CAP_IAM_GROUPS_CREATE], parent);
       const input = req.group ?? create(GroupSchema);
       validateFields(input, ["name", "description"]);
       const now = deps.now();
@@ -70,7 +76,15 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
         createTime: now,
         updateTime: now,
       };
-      store.groups.create(record);
+      store.transaction(() => {
+        store.groups.create(record);
+        // The creator of an organization owns it (the administrator needs no binding).
+        if (parent === null && !principal.admin) {
+          store.roleBindings.create([
+            { uid: newChildUid(record.uid), groupUid: record.uid, identityUid: principal.subject, roleUid: builtinRoleUid("owner"), createTime: now },
+          ]);
+        }
+      });
       return groupMessage(record);
     },
 
@@ -86,7 +100,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["groups", hierarchy, filter]);
-      const result = store.groups.list({ hierarchy, filter, ...plan, visibleWithin: visibleWithin(principal) });
+      const result = store.groups.list({ hierarchy, filter, ...plan, visibleWithin: deps.authz.visibleWithin(principal, Capability.CAP_IAM_GROUPS_LIST) });
       return {
         $typeName: "platform.iam.v2beta1.ListGroupsResponse",
         groups: result.items.map(groupMessage),

@@ -3,9 +3,12 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import type { Store } from "../store.js";
 import { SqliteGroupStore, type ChildKind } from "./groups.js";
+import { SqliteIdentityStore } from "./identities.js";
 import { SqliteKeyStore } from "./keys.js";
 import { ListRunner } from "./list.js";
 import { migrate } from "./migrations.js";
+import { SqliteRoleBindingStore } from "./role-bindings.js";
+import { SqliteRoleStore } from "./roles.js";
 
 /** Options for opening the SQLite store. */
 export interface SqliteStoreOptions {
@@ -14,7 +17,11 @@ export interface SqliteStoreOptions {
 }
 
 /** Kinds of record that live below a group, checked before the group may be deleted. */
-const GROUP_CHILD_KINDS: readonly ChildKind[] = [];
+const GROUP_CHILD_KINDS: readonly ChildKind[] = [
+  { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
+  { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
+  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
+];
 
 /**
  * Opens (creating if needed) the SQLite store: WAL journal, synchronous=FULL so
@@ -33,12 +40,35 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   db.pragma("busy_timeout = 5000");
   migrate(db);
 
+  // The authorization version lives in this process only: the store owns its
+  // one connection, so every write to identities, roles and role bindings
+  // passes through here. Several processes sharing one database would need
+  // the version in the database instead.
+  let authzVersion = 0;
+  const authzChanged = () => {
+    authzVersion++;
+  };
+
   const lists = new ListRunner(db);
   let open = true;
   return {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
+    identities: new SqliteIdentityStore(db, lists, authzChanged),
+    roles: new SqliteRoleStore(db, lists, authzChanged),
+    roleBindings: new SqliteRoleBindingStore(db, lists, authzChanged),
     keys: new SqliteKeyStore(db),
-    transaction: (fn) => db.transaction(fn)(),
+    authzVersion: () => authzVersion,
+    transaction(fn) {
+      const before = authzVersion;
+      try {
+        return db.transaction(fn)();
+      } catch (err) {
+        // A rollback undoes authorization changes that caches may already have
+        // read inside the transaction: move the version again so they reload.
+        if (authzVersion !== before) authzVersion++;
+        throw err;
+      }
+    },
     ready: () => open,
     close() {
       if (!open) return;

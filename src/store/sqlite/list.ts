@@ -13,6 +13,12 @@ export interface ListableTable<TOrder extends string> {
   table: string;
   select: string;
   orderColumns: Record<TOrder, string>;
+  /**
+   * Root-level rows (parent_uid NULL) are visible to every narrowed query that
+   * names at least one group, as built-in roles are. An empty visibleWithin
+   * still sees nothing.
+   */
+  rootsVisible?: boolean;
 }
 
 const COUNT_CACHE_LIMIT = 2048;
@@ -42,7 +48,7 @@ export class ListRunner {
     filters: Clause[],
   ): { rows: Record<string, unknown>[]; hasMore: boolean; totalCount: number } {
     const where = [...hierarchyClauses(query.hierarchy), ...filters];
-    if (query.visibleWithin !== null) where.push(visibilityClause(query.visibleWithin));
+    if (query.visibleWithin !== null) where.push(visibilityClause(query.visibleWithin, spec.rootsVisible === true));
     const column = spec.orderColumns[query.order.field];
     const dir = query.order.desc ? "DESC" : "ASC";
 
@@ -107,12 +113,11 @@ function hierarchyClauses(h: HierarchyFilter): Clause[] {
   return out;
 }
 
-function visibilityClause(within: readonly string[]): Clause {
-  return {
-    sql:
-      "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))",
-    params: [JSON.stringify(within)],
-  };
+function visibilityClause(within: readonly string[], rootsVisible: boolean): Clause {
+  const atOrBelow =
+    "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))";
+  const sql = rootsVisible && within.length > 0 ? `t.parent_uid IS NULL OR ${atOrBelow}` : atOrBelow;
+  return { sql, params: [JSON.stringify(within)] };
 }
 
 function keysetClause(column: string, desc: boolean, after: Cursor): Clause {

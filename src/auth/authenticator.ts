@@ -1,0 +1,34 @@
+import { randomBytes } from "node:crypto";
+import { UnauthenticatedError } from "../domain/errors.js";
+import type { KeyStore } from "../store/store.js";
+import type { Authenticator, Principal } from "./principal.js";
+import type { TokenService } from "./tokens.js";
+
+/**
+ * The uid the built-in administrator acts as: a root-level uid created on
+ * first start and kept in the store. Whoever can read the data directory can
+ * mint tokens for it (the root of trust, like a database superuser).
+ */
+export function adminSubject(keys: KeyStore): string {
+  return keys.secret("admin-subject", () => randomBytes(20)).toString("hex");
+}
+
+const BEARER = /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i;
+
+/** Authenticates `Authorization: Bearer <API token>` with tokens this server issued. */
+export function createBearerAuthenticator(tokens: TokenService, admin: string): Authenticator {
+  return {
+    async authenticate(headers: Headers): Promise<Principal> {
+      const header = headers.get("authorization");
+      if (header === null || header === "") throw new UnauthenticatedError("Unauthenticated: send Authorization: Bearer <API token>");
+      const m = BEARER.exec(header.trim());
+      if (!m) throw new UnauthenticatedError("Unauthenticated: the Authorization header must be Bearer <API token>");
+      const t = await tokens.verify(m[1]!);
+      return {
+        subject: t.subject,
+        admin: t.subject === admin,
+        token: { issuer: t.issuer, audience: t.audience, issuedAt: t.issuedAt, expiresAt: t.expiresAt },
+      };
+    },
+  };
+}

@@ -1,0 +1,91 @@
+import type { Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { PermissionDeniedError } from "../domain/errors.js";
+import { isAtOrBelow } from "../domain/uidp.js";
+import type { Store } from "../store/store.js";
+import type { Principal } from "./principal.js";
+
+/** One group where an identity holds capabilities (through one or more role bindings). */
+interface Grant {
+  group: string;
+  capabilities: ReadonlySet<Capability>;
+}
+
+/**
+ * Answers what a principal may do. A role binding at group G grants its role's
+ * capabilities on G and every descendant of G; the administrator holds every
+ * capability everywhere.
+ */
+export interface Authorizer {
+  /** Every capability the principal holds at scope (a group or resource uid). */
+  capabilitiesAt(principal: Principal, scope: string): ReadonlySet<Capability>;
+  /** True when the principal holds all of capabilities at scope. */
+  holds(principal: Principal, capabilities: readonly Capability[], scope: string): boolean;
+  /**
+   * Throws PermissionDeniedError unless the principal holds all of capabilities
+   * at scope. Call it before looking the target up, so the answer is the same
+   * whether or not the target exists.
+   */
+  require(principal: Principal, capabilities: readonly Capability[], scope: string): void;
+  /**
+   * The groups at or below which the principal holds capability, with no group
+   * listed below another; null means everywhere (the administrator). A List
+   * passes it to the store as visibleWithin.
+   */
+  visibleWithin(principal: Principal, capability: Capability): readonly string[] | null;
+}
+
+const CACHE_LIMIT = 10_000;
+const NOTHING: ReadonlySet<Capability> = new Set<Capability>();
+
+/** An Authorizer over the store's role bindings, cached until they change. */
+export function createAuthorizer(store: Store, allCapabilities: readonly Capability[]): Authorizer {
+  const all: ReadonlySet<Capability> = new Set(allCapabilities);
+  const cache = new Map<string, { version: number; grants: Grant[] }>();
+
+  function grantsOf(subject: string): Grant[] {
+    const version = store.authzVersion();
+    const hit = cache.get(subject);
+    if (hit && hit.version === version) return hit.grants;
+    const byGroup = new Map<string, Set<Capability>>();
+    for (const binding of store.roleBindings.forIdentity(subject)) {
+      const role = store.roles.get(binding.roleUid);
+      if (!role) continue;
+      const caps = byGroup.get(binding.groupUid) ?? new Set<Capability>();
+      for (const c of role.capabilities) caps.add(c as Capability);
+      byGroup.set(binding.groupUid, caps);
+    }
+    const grants = [...byGroup].map(([group, capabilities]) => ({ group, capabilities }));
+    if (cache.size >= CACHE_LIMIT) cache.clear();
+    cache.set(subject, { version, grants });
+    return grants;
+  }
+
+  const authorizer: Authorizer = {
+    capabilitiesAt(principal, scope) {
+      if (principal.admin) return all;
+      const out = new Set<Capability>();
+      for (const g of grantsOf(principal.subject)) {
+        if (isAtOrBelow(g.group, scope)) for (const c of g.capabilities) out.add(c);
+      }
+      return out.size === 0 ? NOTHING : out;
+    },
+    holds(principal, capabilities, scope) {
+      if (principal.admin) return true;
+      const held = authorizer.capabilitiesAt(principal, scope);
+      return capabilities.every((c) => held.has(c));
+    },
+    require(principal, capabilities, scope) {
+      if (!authorizer.holds(principal, capabilities, scope)) throw new PermissionDeniedError();
+    },
+    visibleWithin(principal, capability) {
+      if (principal.admin) return null;
+      const groups = grantsOf(principal.subject)
+        .filter((g) => g.capabilities.has(capability))
+        .map((g) => g.group)
+        .sort();
+      // Sorted, an ancestor comes right before its descendants: keep only tops.
+      return groups.filter((g, i) => !groups.slice(0, i).some((top) => isAtOrBelow(top, g)));
+    },
+  };
+  return authorizer;
+}

@@ -1,0 +1,150 @@
+import { randomBytes } from "node:crypto";
+import { exportJWK, generateKeyPair, importJWK, jwtVerify, SignJWT, type JWK, type JWTPayload } from "jose";
+import { UnauthenticatedError } from "../domain/errors.js";
+import type { KeyStore } from "../store/store.js";
+
+/** RFC 9068 access-token type: our verifier requires it, so an ID token can never pass as one. */
+export const ACCESS_TOKEN_TYPE = "at+jwt";
+/** Lifetime of every API token we issue (spec §8). */
+export const TOKEN_LIFETIME_SECONDS = 3600;
+const ALGORITHM = "ES256";
+/** Seconds of clock skew tolerated on exp, nbf and iat. */
+const CLOCK_TOLERANCE = 30;
+const VERIFIED_CACHE_LIMIT = 50_000;
+/** At most one re-read of the key table per interval when an unknown kid shows up. */
+const KEY_RELOAD_INTERVAL_MS = 5_000;
+
+/** A token we issued, verified. */
+export interface VerifiedToken {
+  subject: string;
+  issuer: string;
+  audience: string[];
+  issuedAt: number;
+  expiresAt: number;
+}
+
+/** An issued token and when it expires (ms since the epoch). */
+export interface IssuedToken {
+  token: string;
+  expiresAt: number;
+}
+
+/** Generates an ES256 key pair and stores it; it signs every token from then on. */
+export async function addSigningKey(keys: KeyStore, now = Date.now()): Promise<string> {
+  const { privateKey, publicKey } = await generateKeyPair(ALGORITHM, { extractable: true });
+  const kid = randomBytes(12).toString("base64url");
+  const publicJwk = { ...(await exportJWK(publicKey)), kid, alg: ALGORITHM, use: "sig" };
+  const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: ALGORITHM };
+  keys.addSigningKey({ kid, privateJwk: JSON.stringify(privateJwk), publicJwk: JSON.stringify(publicJwk), createTime: now });
+  return kid;
+}
+
+/**
+ * Issues and verifies this server's API tokens: JWTs signed with the newest key
+ * in the store, iss = auth URL, aud = base URL, sub = identity uid, one hour.
+ * Verification pins ES256, requires exp/iat/sub, checks iss, aud and typ, and
+ * caches verified tokens until they expire (a verify costs more than a request).
+ */
+export class TokenService {
+  private verifyKeys = new Map<string, CryptoKey>();
+  private signing: { kid: string; key: CryptoKey } | null = null;
+  private lastReload = 0;
+  private readonly verified = new Map<string, VerifiedToken>();
+
+  private constructor(
+    private readonly keys: KeyStore,
+    readonly issuer: string,
+    readonly audience: string,
+    private readonly now: () => number,
+  ) {}
+
+  /** Loads the keys, creating the first one on first start. */
+  static async open(keys: KeyStore, opts: { issuer: string; audience: string; now?: () => number }): Promise<TokenService> {
+    if (keys.signingKeys().length === 0) await addSigningKey(keys);
+    const service = new TokenService(keys, opts.issuer, opts.audience, opts.now ?? Date.now);
+    await service.reload();
+    return service;
+  }
+
+  private async reload(): Promise<void> {
+    const records = this.keys.signingKeys();
+    const next = new Map<string, CryptoKey>();
+    for (const r of records) next.set(r.kid, (await importJWK(JSON.parse(r.publicJwk) as JWK, ALGORITHM)) as CryptoKey);
+    const newest = records[records.length - 1]!;
+    this.signing = { kid: newest.kid, key: (await importJWK(JSON.parse(newest.privateJwk) as JWK, ALGORITHM)) as CryptoKey };
+    this.verifyKeys = next;
+    this.lastReload = this.now();
+  }
+
+  /** The public keys, as published at the JWKS endpoint. */
+  jwks(): { keys: JWK[] } {
+    return { keys: this.keys.signingKeys().map((r) => JSON.parse(r.publicJwk) as JWK) };
+  }
+
+  /** Mints a one-hour API token for subject. */
+  async mint(subject: string): Promise<IssuedToken> {
+    // Pick up keys added by `platform-api rotate-key` while we run.
+    if (!this.signing || this.now() - this.lastReload > 60_000) await this.reload();
+    const iat = Math.floor(this.now() / 1000);
+    const exp = iat + TOKEN_LIFETIME_SECONDS;
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: ALGORITHM, kid: this.signing!.kid, typ: ACCESS_TOKEN_TYPE })
+      .setIssuer(this.issuer)
+      .setAudience(this.audience)
+      .setSubject(subject)
+      .setIssuedAt(iat)
+      .setExpirationTime(exp)
+      .setJti(randomBytes(12).toString("base64url"))
+      .sign(this.signing!.key);
+    return { token, expiresAt: exp * 1000 };
+  }
+
+  /** Verifies a token we issued; throws UnauthenticatedError for anything else. */
+  async verify(token: string): Promise<VerifiedToken> {
+    const now = this.now();
+    const hit = this.verified.get(token);
+    if (hit) {
+      if (hit.expiresAt > now - CLOCK_TOLERANCE * 1000) return hit;
+      this.verified.delete(token);
+    }
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, (header) => this.keyFor(header.kid), {
+        algorithms: [ALGORITHM],
+        issuer: this.issuer,
+        audience: this.audience,
+        typ: ACCESS_TOKEN_TYPE,
+        requiredClaims: ["exp", "iat", "sub"],
+        clockTolerance: CLOCK_TOLERANCE,
+        currentDate: new Date(now),
+      }));
+    } catch {
+      throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
+    }
+    if (typeof payload.sub !== "string" || payload.sub === "" || payload.iat! > now / 1000 + CLOCK_TOLERANCE) {
+      throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
+    }
+    const result: VerifiedToken = {
+      subject: payload.sub,
+      issuer: payload.iss!,
+      audience: Array.isArray(payload.aud) ? payload.aud : [payload.aud!],
+      issuedAt: payload.iat! * 1000,
+      expiresAt: payload.exp! * 1000,
+    };
+    if (this.verified.size >= VERIFIED_CACHE_LIMIT) this.verified.clear();
+    this.verified.set(token, result);
+    return result;
+  }
+
+  private async keyFor(kid: string | undefined): Promise<CryptoKey> {
+    if (kid === undefined) throw new Error("no kid");
+    let key = this.verifyKeys.get(kid);
+    if (!key && this.now() - this.lastReload > KEY_RELOAD_INTERVAL_MS) {
+      // A key added by `platform-api rotate-key` while we run.
+      await this.reload();
+      key = this.verifyKeys.get(kid);
+    }
+    if (!key) throw new Error("unknown kid");
+    return key;
+  }
+}

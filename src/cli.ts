@@ -1,0 +1,116 @@
+import { readFileSync } from "node:fs";
+import { adminSubject } from "./auth/authenticator.js";
+import { addSigningKey, TokenService } from "./auth/tokens.js";
+import { ConfigError, loadConfig, type Config } from "./config.js";
+import { startServer } from "./server/app.js";
+import { openSqliteStore } from "./store/sqlite/index.js";
+
+interface Command {
+  summary: string;
+  help: string;
+  run(args: string[]): Promise<number>;
+}
+
+const ENVIRONMENT = "It reads the same environment as the server (PLATFORM_DATA_DIR, PORT, PLATFORM_BASE_URL, PLATFORM_AUTH_URL).";
+
+function config(): Config {
+  try {
+    return loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}
+
+const COMMANDS: Record<string, Command> = {
+  serve: {
+    summary: "start the server (the default command)",
+    help: "Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web. SIGTERM or SIGINT stops it gracefully.",
+    async run() {
+      const cfg = config();
+      const server = await startServer({ config: cfg, store: openSqliteStore({ dataDir: cfg.dataDir }) });
+      const stop = (signal: string) => {
+        server.app.log.info({ signal }, "shutting down");
+        server.close().then(
+          () => process.exit(0),
+          (err: unknown) => {
+            server.app.log.error({ err }, "shutdown failed");
+            process.exit(1);
+          },
+        );
+      };
+      process.once("SIGTERM", () => stop("SIGTERM"));
+      process.once("SIGINT", () => stop("SIGINT"));
+      return new Promise<number>(() => {});
+    },
+  },
+  "admin-token": {
+    summary: "print an API token for the built-in administrator",
+    help: `Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the key in PLATFORM_DATA_DIR. ${ENVIRONMENT}\n\n  TOKEN=$(npx platform-api admin-token)`,
+    async run() {
+      const cfg = config();
+      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      try {
+        const tokens = await TokenService.open(store.keys, { issuer: cfg.authUrl, audience: cfg.baseUrl });
+        process.stdout.write(`${(await tokens.mint(adminSubject(store.keys))).token}\n`);
+      } finally {
+        store.close();
+      }
+      return 0;
+    },
+  },
+  "rotate-key": {
+    summary: "add a new token-signing key",
+    help: `Adds a new signing key to PLATFORM_DATA_DIR. New tokens are signed with it (a running server picks it up within a minute); tokens signed by older keys keep verifying until they expire. ${ENVIRONMENT}`,
+    async run() {
+      const cfg = config();
+      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      try {
+        if (store.keys.signingKeys().length === 0) await addSigningKey(store.keys);
+        const kid = await addSigningKey(store.keys);
+        process.stdout.write(`added signing key ${kid}\n`);
+      } finally {
+        store.close();
+      }
+      return 0;
+    },
+  },
+};
+
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+  return pkg.version;
+}
+
+function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return `usage: platform-api [command] [--help]\n\ncommands:\n${lines.join("\n")}\n\nplatform-api --version prints the version.\n`;
+}
+
+/** Runs the command line; returns the exit code. */
+export async function runCli(argv: string[]): Promise<number> {
+  const [first, ...rest] = argv;
+  if (first === "--version" || first === "-v") {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+  if (first === "--help" || first === "-h" || first === "help") {
+    process.stdout.write(usage());
+    return 0;
+  }
+  const name = first ?? "serve";
+  const command = COMMANDS[name];
+  if (!command) {
+    process.stderr.write(`unknown command: ${name}\n\n${usage()}`);
+    return 2;
+  }
+  if (rest.includes("--help") || rest.includes("-h")) {
+    process.stdout.write(`platform-api ${name}: ${command.summary}\n\n${command.help}\n`);
+    return 0;
+  }
+  return command.run(rest);
+}

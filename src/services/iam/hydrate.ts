@@ -1,0 +1,58 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  RoleBindingGroupSchema,
+  RoleBindingIdentitySchema,
+  RoleBindingRoleSchema,
+  RoleBindingSchema,
+  type RoleBinding,
+} from "../../../gen/platform/iam/v2beta1/role_bindings_pb.js";
+import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, Store } from "../../store/store.js";
+import { issuerAndSubjectOf } from "./identity-messages.js";
+
+/** The records a binding refers to; null where one has gone (the view then shows only its uid). */
+export interface BindingRefs {
+  identity: IdentityRecord | null;
+  group: GroupRecord | null;
+  role: RoleRecord | null;
+}
+
+/** The API shape of a binding: its references hydrated, createTime and no updateTime (contract §5). */
+export function roleBindingMessage(b: RoleBindingRecord, refs: BindingRefs): RoleBinding {
+  const { identity, group, role } = refs;
+  return create(RoleBindingSchema, {
+    uid: b.uid,
+    identity: create(RoleBindingIdentitySchema, {
+      uid: b.identityUid,
+      ...(identity && {
+        name: identity.name,
+        description: identity.description,
+        email: identity.email,
+        ...issuerAndSubjectOf(identity),
+      }),
+    }),
+    group: create(RoleBindingGroupSchema, { uid: b.groupUid, ...(group && { name: group.name, description: group.description }) }),
+    role: create(RoleBindingRoleSchema, { uid: b.roleUid, ...(role && { name: role.name, description: role.description }) }),
+    createTime: timestampFromMs(b.createTime),
+    identityUid: b.identityUid,
+    roleUid: b.roleUid,
+  });
+}
+
+/**
+ * A hydrator for one response: looks each referenced record up once, so a
+ * page of bindings sharing a group or role costs one read per distinct record.
+ */
+export function createHydrator(store: Store): (b: RoleBindingRecord) => RoleBinding {
+  const memo = <T>(get: (uid: string) => T | null) => {
+    const seen = new Map<string, T | null>();
+    return (uid: string): T | null => {
+      if (!seen.has(uid)) seen.set(uid, get(uid));
+      return seen.get(uid)!;
+    };
+  };
+  const identity = memo((uid) => store.identities.get(uid));
+  const group = memo((uid) => store.groups.get(uid));
+  const role = memo((uid) => store.roles.get(uid));
+  return (b) => roleBindingMessage(b, { identity: identity(b.identityUid), group: group(b.groupUid), role: role(b.roleUid) });
+}

@@ -1,0 +1,151 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import {
+  IdentitySchema,
+  RelationshipType,
+  type IdentitiesService,
+  type Identity,
+  type ListIdentitiesResponse,
+} from "../../../gen/platform/iam/v2beta1/identities_pb.js";
+import { InvalidArgumentError, NotFoundError, PermissionDeniedError, type FieldViolation } from "../../domain/errors.js";
+import { fieldsToUpdate } from "../../domain/field-mask.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { checkDescription, checkName } from "../../domain/names.js";
+import { newChildUid } from "../../domain/uidp.js";
+import { userIdentityUid } from "../../domain/user-identity.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { IdentityChanges, IdentityFilter, IdentityOrder, IdentityRecord } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+import { identityMessage, relationshipOf } from "./identity-messages.js";
+
+const PAGING: PagingSpec<IdentityOrder> = {
+  orderFields: ["uid", "name", "created_at", "updated_at"],
+  defaultOrder: "uid",
+};
+const UPDATABLE = ["name", "description", "company", "claim_match", "static_keys"] as const;
+const RELATIONSHIP_FIELDS = { claimMatch: "claim_match", staticKeys: "static_keys" } as const;
+
+/** The store filter for a relationship_type; null when no identity here can have that type. */
+const KIND_OF_TYPE: Record<RelationshipType, IdentityFilter["relationshipKind"] | null> = {
+  [RelationshipType.UNSPECIFIED]: undefined,
+  [RelationshipType.CLAIM_MATCH]: "claimMatch",
+  [RelationshipType.STATIC]: "staticKeys",
+  [RelationshipType.AWS_IDENTITY]: null,
+  [RelationshipType.SERVICE_PRINCIPAL]: null,
+};
+
+/** The keyset position of an identity in a given order. */
+export function identityCursor(i: IdentityRecord, field: IdentityOrder) {
+  const key = field === "name" ? i.name : field === "created_at" ? i.createTime : field === "updated_at" ? i.updateTime : i.uid;
+  return { key, uid: i.uid };
+}
+
+function checkText(identity: Identity, fields: Iterable<string>): FieldViolation[] {
+  const out: FieldViolation[] = [];
+  for (const f of fields) {
+    if (f === "name") out.push(...checkName("name", identity.name));
+    if (f === "description") out.push(...checkDescription("description", identity.description));
+    if (f === "company") out.push(...checkDescription("company", identity.company));
+  }
+  return out;
+}
+
+/** IdentitiesService: people and assumable workload identities (spec §4.2, contract §3). */
+export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof IdentitiesService> {
+  const { store } = deps;
+  return {
+    createIdentity(req) {
+      const parent = requireUidp("parent", req.parent);
+      const input = req.identity ?? create(IdentitySchema);
+      const now = deps.now();
+      const { relationship, violations } = relationshipOf(input, now);
+      const all = [...checkText(input, ["name", "description", "company"]), ...violations];
+      if (all.length > 0 || relationship === null) throw new InvalidArgumentError(all);
+      const record: IdentityRecord = {
+        uid: newChildUid(parent),
+        parentUid: parent,
+        name: input.name,
+        description: input.description,
+        email: "",
+        emailUnverified: "",
+        company: input.company,
+        relationship,
+        lastSeenTime: now,
+        createTime: now,
+        updateTime: now,
+      };
+      store.identities.create(record);
+      return identityMessage(record);
+    },
+
+    getIdentity(req) {
+      const uid = requireUidp("uid", req.uid);
+      const identity = store.identities.get(uid);
+      if (!identity) throw new NotFoundError("identity", uid);
+      return identityMessage(identity);
+    },
+
+    listIdentities(req, ctx): ListIdentitiesResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      const kind = KIND_OF_TYPE[req.relationshipType];
+      if (kind === undefined && req.relationshipType !== RelationshipType.UNSPECIFIED) {
+        throw new InvalidArgumentError([{ field: "relationship_type", description: "is not a known RelationshipType" }]);
+      }
+      const filter: IdentityFilter = {};
+      if (req.name !== "") filter.name = req.name;
+      if (kind) filter.relationshipKind = kind;
+      const plan = planPage(req, PAGING, deps.pageTokens, ["identities", hierarchy, filter, req.relationshipType]);
+      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_LIST);
+      // AWS identities and service principals are not supported: nothing can match.
+      const result = kind === null ? { items: [], hasMore: false, totalCount: 0 } : store.identities.list({ hierarchy, filter, ...plan, visibleWithin });
+      return {
+        $typeName: "platform.iam.v2beta1.ListIdentitiesResponse",
+        identities: result.items.map(identityMessage),
+        ...pageEnvelope(plan, result, identityCursor, deps.pageTokens),
+      };
+    },
+
+    updateIdentity(req, ctx) {
+      const input = req.identity ?? create(IdentitySchema);
+      const uid = requireUidp("identity.uid", input.uid);
+      const now = deps.now();
+      const fields = fieldsToUpdate(IdentitySchema, input, req.updateMask, UPDATABLE);
+      const relFields = UPDATABLE.filter((f) => (f === "claim_match" || f === "static_keys") && fields.has(f));
+      // Self-widening: an identity must not rewrite how its own tokens are matched.
+      if (relFields.length > 0 && principalOf(ctx).subject === uid) {
+        throw new PermissionDeniedError("Permission denied: an identity cannot change the relationship of the identity it is authenticated as");
+      }
+      const violations = checkText(input, fields);
+      const changes: IdentityChanges = {};
+      if (relFields.length > 0) {
+        const chosen = input.relationship.case;
+        if (chosen === undefined || !relFields.includes(RELATIONSHIP_FIELDS[chosen])) {
+          violations.push({ field: relFields[0]!, description: "is required when update_mask names it" });
+        } else {
+          const rel = relationshipOf(input, now);
+          violations.push(...rel.violations);
+          if (rel.relationship) changes.relationship = rel.relationship;
+        }
+      }
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      if (fields.has("name")) changes.name = input.name;
+      if (fields.has("description")) changes.description = input.description;
+      if (fields.has("company")) changes.company = input.company;
+      return identityMessage(store.identities.update(uid, changes, now));
+    },
+
+    deleteIdentity(req) {
+      store.identities.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+
+    lookupIdentity(req) {
+      const violations: FieldViolation[] = [];
+      if (req.issuer === "") violations.push({ field: "issuer", description: "is required" });
+      if (req.subject === "") violations.push({ field: "subject", description: "is required" });
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      return { $typeName: "platform.iam.v2beta1.LookupIdentityResponse", uid: userIdentityUid(req.issuer, req.subject) };
+    },
+  };
+}

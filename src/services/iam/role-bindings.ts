@@ -1,0 +1,171 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import {
+  RoleBindingSchema,
+  type ListRoleBindingsResponse,
+  type RoleBindingsService,
+} from "../../../gen/platform/iam/v2beta1/role_bindings_pb.js";
+import type { Principal } from "../../auth/principal.js";
+import { requireNoEscalation } from "../../domain/capabilities.js";
+import { InvalidArgumentError, invalidField, NotFoundError, type FieldViolation } from "../../domain/errors.js";
+import { fieldsToUpdate } from "../../domain/field-mask.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { isAtOrBelow, isUidp, newChildUid } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+import { createHydrator, roleBindingMessage, type BindingRefs } from "./hydrate.js";
+
+const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
+const UPDATABLE = ["identity_uid", "role_uid"] as const;
+/** BatchCreateRoleBindings takes at most this many requests (contract §5). */
+export const MAX_BATCH = 25;
+
+/** The keyset position of a binding in a given order. */
+export function roleBindingCursor(b: RoleBindingRecord, field: RoleBindingOrder) {
+  return { key: field === "created_at" ? b.createTime : b.uid, uid: b.uid };
+}
+
+/** Violations of a required uid-path field. */
+function checkUid(field: string, value: string): FieldViolation[] {
+  if (isUidp(value)) return [];
+  return [{ field, description: value === "" ? "is required" : "must be a uid path: 40 lowercase hex characters, then \"/\" and 16 hex per level" }];
+}
+
+/** RoleBindingsService: grants of a role to an identity in a group (spec §4.4, contract §5). */
+export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof RoleBindingsService> {
+  const { store, authz } = deps;
+
+  // A missing reference and one the caller may not see give the same NOT_FOUND,
+  // so a binding request never reveals what exists in another organization.
+  function bindableIdentity(principal: Principal, uid: string): IdentityRecord {
+    const identity = store.identities.get(uid);
+    // A person (root-level identity) is always bindable; a group's identity only where the caller can list it.
+    if (identity && (identity.parentUid === null || authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], identity.uid))) return identity;
+    throw new NotFoundError("identity", uid);
+  }
+
+  function bindableRole(uid: string, group: string): RoleRecord {
+    const role = store.roles.get(uid);
+    // Built-in roles bind anywhere; a custom role only at or below the group that defines it.
+    if (role && (role.parentUid === null || isAtOrBelow(role.parentUid, group))) return role;
+    throw new NotFoundError("role", uid);
+  }
+
+  /** Every check of a new binding: the group, both references, no escalation. */
+  function prepare(principal: Principal, group: string, identityUid: string, roleUid: string, now: number) {
+    const groupRecord = store.groups.get(group);
+    if (!groupRecord) throw new NotFoundError("group", group);
+    const identity = bindableIdentity(principal, identityUid);
+    const role = bindableRole(roleUid, group);
+    requireNoEscalation(role.capabilities, authz.capabilitiesAt(principal, group), group);
+    const record: RoleBindingRecord = { uid: newChildUid(group), groupUid: group, identityUid, roleUid, createTime: now };
+    const refs: BindingRefs = { group: groupRecord, identity, role };
+    return { record, refs };
+  }
+
+  return {
+    createRoleBinding(req, ctx) {
+      const parent = requireUidp("parent", req.parent);
+      const identityUid = req.roleBinding?.identityUid ?? "";
+      const roleUid = req.roleBinding?.roleUid ?? "";
+      const violations = [...checkUid("identity_uid", identityUid), ...checkUid("role_uid", roleUid)];
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      const { record, refs } = prepare(principalOf(ctx), parent, identityUid, roleUid, deps.now());
+      store.roleBindings.create([record]);
+      return roleBindingMessage(record, refs);
+    },
+
+    batchCreateRoleBindings(req, ctx) {
+      const parent = requireUidp("parent", req.parent);
+      if (req.requests.length === 0 || req.requests.length > MAX_BATCH) throw invalidField("requests", `must hold 1 to ${MAX_BATCH} requests`);
+      const violations = req.roleUid === "" ? [] : checkUid("role_uid", req.roleUid);
+      const items = req.requests.map((sub, i) => {
+        const at = `requests[${i}]`;
+        const identityUid = sub.roleBinding?.identityUid ?? "";
+        const ownRole = sub.roleBinding?.roleUid ?? "";
+        violations.push(...checkUid(`${at}.parent`, sub.parent));
+        if (isUidp(sub.parent) && !isAtOrBelow(parent, sub.parent)) {
+          violations.push({ field: `${at}.parent`, description: `must be the batch parent ${parent} or a group below it` });
+        }
+        violations.push(...checkUid(`${at}.role_binding.identity_uid`, identityUid));
+        if (ownRole !== "" && req.roleUid !== "" && ownRole !== req.roleUid) {
+          violations.push({ field: `${at}.role_binding.role_uid`, description: `differs from the batch role_uid ${req.roleUid}` });
+        } else if (ownRole !== "" || req.roleUid === "") {
+          violations.push(...checkUid(`${at}.role_binding.role_uid`, ownRole));
+        }
+        return { parent: sub.parent, identityUid, roleUid: ownRole === "" ? req.roleUid : ownRole };
+      });
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      const principal = principalOf(ctx);
+      // The wrapper checked the batch parent only.
+      for (const sub of new Set(items.map((it) => it.parent))) authz.require(principal, [Capability.CAP_IAM_ROLE_BINDINGS_CREATE], sub);
+      const now = deps.now();
+      const prepared = items.map((it) => prepare(principal, it.parent, it.identityUid, it.roleUid, now));
+      store.roleBindings.create(prepared.map((p) => p.record));
+      return {
+        $typeName: "platform.iam.v2beta1.BatchCreateRoleBindingsResponse",
+        roleBindings: prepared.map((p) => roleBindingMessage(p.record, p.refs)),
+      };
+    },
+
+    getRoleBinding(req) {
+      const uid = requireUidp("uid", req.uid);
+      const binding = store.roleBindings.get(uid);
+      if (!binding) throw new NotFoundError("role binding", uid);
+      return createHydrator(store)(binding);
+    },
+
+    listRoleBindings(req, ctx): ListRoleBindingsResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      const filter: RoleBindingFilter = {};
+      const violations: FieldViolation[] = [];
+      for (const [field, value, key] of [
+        ["identity", req.identity, "identityUid"],
+        ["group", req.group, "groupUid"],
+        ["role", req.role, "roleUid"],
+      ] as const) {
+        if (value === "") continue;
+        violations.push(...checkUid(field, value));
+        filter[key] = value;
+      }
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      const plan = planPage(req, PAGING, deps.pageTokens, ["roleBindings", hierarchy, filter]);
+      const visibleWithin = authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLE_BINDINGS_LIST);
+      const result = store.roleBindings.list({ hierarchy, filter, ...plan, visibleWithin });
+      return {
+        $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse",
+        roleBindings: result.items.map(createHydrator(store)),
+        ...pageEnvelope(plan, result, roleBindingCursor, deps.pageTokens),
+      };
+    },
+
+    updateRoleBinding(req, ctx) {
+      const input = req.roleBinding ?? create(RoleBindingSchema);
+      const uid = requireUidp("role_binding.uid", input.uid);
+      const fields = fieldsToUpdate(RoleBindingSchema, input, req.updateMask, UPDATABLE);
+      const violations = [
+        ...(fields.has("identity_uid") ? checkUid("identity_uid", input.identityUid) : []),
+        ...(fields.has("role_uid") ? checkUid("role_uid", input.roleUid) : []),
+      ];
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      const current = store.roleBindings.get(uid);
+      if (!current) throw new NotFoundError("role binding", uid);
+      if (fields.size === 0) return createHydrator(store)(current);
+      const principal = principalOf(ctx);
+      const changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">> = {};
+      if (fields.has("identity_uid")) changes.identityUid = bindableIdentity(principal, input.identityUid).uid;
+      const role = fields.has("role_uid") ? bindableRole(input.roleUid, current.groupUid) : store.roles.get(current.roleUid);
+      if (fields.has("role_uid")) changes.roleUid = input.roleUid;
+      // Pointing a binding at a new identity grants the role afresh: the same no-escalation rule applies.
+      requireNoEscalation(role?.capabilities ?? [], authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
+      return createHydrator(store)(store.roleBindings.update(uid, changes));
+    },
+
+    deleteRoleBinding(req) {
+      store.roleBindings.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+  };
+}

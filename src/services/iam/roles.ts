@@ -1,0 +1,151 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { RoleSchema, type ListRolesResponse, type Role, type RolesService } from "../../../gen/platform/iam/v2beta1/roles_pb.js";
+import { normalizeCapabilities } from "../../domain/builtin-roles.js";
+import { checkRoleCapabilities, requireNoEscalation } from "../../domain/capabilities.js";
+import {
+  FailedPreconditionError,
+  InvalidArgumentError,
+  NotFoundError,
+  PermissionDeniedError,
+  type FieldViolation,
+} from "../../domain/errors.js";
+import { fieldsToUpdate } from "../../domain/field-mask.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { checkDescription, checkRoleName } from "../../domain/names.js";
+import { newChildUid, parentOf } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { RoleChanges, RoleOrder, RoleRecord } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+
+const PAGING: PagingSpec<RoleOrder> = {
+  orderFields: ["uid", "name", "created_at", "updated_at"],
+  defaultOrder: "uid",
+};
+const UPDATABLE = ["name", "description", "capabilities"] as const;
+
+/** The API shape of a stored role. */
+export function roleMessage(r: RoleRecord): Role {
+  return create(RoleSchema, {
+    uid: r.uid,
+    name: r.name,
+    description: r.description,
+    capabilities: r.capabilities as Capability[],
+    createTime: timestampFromMs(r.createTime),
+    updateTime: timestampFromMs(r.updateTime),
+  });
+}
+
+/** The keyset position of a role in a given order. */
+export function roleCursor(r: RoleRecord, field: RoleOrder) {
+  const key = field === "name" ? r.name : field === "created_at" ? r.createTime : field === "updated_at" ? r.updateTime : r.uid;
+  return { key, uid: r.uid };
+}
+
+function validateFields(role: Role, fields: Iterable<string>): void {
+  const violations: FieldViolation[] = [];
+  for (const f of fields) {
+    if (f === "name") violations.push(...checkRoleName("name", role.name));
+    if (f === "description") violations.push(...checkDescription("description", role.description));
+    if (f === "capabilities") violations.push(...checkRoleCapabilities("capabilities", role.capabilities));
+  }
+  if (violations.length > 0) throw new InvalidArgumentError(violations);
+}
+
+/** Built-in (managed) roles are root-level records and never change (contract §4). */
+function refuseBuiltIn(role: RoleRecord, action: "changed" | "deleted"): void {
+  if (role.parentUid !== null) return;
+  throw new FailedPreconditionError([
+    { type: "BUILT_IN_ROLE", subject: role.uid, description: `the built-in role ${role.name} cannot be ${action}` },
+  ]);
+}
+
+/** RolesService: built-in and custom roles (spec §4.3, contract §4). */
+export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesService> {
+  const { store } = deps;
+
+  /** The existing role, or NOT_FOUND. */
+  function existing(uid: string): RoleRecord {
+    const role = store.roles.get(uid);
+    if (!role) throw new NotFoundError("role", uid);
+    return role;
+  }
+
+  return {
+    createRole(req, ctx) {
+      const parent = requireUidp("parent", req.parent);
+      const input = req.role ?? create(RoleSchema);
+      validateFields(input, UPDATABLE);
+      const capabilities = normalizeCapabilities(input.capabilities);
+      requireNoEscalation(capabilities, deps.authz.capabilitiesAt(principalOf(ctx), parent), parent);
+      const now = deps.now();
+      const record: RoleRecord = {
+        uid: newChildUid(parent),
+        parentUid: parent,
+        name: input.name,
+        description: input.description,
+        capabilities,
+        createTime: now,
+        updateTime: now,
+      };
+      store.roles.create(record);
+      return roleMessage(record);
+    },
+
+    getRole(req, ctx) {
+      // GetRole is unscoped so built-in roles are readable; custom roles are
+      // authorized here, before the lookup, so a missing and a forbidden uid
+      // get the same answer.
+      const uid = requireUidp("uid", req.uid);
+      const principal = principalOf(ctx);
+      const group = parentOf(uid);
+      if (group === null) {
+        const within = deps.authz.visibleWithin(principal, Capability.CAP_IAM_ROLES_LIST);
+        if (within !== null && within.length === 0) throw new PermissionDeniedError();
+      } else {
+        deps.authz.require(principal, [Capability.CAP_IAM_ROLES_LIST], group);
+      }
+      return roleMessage(existing(uid));
+    },
+
+    listRoles(req, ctx): ListRolesResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      const filter = req.name === "" ? {} : { name: req.name };
+      const plan = planPage(req, PAGING, deps.pageTokens, ["roles", hierarchy, filter]);
+      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLES_LIST);
+      const result = store.roles.list({ hierarchy, filter, ...plan, visibleWithin });
+      return {
+        $typeName: "platform.iam.v2beta1.ListRolesResponse",
+        roles: result.items.map(roleMessage),
+        ...pageEnvelope(plan, result, roleCursor, deps.pageTokens),
+      };
+    },
+
+    updateRole(req, ctx) {
+      const input = req.role ?? create(RoleSchema);
+      const uid = requireUidp("role.uid", input.uid);
+      const fields = fieldsToUpdate(RoleSchema, input, req.updateMask, UPDATABLE);
+      const current = existing(uid);
+      refuseBuiltIn(current, "changed");
+      validateFields(input, fields);
+      const changes: RoleChanges = {};
+      if (fields.has("name")) changes.name = input.name;
+      if (fields.has("description")) changes.description = input.description;
+      if (fields.has("capabilities")) {
+        changes.capabilities = normalizeCapabilities(input.capabilities);
+        const group = current.parentUid!;
+        requireNoEscalation(changes.capabilities, deps.authz.capabilitiesAt(principalOf(ctx), group), group);
+      }
+      return roleMessage(store.roles.update(uid, changes, deps.now()));
+    },
+
+    deleteRole(req) {
+      const uid = requireUidp("uid", req.uid);
+      refuseBuiltIn(existing(uid), "deleted");
+      store.roles.delete(uid);
+      return {};
+    },
+  };
+}

@@ -1,0 +1,111 @@
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { SecurityTokenService } from "../../../gen/platform/oidc/v1/sts_pb.js";
+import { compilePattern, claimsMatch } from "../../domain/claim-match.js";
+import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
+import { requireUidp } from "../../domain/hierarchy.js";
+import { userIdentityUid } from "../../domain/user-identity.js";
+import type { UpstreamClaims } from "../../auth/upstream.js";
+import type { IdentityRecord } from "../../store/store.js";
+import type { ServiceDeps } from "../context.js";
+
+const BEARER = /^Bearer[ ]+(\S+)$/i;
+
+function upstreamToken(ctx: HandlerContext): string {
+  const m = BEARER.exec(ctx.requestHeader.get("authorization")?.trim() ?? "");
+  if (!m) throw new UnauthenticatedError("Unauthenticated: send the upstream OIDC token as Authorization: Bearer <token>");
+  return m[1]!;
+}
+
+/** One answer for a missing identity and a token that may not assume it, so uids cannot be probed. */
+const cannotAssume = (uid: string) => new PermissionDeniedError(`Permission denied: the token may not assume identity ${uid}`);
+
+/** A person's display name from their ID token, fitted to the name rule. */
+function personName(claims: UpstreamClaims): string {
+  const raw = typeof claims.email === "string" ? claims.email.split("@")[0]! : typeof claims.name === "string" ? claims.name : "";
+  const cleaned = raw.toLowerCase().replace(/[^a-z0-9 ._-]/g, "").slice(0, 63);
+  return cleaned.length >= 3 ? cleaned : `user ${claims.sub.slice(0, 8).toLowerCase().replace(/[^a-z0-9]/g, "")}`.trim().padEnd(3, "0");
+}
+
+/**
+ * SecurityTokenService: exchanges an upstream OIDC token for a one-hour API
+ * token (spec §4.8). With `identity` it assumes that identity (claimMatch or
+ * staticKeys); without, it signs a person in from a trusted issuer,
+ * registering their root-level identity on first sign-in.
+ */
+export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
+  const { store } = deps;
+
+  async function assume(uid: string, token: string): Promise<IdentityRecord> {
+    const identity = store.identities.get(uid);
+    if (!identity) throw cannotAssume(uid);
+    const rel = identity.relationship;
+    if (rel.kind === "claimMatch") {
+      const m = rel.claimMatch;
+      const trust = (iss: string) => (m.issuer !== "" ? iss === m.issuer : iss.length <= 4096 && compilePattern(m.issuerPattern).matches(iss));
+      const claims = await deps.upstream.verify(token, trust);
+      if (!claimsMatch(m, claims, deps.urls.auth)) throw cannotAssume(uid);
+    } else {
+      const k = rel.staticKeys;
+      if (k.expirationTime <= deps.now()) throw cannotAssume(uid);
+      const claims = await deps.upstream.verifyStatic(token, k.issuerKeys, k.issuer);
+      const auds = Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud];
+      const wanted = k.audiences.length > 0 ? k.audiences : [deps.urls.auth];
+      if (claims.sub !== k.subject || !auds.some((a) => wanted.includes(a))) throw cannotAssume(uid);
+    }
+    return identity;
+  }
+
+  async function signIn(token: string): Promise<IdentityRecord> {
+    const claims = await deps.upstream.verify(token, (iss) => deps.signIn.issuers.includes(iss));
+    const auds = Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud];
+    if (!auds.some((a) => deps.signIn.audiences.includes(a))) {
+      throw new UnauthenticatedError("Unauthenticated: the ID token's audience is not one this server accepts for sign-in");
+    }
+    const uid = userIdentityUid(claims.iss, claims.sub);
+    const existing = store.identities.get(uid);
+    if (existing) return existing;
+    const now = deps.now();
+    const verified = claims.email_verified === true && typeof claims.email === "string";
+    const person: IdentityRecord = {
+      uid,
+      parentUid: null,
+      name: personName(claims),
+      description: "",
+      email: verified ? (claims.email as string) : "",
+      emailUnverified: !verified && typeof claims.email === "string" ? claims.email : "",
+      company: "",
+      relationship: {
+        kind: "claimMatch",
+        claimMatch: { issuer: claims.iss, issuerPattern: "", subject: claims.sub, subjectPattern: "", audience: "", audiencePattern: "", claims: {}, claimPatterns: {} },
+      },
+      lastSeenTime: now,
+      createTime: now,
+      updateTime: now,
+    };
+    try {
+      store.identities.create(person);
+    } catch (err) {
+      // Two first sign-ins racing: the other one registered the person.
+      const raced = store.identities.get(uid);
+      if (!raced) throw err;
+      return raced;
+    }
+    return person;
+  }
+
+  return {
+    async exchange(req, ctx) {
+      const token = upstreamToken(ctx);
+      if (req.aud.length === 0) throw invalidField("aud", "Audience must be specified");
+      if (!req.aud.every((a) => a === deps.urls.base)) throw invalidField("aud", `must be this API's base URL, ${deps.urls.base}`);
+      if (req.identityProvider !== "") {
+        throw invalidField("identity_provider", "no such identity provider");
+      }
+      const identity = req.identity !== "" ? await assume(requireUidp("identity", req.identity), token) : await signIn(token);
+      store.identities.touchLastSeen(identity.uid, deps.now());
+      const issued = await deps.tokens.mint(identity.uid);
+      return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };
+    },
+  };
+}

@@ -1,0 +1,156 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type {
+  IdentityChanges,
+  IdentityFilter,
+  IdentityOrder,
+  IdentityRecord,
+  IdentityRelationship,
+  IdentityStore,
+  ListQuery,
+  ListResult,
+} from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+const TABLE: ListableTable<IdentityOrder> = {
+  table: "identities",
+  select:
+    "uid, parent_uid, name, description, email, email_unverified, company, relationship_kind, relationship, last_seen_time, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+
+interface IdentityRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  email: string;
+  email_unverified: string;
+  company: string;
+  relationship_kind: IdentityRelationship["kind"];
+  relationship: string;
+  last_seen_time: number;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: IdentityRow): IdentityRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    email: row.email,
+    emailUnverified: row.email_unverified,
+    company: row.company,
+    relationship:
+      row.relationship_kind === "claimMatch"
+        ? { kind: "claimMatch", claimMatch: JSON.parse(row.relationship) }
+        : { kind: "staticKeys", staticKeys: JSON.parse(row.relationship) },
+    lastSeenTime: row.last_seen_time,
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** The relationship as its two columns: the kind, and that kind's object as JSON. */
+function relationshipColumns(r: IdentityRelationship): { relationshipKind: string; relationship: string } {
+  const body = r.kind === "claimMatch" ? r.claimMatch : r.staticKeys;
+  return { relationshipKind: r.kind, relationship: JSON.stringify(body) };
+}
+
+/** IdentityStore over SQLite; an identity's role bindings go with it (FK cascade). */
+export class SqliteIdentityStore implements IdentityStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly groupExistsStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly touchStmt: Statement;
+  private readonly deleteStmt: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+    private readonly authzChanged: () => void,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO identities (uid, parent_uid, name, description, email, email_unverified, company,
+         relationship_kind, relationship, last_seen_time, create_time, update_time)
+       VALUES (@uid, @parentUid, @name, @description, @email, @emailUnverified, @company,
+         @relationshipKind, @relationship, @lastSeenTime, @createTime, @updateTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM identities WHERE uid = ?`);
+    this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
+    this.updateStmt = db.prepare(
+      `UPDATE identities SET name = @name, description = @description, company = @company,
+         relationship_kind = @relationshipKind, relationship = @relationship, update_time = @updateTime
+       WHERE uid = @uid`,
+    );
+    this.touchStmt = db.prepare("UPDATE identities SET last_seen_time = ? WHERE uid = ?");
+    this.deleteStmt = db.prepare("DELETE FROM identities WHERE uid = ?");
+  }
+
+  create(identity: IdentityRecord): void {
+    if (identity.parentUid !== null && !this.groupExistsStmt.get(identity.parentUid)) {
+      throw new NotFoundError("group", identity.parentUid);
+    }
+    if (this.getStmt.get(identity.uid)) throw new AlreadyExistsError("identity", identity.uid);
+    const { relationship, ...fields } = identity;
+    this.insertStmt.run({ ...fields, ...relationshipColumns(relationship) });
+    this.lists.touched(TABLE.table);
+    this.authzChanged();
+  }
+
+  get(uid: string): IdentityRecord | null {
+    const row = this.getStmt.get(uid) as IdentityRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<IdentityFilter, IdentityOrder>): ListResult<IdentityRecord> {
+    const filters: Clause[] = [];
+    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
+    if (query.filter.relationshipKind !== undefined) {
+      filters.push({ sql: "t.relationship_kind = ?", params: [query.filter.relationshipKind] });
+    }
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as IdentityRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  update(uid: string, changes: IdentityChanges, updateTime: number): IdentityRecord {
+    return this.db.transaction(() => {
+      const current = this.get(uid);
+      if (!current) throw new NotFoundError("identity", uid);
+      const next: IdentityRecord = { ...current, ...changes, updateTime };
+      this.updateStmt.run({
+        uid,
+        name: next.name,
+        description: next.description,
+        company: next.company,
+        ...relationshipColumns(next.relationship),
+        updateTime,
+      });
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+      return next;
+    })();
+  }
+
+  /**
+   * Only last_seen_time changes: no list order, filter or count depends on it,
+   * and authorization does not either, so neither the list counts nor the
+   * authorization version move (sign-ins would otherwise flush every cache).
+   */
+  touchLastSeen(uid: string, time: number): void {
+    this.touchStmt.run(time, uid);
+  }
+
+  delete(uid: string): void {
+    this.db.transaction(() => {
+      if (!this.getStmt.get(uid)) throw new NotFoundError("identity", uid);
+      this.deleteStmt.run(uid);
+      this.lists.touched(TABLE.table);
+      this.lists.touched("role_bindings");
+      this.authzChanged();
+    })();
+  }
+}

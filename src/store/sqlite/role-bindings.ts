@@ -1,0 +1,132 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type {
+  ListQuery,
+  ListResult,
+  RoleBindingFilter,
+  RoleBindingOrder,
+  RoleBindingRecord,
+  RoleBindingStore,
+} from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+// parent_uid is the binding's group: the hierarchy filters work on it as on any table.
+const TABLE: ListableTable<RoleBindingOrder> = {
+  table: "role_bindings",
+  select: "uid, parent_uid, identity_uid, role_uid, create_time",
+  orderColumns: { uid: "uid", created_at: "create_time" },
+};
+
+interface RoleBindingRow {
+  uid: string;
+  parent_uid: string;
+  identity_uid: string;
+  role_uid: string;
+  create_time: number;
+}
+
+function toRecord(row: RoleBindingRow): RoleBindingRecord {
+  return {
+    uid: row.uid,
+    groupUid: row.parent_uid,
+    identityUid: row.identity_uid,
+    roleUid: row.role_uid,
+    createTime: row.create_time,
+  };
+}
+
+/** RoleBindingStore over SQLite; references are checked first so a NotFoundError names their kind. */
+export class SqliteRoleBindingStore implements RoleBindingStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly groupExistsStmt: Statement;
+  private readonly identityExistsStmt: Statement;
+  private readonly roleExistsStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly deleteStmt: Statement;
+  private readonly forIdentityStmt: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+    private readonly authzChanged: () => void,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO role_bindings (uid, parent_uid, identity_uid, role_uid, create_time)
+       VALUES (@uid, @groupUid, @identityUid, @roleUid, @createTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM role_bindings WHERE uid = ?`);
+    this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
+    this.identityExistsStmt = db.prepare("SELECT 1 FROM identities WHERE uid = ?");
+    this.roleExistsStmt = db.prepare("SELECT 1 FROM roles WHERE uid = ?");
+    this.updateStmt = db.prepare("UPDATE role_bindings SET identity_uid = @identityUid, role_uid = @roleUid WHERE uid = @uid");
+    this.deleteStmt = db.prepare("DELETE FROM role_bindings WHERE uid = ?");
+    this.forIdentityStmt = db.prepare(`SELECT ${TABLE.select} FROM role_bindings WHERE identity_uid = ? ORDER BY uid`);
+  }
+
+  create(bindings: readonly RoleBindingRecord[]): void {
+    if (bindings.length === 0) return;
+    this.db.transaction(() => {
+      for (const b of bindings) {
+        if (!this.groupExistsStmt.get(b.groupUid)) throw new NotFoundError("group", b.groupUid);
+        this.requireIdentity(b.identityUid);
+        this.requireRole(b.roleUid);
+        // Earlier bindings of the batch are already inserted, so a uid repeated in the batch is caught too.
+        if (this.getStmt.get(b.uid)) throw new AlreadyExistsError("role binding", b.uid);
+        this.insertStmt.run(b);
+      }
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+    })();
+  }
+
+  get(uid: string): RoleBindingRecord | null {
+    const row = this.getStmt.get(uid) as RoleBindingRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord> {
+    const filters: Clause[] = [];
+    const { identityUid, groupUid, roleUid } = query.filter;
+    if (identityUid !== undefined) filters.push({ sql: "t.identity_uid = ?", params: [identityUid] });
+    if (groupUid !== undefined) filters.push({ sql: "t.parent_uid = ?", params: [groupUid] });
+    if (roleUid !== undefined) filters.push({ sql: "t.role_uid = ?", params: [roleUid] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as RoleBindingRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): RoleBindingRecord {
+    return this.db.transaction(() => {
+      const current = this.get(uid);
+      if (!current) throw new NotFoundError("role binding", uid);
+      const next: RoleBindingRecord = { ...current, ...changes };
+      this.requireIdentity(next.identityUid);
+      this.requireRole(next.roleUid);
+      this.updateStmt.run({ uid, identityUid: next.identityUid, roleUid: next.roleUid });
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+      return next;
+    })();
+  }
+
+  delete(uid: string): boolean {
+    const deleted = this.deleteStmt.run(uid).changes > 0;
+    if (deleted) {
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+    }
+    return deleted;
+  }
+
+  forIdentity(identityUid: string): RoleBindingRecord[] {
+    return (this.forIdentityStmt.all(identityUid) as RoleBindingRow[]).map(toRecord);
+  }
+
+  private requireIdentity(uid: string): void {
+    if (!this.identityExistsStmt.get(uid)) throw new NotFoundError("identity", uid);
+  }
+
+  private requireRole(uid: string): void {
+    if (!this.roleExistsStmt.get(uid)) throw new NotFoundError("role", uid);
+  }
+}

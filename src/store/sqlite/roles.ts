@@ -1,0 +1,127 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+const TABLE: ListableTable<RoleOrder> = {
+  table: "roles",
+  select: "uid, parent_uid, name, description, capabilities, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+  // Built-in roles are roots: anyone who may list roles somewhere sees them.
+  rootsVisible: true,
+};
+
+interface RoleRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  capabilities: string;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: RoleRow): RoleRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    capabilities: JSON.parse(row.capabilities) as number[],
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** Capabilities as the record promises them: ascending, without duplicates. */
+function normalized(capabilities: readonly number[]): number[] {
+  return [...new Set(capabilities)].sort((a, b) => a - b);
+}
+
+/** RoleStore over SQLite; a role in use by a role binding cannot be deleted. */
+export class SqliteRoleStore implements RoleStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly groupExistsStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly boundStmt: Statement;
+  private readonly deleteStmt: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+    private readonly authzChanged: () => void,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO roles (uid, parent_uid, name, description, capabilities, create_time, update_time)
+       VALUES (@uid, @parentUid, @name, @description, @capabilities, @createTime, @updateTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM roles WHERE uid = ?`);
+    this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
+    this.updateStmt = db.prepare(
+      `UPDATE roles SET name = @name, description = @description, capabilities = @capabilities,
+         update_time = @updateTime WHERE uid = @uid`,
+    );
+    this.boundStmt = db.prepare("SELECT 1 FROM role_bindings WHERE role_uid = ? LIMIT 1");
+    this.deleteStmt = db.prepare("DELETE FROM roles WHERE uid = ?");
+  }
+
+  create(role: RoleRecord): void {
+    if (role.parentUid !== null && !this.groupExistsStmt.get(role.parentUid)) {
+      throw new NotFoundError("group", role.parentUid);
+    }
+    if (this.getStmt.get(role.uid)) throw new AlreadyExistsError("role", role.uid);
+    this.insertStmt.run({ ...role, capabilities: JSON.stringify(normalized(role.capabilities)) });
+    this.lists.touched(TABLE.table);
+    this.authzChanged();
+  }
+
+  get(uid: string): RoleRecord | null {
+    const row = this.getStmt.get(uid) as RoleRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<RoleFilter, RoleOrder>): ListResult<RoleRecord> {
+    const filters: Clause[] = [];
+    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as RoleRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  update(uid: string, changes: RoleChanges, updateTime: number): RoleRecord {
+    return this.db.transaction(() => {
+      const current = this.get(uid);
+      if (!current) throw new NotFoundError("role", uid);
+      const next: RoleRecord = { ...current, ...changes, updateTime };
+      next.capabilities = normalized(next.capabilities);
+      this.updateStmt.run({
+        uid,
+        name: next.name,
+        description: next.description,
+        capabilities: JSON.stringify(next.capabilities),
+        updateTime,
+      });
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+      return next;
+    })();
+  }
+
+  delete(uid: string): void {
+    this.db.transaction(() => {
+      if (!this.getStmt.get(uid)) throw new NotFoundError("role", uid);
+      if (this.boundStmt.get(uid)) {
+        throw new FailedPreconditionError([
+          {
+            type: "ROLE_IN_USE",
+            subject: uid,
+            description: "the role is used by role bindings; delete them first",
+          },
+        ]);
+      }
+      this.deleteStmt.run(uid);
+      this.lists.touched(TABLE.table);
+      this.authzChanged();
+    })();
+  }
+}
