@@ -12,12 +12,16 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import autocannon from "autocannon";
 import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { adminSubject } from "../src/auth/authenticator.js";
+import { TokenService } from "../src/auth/tokens.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { grpcClient } from "../test/support/grpc.js";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5);
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
+/** The administrator's bearer token, set once the data directory is seeded. */
+let authHeaders: Record<string, string> = {};
 
 interface Row {
   name: string;
@@ -42,14 +46,14 @@ function startTarget(args: string[]): Promise<{ child: ChildProcess; port: numbe
 }
 
 async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, ...opts });
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, ...opts, headers: { ...authHeaders, ...opts.headers } });
   const bad = result.non2xx + result.errors;
   if (bad > 0) throw new Error(`${name}: ${bad} failed requests`);
   return { name, rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
 }
 
-async function grpcLoad(name: string, port: number, uid: string): Promise<Row> {
-  const client = grpcClient(GroupsService, port);
+async function grpcLoad(name: string, port: number, uid: string, token: string): Promise<Row> {
+  const client = grpcClient(GroupsService, port, { token });
   await client.call("getGroup", { uid });
   const latencies: number[] = [];
   const end = Date.now() + DURATION * 1000;
@@ -67,9 +71,11 @@ async function grpcLoad(name: string, port: number, uid: string): Promise<Row> {
   return { name, rps: latencies.length / DURATION, p50: at(0.5), p99: at(0.99), note: "grpc-js client in the bench process" };
 }
 
-/** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction. */
-function seed(dataDir: string): { uid: string; orgUid: string } {
+/** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction; returns an admin token. */
+async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; token: string }> {
   const store = openSqliteStore({ dataDir });
+  const tokens = await TokenService.open(store.keys, { issuer: "http://bench.local", audience: "http://bench.local" });
+  const token = (await tokens.mint(adminSubject(store.keys))).token;
   const now = Date.now();
   let first = "";
   let org = "";
@@ -92,33 +98,35 @@ function seed(dataDir: string): { uid: string; orgUid: string } {
     }
   });
   store.close();
-  return { uid: first, orgUid: first };
+  return { uid: first, orgUid: first, token };
 }
 
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-bench-"));
   const children: ChildProcess[] = [];
   try {
-    const seeded = seed(dataDir);
+    const seeded = await seed(dataDir);
+    const headers = { authorization: `Bearer ${seeded.token}` };
+    authHeaders = headers;
     const server = await startTarget(["server", dataDir]);
     children.push(server.child);
     const base = `http://127.0.0.1:${server.port}`;
     const getPath = `/iam/v2beta1/groups/${seeded.uid}`;
-    const getBody = await (await fetch(base + getPath)).text();
+    const getBody = await (await fetch(base + getPath, { headers })).text();
     const bytesFile = join(dataDir, "ceiling.json");
     writeFileSync(bytesFile, getBody);
     const ceilingTarget = await startTarget(["ceiling", bytesFile]);
     children.push(ceilingTarget.child);
 
-    const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`)).json();
+    const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`, { headers })).json();
     const deepPath = `/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(deep.nextPageToken)}`;
 
     const rows: Row[] = [];
     rows.push(await load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`));
-    rows.push(await load("REST Get group", base + getPath));
+    rows.push(await load("REST Get group (with auth)", base + getPath));
     rows.push(await load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`));
     rows.push(await load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath));
-    rows.push(await grpcLoad("gRPC Get group (grpc-js)", server.port, seeded.uid));
+    rows.push(await grpcLoad("gRPC Get group (grpc-js)", server.port, seeded.uid, seeded.token));
     rows.push({
       ...(await load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
         method: "POST",

@@ -11,6 +11,9 @@ import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server/app.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 
+/** The base URL (token audience) the benchmark server is configured with. */
+export const BENCH_BASE_URL = "http://bench.local";
+
 const [mode, arg] = process.argv.slice(2);
 if (mode === "ceiling") {
   const bytes = readFileSync(arg!);
@@ -20,7 +23,7 @@ if (mode === "ceiling") {
   const address = app.server.address();
   console.log(`PORT ${typeof address === "object" && address ? address.port : 0}`);
 } else if (mode === "server") {
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: arg!, LOG_LEVEL: "silent" });
+  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: arg!, LOG_LEVEL: "silent", PLATFORM_BASE_URL: BENCH_BASE_URL });
   const server = await startServer({ config, store: openSqliteStore({ dataDir: config.dataDir }) });
   console.log(`PORT ${server.port}`);
   process.once("SIGTERM", () => void server.close().then(() => process.exit(0)));

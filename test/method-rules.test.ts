@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { methodRule } from "../src/auth/rules.js";
-import { CONTRACT_FILES } from "../src/services/index.js";
+import type { ServiceDeps } from "../src/services/context.js";
+import { CONTRACT_FILES, createServiceBindings } from "../src/services/index.js";
+import { startTestServer } from "./support/server.js";
 
 const services = CONTRACT_FILES.flatMap((f) => f.services);
 
@@ -43,4 +46,42 @@ test("lists are unscoped and name their list capability", () => {
       }
     }
   }
+});
+
+/**
+ * RPCs that need no API token, and scoped-by-hand RPCs (unscoped, not a List):
+ * each authorizes in its handler, so adding one is a reviewed change here.
+ */
+const NO_TOKEN = ["platform.oidc.v1.SecurityTokenService.Exchange"];
+const AUTHORIZED_IN_HANDLER = [
+  "platform.auth.v1.AuthService.Register",
+  "platform.auth.v1.AuthService.Validate",
+  "platform.iam.v2beta1.GroupsService.CreateGroup",
+  "platform.iam.v2beta1.IdentitiesService.LookupIdentity",
+  "platform.iam.v2beta1.RolesService.GetRole",
+];
+
+test("the running server serves exactly the bound services' methods, each with a rule", async () => {
+  // The factories only capture deps; nothing is called here.
+  const bindings = createServiceBindings({ now: Date.now } as unknown as ServiceDeps);
+  const contract = new Set(services.map((s) => s.typeName));
+  const bound = new Map<string, DescMethod>();
+  for (const { service, impl } of bindings) {
+    assert.ok(contract.has(service.typeName), `${service.typeName} is bound but not in CONTRACT_FILES`);
+    for (const method of service.methods) {
+      assert.equal(typeof impl[method.localName], "function", `${service.typeName}.${method.name} has an implementation`);
+      bound.set(`${service.typeName}.${method.name}`, method);
+    }
+  }
+  const srv = await startTestServer();
+  try {
+    const served = new Set(srv.server.restOperations.map((op) => op.rpc));
+    assert.deepEqual([...served].sort(), [...bound.keys()].sort(), "every bound method has a REST route, and every route a bound method");
+  } finally {
+    await srv.close();
+  }
+  const rules = [...bound].map(([name, method]) => ({ name, rule: methodRule(method), list: method.name.startsWith("List") }));
+  assert.deepEqual(rules.filter((r) => r.rule.mode === "disabled").map((r) => r.name).sort(), NO_TOKEN);
+  const byHand = rules.filter((r) => r.rule.mode === "enabled" && r.rule.unscoped && !r.list).map((r) => r.name);
+  assert.deepEqual(byHand.sort(), AUTHORIZED_IN_HANDLER);
 });

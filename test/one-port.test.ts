@@ -359,10 +359,10 @@ test("pitfall 4: close() completes with an idle HTTP/1.1 keep-alive and an idle 
 });
 
 // ---------------------------------------------------------------------------
-// Pitfall 5: clientError reaches fastify's clientErrorHandler.
+// Pitfall 5: clientError reaches fastify's clientErrorHandler (ours: the API's error shape).
 // ---------------------------------------------------------------------------
 
-test("pitfall 5: garbage on HTTP/1.1 gets fastify's 400 and the server keeps serving", async () => {
+test("pitfall 5: garbage on HTTP/1.1 gets a 400 in the API's error shape and the server keeps serving", async () => {
   const srv = await startTestServer();
   try {
     for (const garbage of ["BLAH /\r\n\r\n", "GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"]) {
@@ -372,10 +372,22 @@ test("pitfall 5: garbage on HTTP/1.1 gets fastify's 400 and the server keeps ser
         const received = await within(5000, closed, "server answers garbage");
         assert.match(received, /^HTTP\/1\.1 400 Bad Request\r\n/, JSON.stringify(received));
         const body = JSON.parse(received.slice(received.indexOf("\r\n\r\n") + 4));
-        assert.deepEqual(body, { error: "Bad Request", message: "Client Error", statusCode: 400 });
+        assert.equal(body.code, 3);
+        assert.equal(body.details.length, 1);
+        assert.equal(body.details[0]["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+        assert.equal(body.details[0].reason, "MALFORMED_REQUEST");
       } finally {
         socket.destroy();
       }
+    }
+    const { socket, closed } = await rawSocket(srv.port);
+    try {
+      socket.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`);
+      const received = await within(5000, closed, "server answers oversized headers");
+      assert.match(received, /^HTTP\/1\.1 431 /);
+      assert.equal(JSON.parse(received.slice(received.indexOf("\r\n\r\n") + 4)).code, 8);
+    } finally {
+      socket.destroy();
     }
     const res = await fetch(`${srv.url}/healthz`);
     assert.equal(res.status, 200);

@@ -5,7 +5,16 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
-import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, SigningKeyRecord } from "../src/store/store.js";
+import type {
+  AccountAssociationRecord,
+  GroupInviteRecord,
+  GroupRecord,
+  IdentityProviderRecord,
+  IdentityRecord,
+  RoleBindingRecord,
+  RoleRecord,
+  SigningKeyRecord,
+} from "../src/store/store.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 
 const tempDirs: string[] = [];
@@ -43,6 +52,43 @@ const PERSON: IdentityRecord = {
 const ROLE: RoleRecord = { uid: `${CHILD}/${"d".repeat(16)}`, parentUid: CHILD, name: "ops", description: "", capabilities: [4, 8], createTime: 1, updateTime: 1 };
 const BINDING: RoleBindingRecord = { uid: `${ROOT}/${"1".repeat(16)}`, groupUid: ROOT, identityUid: PERSON.uid, roleUid: ROLE.uid, createTime: 7 };
 const SIGNING_KEY: SigningKeyRecord = { kid: "k1", privateJwk: '{"d":"x"}', publicJwk: '{"x":"y"}', createTime: 9 };
+const PROVIDER: IdentityProviderRecord = {
+  uid: `${ROOT}/${"6".repeat(16)}`,
+  parentUid: ROOT,
+  name: "okta",
+  description: "",
+  defaultRole: ROLE.uid,
+  oidc: {
+    issuer: "https://id.example",
+    clientId: "c1",
+    clientSecret: "kept across restarts",
+    additionalScopes: ["email"],
+    groupsClaim: "groups",
+    correlationRule: 1,
+    pkceEnabled: false,
+  },
+  createTime: 4,
+  updateTime: 5,
+};
+const ASSOCIATION: AccountAssociationRecord = {
+  uid: CHILD,
+  name: "aws",
+  description: "",
+  providers: { amazon: { account: "123456789012" } },
+  createTime: 6,
+  updateTime: 6,
+};
+const INVITE: GroupInviteRecord = {
+  uid: `${CHILD}/${"7".repeat(16)}`,
+  groupUid: CHILD,
+  roleUid: ROLE.uid,
+  email: "",
+  expirationTime: 99,
+  singleUse: true,
+  keyId: "key-1",
+  codeHash: "f".repeat(64),
+  createTime: 8,
+};
 
 function record(uid: string, parentUid: string | null, name: string): GroupRecord {
   return {
@@ -83,6 +129,9 @@ describe("sqlite store on disk", () => {
     first.roles.create(ROLE);
     first.roleBindings.create([BINDING]);
     first.keys.addSigningKey(SIGNING_KEY);
+    first.identityProviders.create(PROVIDER);
+    first.accountAssociations.create(ASSOCIATION);
+    first.groupInvites.create(INVITE);
     first.close();
 
     const versionAfterFirst = userVersion(dir);
@@ -114,6 +163,9 @@ describe("sqlite store on disk", () => {
         assert.deepEqual(again.roles.get(ROLE.uid), ROLE);
         assert.deepEqual(again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
         assert.deepEqual(again.keys.signingKeys(), [SIGNING_KEY]);
+        assert.deepEqual(again.identityProviders.get(PROVIDER.uid), PROVIDER);
+        assert.deepEqual(again.accountAssociations.get(CHILD), ASSOCIATION);
+        assert.deepEqual(again.groupInvites.findByKeyId("key-1"), INVITE);
       } finally {
         again.close();
       }
@@ -128,7 +180,10 @@ describe("sqlite store on disk", () => {
     first.close();
     // Turn the file back into what a version-1 server left: no IAM tables.
     const db = new Database(join(dir, "platform.db"));
-    db.exec("DROP TABLE role_bindings; DROP TABLE roles; DROP TABLE identities; DROP TABLE signing_keys;");
+    db.exec(
+      `DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;
+       DROP TABLE role_bindings; DROP TABLE roles; DROP TABLE identities; DROP TABLE signing_keys;`,
+    );
     db.pragma("user_version = 1");
     db.close();
 
@@ -142,6 +197,36 @@ describe("sqlite store on disk", () => {
       again.close();
     }
     assert.ok(userVersion(dir) >= 2);
+  });
+
+  test("a database at schema version 2 is migrated in place, keeping its IAM records", () => {
+    const dir = freshDir();
+    const first = openSqliteStore({ dataDir: dir });
+    first.groups.create(record(ROOT, null, "old org"));
+    first.groups.create(record(CHILD, ROOT, "old team"));
+    first.identities.create(PERSON);
+    first.roles.create(ROLE);
+    first.roleBindings.create([BINDING]);
+    first.close();
+    // Turn the file back into what a version-2 server left: no providers, associations or invites.
+    const db = new Database(join(dir, "platform.db"));
+    db.exec("DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;");
+    db.pragma("user_version = 2");
+    db.close();
+
+    const again = openSqliteStore({ dataDir: dir });
+    try {
+      assert.deepEqual(again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
+      again.identityProviders.create(PROVIDER);
+      again.accountAssociations.create(ASSOCIATION);
+      again.groupInvites.create(INVITE);
+      assert.deepEqual(again.identityProviders.get(PROVIDER.uid), PROVIDER);
+      assert.deepEqual(again.accountAssociations.get(CHILD), ASSOCIATION);
+      assert.deepEqual(again.groupInvites.get(INVITE.uid), INVITE);
+    } finally {
+      again.close();
+    }
+    assert.ok(userVersion(dir) >= 3);
   });
 
   test("a database from a newer server version is refused", () => {

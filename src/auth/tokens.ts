@@ -12,7 +12,7 @@ const ALGORITHM = "ES256";
 const CLOCK_TOLERANCE = 30;
 const VERIFIED_CACHE_LIMIT = 50_000;
 /** At most one re-read of the key table per interval when an unknown kid shows up. */
-const KEY_RELOAD_INTERVAL_MS = 5_000;
+const KEY_RELOAD_INTERVAL_MS = 1_000;
 
 /** A token we issued, verified. */
 export interface VerifiedToken {

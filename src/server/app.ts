@@ -21,6 +21,7 @@ import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
+import { clientErrorHandler } from "./client-errors.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
 import { HealthState, ServingStatus } from "./health.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
@@ -103,6 +104,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     logger: { level: config.logLevel },
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
+    clientErrorHandler,
     serverFactory: (handler) => {
       front = createOnePortServer(handler, grpcServer, opts.timeouts ?? DEFAULT_TIMEOUTS);
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;

@@ -2,11 +2,11 @@ import type { DescFile } from "@bufbuild/protobuf";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { AuthService, file_platform_auth_v1_auth } from "../../gen/platform/auth/v1/auth_pb.js";
 import { file_platform_iam_v1_groups, GroupsService as GroupsV1Service } from "../../gen/platform/iam/v1/groups_pb.js";
-import { file_platform_iam_v2beta1_account_associations } from "../../gen/platform/iam/v2beta1/account_associations_pb.js";
-import { file_platform_iam_v2beta1_group_invites } from "../../gen/platform/iam/v2beta1/group_invites_pb.js";
+import { AccountAssociationsService, file_platform_iam_v2beta1_account_associations } from "../../gen/platform/iam/v2beta1/account_associations_pb.js";
+import { file_platform_iam_v2beta1_group_invites, GroupInvitesService } from "../../gen/platform/iam/v2beta1/group_invites_pb.js";
 import { file_platform_iam_v2beta1_groups, GroupsService } from "../../gen/platform/iam/v2beta1/groups_pb.js";
 import { file_platform_iam_v2beta1_identities, IdentitiesService } from "../../gen/platform/iam/v2beta1/identities_pb.js";
-import { file_platform_iam_v2beta1_identity_providers } from "../../gen/platform/iam/v2beta1/identity_providers_pb.js";
+import { file_platform_iam_v2beta1_identity_providers, IdentityProvidersService } from "../../gen/platform/iam/v2beta1/identity_providers_pb.js";
 import { file_platform_iam_v2beta1_role_bindings, RoleBindingsService } from "../../gen/platform/iam/v2beta1/role_bindings_pb.js";
 import { file_platform_iam_v2beta1_roles, RolesService } from "../../gen/platform/iam/v2beta1/roles_pb.js";
 import { file_platform_oidc_v1_sts, SecurityTokenService } from "../../gen/platform/oidc/v1/sts_pb.js";
@@ -17,8 +17,11 @@ import { file_platform_vulnerabilities_v2beta1_advisories } from "../../gen/plat
 import type { ServiceBinding } from "../server/wrap.js";
 import type { ServiceDeps } from "./context.js";
 import { createGroupsV1Service } from "./iam-v1/groups.js";
+import { createAccountAssociationsService } from "./iam/account-associations.js";
+import { createGroupInvitesService } from "./iam/group-invites.js";
 import { createGroupsService } from "./iam/groups.js";
 import { createIdentitiesService } from "./iam/identities.js";
+import { createIdentityProvidersService } from "./iam/identity-providers.js";
 import { createRoleBindingsService } from "./iam/role-bindings.js";
 import { createRolesService } from "./iam/roles.js";
 import { createStsService } from "./oidc/sts.js";
@@ -50,6 +53,9 @@ export function createServiceBindings(deps: ServiceDeps): ServiceBinding[] {
     { service: IdentitiesService, impl: createIdentitiesService(deps) },
     { service: RolesService, impl: createRolesService(deps) },
     { service: RoleBindingsService, impl: createRoleBindingsService(deps) },
+    { service: IdentityProvidersService, impl: createIdentityProvidersService(deps) },
+    { service: AccountAssociationsService, impl: createAccountAssociationsService(deps) },
+    { service: GroupInvitesService, impl: createGroupInvitesService(deps) },
     { service: GroupsV1Service, impl: createGroupsV1Service(deps) },
     { service: SecurityTokenService, impl: createStsService(deps) },
     { service: AuthService, impl: createAuthService(deps) },

@@ -258,6 +258,148 @@ export interface RoleBindingStore {
   forIdentity(identityUid: string): RoleBindingRecord[];
 }
 
+/** Identity provider orderings the store supports. */
+export type IdentityProviderOrder = "uid" | "name" | "created_at" | "updated_at";
+
+/** OIDC settings of an organization's identity provider. */
+export interface OidcSettings {
+  issuer: string;
+  clientId: string;
+  /** Write-only: never returned by the API. "" when unset. */
+  clientSecret: string;
+  additionalScopes: string[];
+  groupsClaim: string;
+  /** CorrelationRule enum number; immutable after creation. */
+  correlationRule: number;
+  pkceEnabled: boolean;
+}
+
+/** An identity provider as stored: people of an organization sign in through it. */
+export interface IdentityProviderRecord {
+  uid: string;
+  /** The group (usually an organization) the provider belongs to. */
+  parentUid: string;
+  name: string;
+  description: string;
+  /** Role uid bound to a person at parentUid on their first sign-in through this provider. */
+  defaultRole: string;
+  oidc: OidcSettings;
+  createTime: number;
+  updateTime: number;
+}
+
+/** Identity-provider-specific list filters. */
+export interface IdentityProviderFilter {
+  name?: string;
+}
+
+/** The changeable fields of an identity provider. */
+export type IdentityProviderChanges = Partial<Pick<IdentityProviderRecord, "name" | "description" | "defaultRole" | "oidc">>;
+
+/** Persistence of identity providers. */
+export interface IdentityProviderStore {
+  /** Inserts a provider; NotFoundError for a missing group or default role, AlreadyExistsError for a taken uid. */
+  create(provider: IdentityProviderRecord): void;
+  /** Returns the provider, or null when absent. */
+  get(uid: string): IdentityProviderRecord | null;
+  /** Returns one page of providers. */
+  list(query: ListQuery<IdentityProviderFilter, IdentityProviderOrder>): ListResult<IdentityProviderRecord>;
+  /** Applies changes and sets updateTime; NotFoundError when absent (or the new default role is). */
+  update(uid: string, changes: IdentityProviderChanges, updateTime: number): IdentityProviderRecord;
+  /** Deletes the provider; throws NotFoundError when absent. */
+  delete(uid: string): void;
+}
+
+/** Account association orderings ("group" is the owning group's uid, the association's own uid). */
+export type AccountAssociationOrder = "group" | "uid" | "name" | "created_at" | "updated_at";
+
+/** Cloud and service accounts an organization links to (kept as data; no live cloud calls). */
+export interface AccountProviders {
+  amazon?: { account: string };
+  google?: { projectId: string; projectNumber: string };
+  chainguard?: { serviceBindings: Record<string, string> };
+  azure?: { tenantId: string; clientIds: Record<string, string> };
+  /** GitHub App installations keyed by app id (a decimal string). */
+  github?: { appInstallations: Record<string, { installations: { installationId: string; name: string }[] }> };
+}
+
+/** An account association as stored: one per group, its uid is the group's uid. */
+export interface AccountAssociationRecord {
+  uid: string;
+  name: string;
+  description: string;
+  providers: AccountProviders;
+  createTime: number;
+  updateTime: number;
+}
+
+/** Account-association-specific list filters. */
+export interface AccountAssociationFilter {
+  name?: string;
+}
+
+/** The changeable fields of an account association. */
+export type AccountAssociationChanges = Partial<Pick<AccountAssociationRecord, "name" | "description" | "providers">>;
+
+/** Persistence of account associations. */
+export interface AccountAssociationStore {
+  /** Inserts the association of group uid; NotFoundError for a missing group, AlreadyExistsError when the group has one. */
+  create(association: AccountAssociationRecord): void;
+  /** Returns the association, or null when absent. */
+  get(uid: string): AccountAssociationRecord | null;
+  /** Returns one page of associations. */
+  list(query: ListQuery<AccountAssociationFilter, AccountAssociationOrder>): ListResult<AccountAssociationRecord>;
+  /** Applies changes and sets updateTime; NotFoundError when absent. */
+  update(uid: string, changes: AccountAssociationChanges, updateTime: number): AccountAssociationRecord;
+  /** Deletes the association; returns false when it did not exist (delete is idempotent). */
+  delete(uid: string): boolean;
+}
+
+/** Group invite orderings the store supports. */
+export type GroupInviteOrder = "uid" | "created_at" | "expiration_time";
+
+/** A group invite as stored. The code itself is never stored: only its hash. */
+export interface GroupInviteRecord {
+  uid: string;
+  /** The group the invite joins. */
+  groupUid: string;
+  roleUid: string;
+  /** The only email allowed to accept; "" lets anyone holding the code accept. */
+  email: string;
+  expirationTime: number;
+  singleUse: boolean;
+  /** Public id of the code (its first part), indexed for lookup. Unique. */
+  keyId: string;
+  /** SHA-256 (hex) of the code's secret part. */
+  codeHash: string;
+  createTime: number;
+}
+
+/** Group-invite-specific list filters. */
+export interface GroupInviteFilter {
+  keyId?: string;
+}
+
+/** Persistence of group invites. */
+export interface GroupInviteStore {
+  /** Inserts an invite; NotFoundError for a missing group or role, AlreadyExistsError for a taken uid or keyId. */
+  create(invite: GroupInviteRecord): void;
+  /** Returns the invite, or null when absent. */
+  get(uid: string): GroupInviteRecord | null;
+  /** Returns the invite with this keyId, or null. */
+  findByKeyId(keyId: string): GroupInviteRecord | null;
+  /** Returns one page of invites. */
+  list(query: ListQuery<GroupInviteFilter, GroupInviteOrder>): ListResult<GroupInviteRecord>;
+  /** Deletes the invite; throws NotFoundError when absent. */
+  delete(uid: string): void;
+  /**
+   * Deletes the invite if it still exists and returns true; false when it was
+   * already gone (a single-use invite accepted concurrently). Use inside the
+   * transaction that creates the binding.
+   */
+  consume(uid: string): boolean;
+}
+
 /** A key that signs the API tokens this server issues. */
 export interface SigningKeyRecord {
   kid: string;
@@ -287,6 +429,9 @@ export interface Store {
   readonly identities: IdentityStore;
   readonly roles: RoleStore;
   readonly roleBindings: RoleBindingStore;
+  readonly identityProviders: IdentityProviderStore;
+  readonly accountAssociations: AccountAssociationStore;
+  readonly groupInvites: GroupInviteStore;
   readonly keys: KeyStore;
   /**
    * A number that changes whenever identities, roles or role bindings change,

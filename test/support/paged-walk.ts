@@ -7,6 +7,7 @@ export interface Sortable {
   name?: string;
   createTime?: string;
   updateTime?: string;
+  expirationTime?: string;
 }
 
 /** The key an item sorts by for an order_by field. */
@@ -14,6 +15,7 @@ function sortKey(item: Sortable, field: string): string | number {
   if (field === "name") return item.name ?? "";
   if (field === "created_at") return Date.parse(item.createTime!);
   if (field === "updated_at") return Date.parse(item.updateTime!);
+  if (field === "expiration_time") return Date.parse(item.expirationTime!);
   return item.uid;
 }
 

@@ -49,7 +49,8 @@ function bindingUid(g: string, n: number): string {
   return `${g}/${n.toString(16).padStart(16, "0")}`;
 }
 
-function assertNotFound(fn: () => unknown, kind: string, uid: string): void {
+/** Asserts a NotFoundError naming exactly this kind and uid. */
+export function assertNotFound(fn: () => unknown, kind: string, uid: string): void {
   assert.throws(fn, (err: unknown) => {
     assert.ok(err instanceof NotFoundError, `expected NotFoundError, got ${String(err)}`);
     assert.deepEqual(err.metadata, { kind, uid }, "the error names the missing kind and uid");
@@ -57,7 +58,8 @@ function assertNotFound(fn: () => unknown, kind: string, uid: string): void {
   });
 }
 
-function assertPrecondition(fn: () => unknown, type: string, subject: string, description: RegExp): void {
+/** Asserts a FailedPreconditionError with one violation of this type, subject and description. */
+export function assertPrecondition(fn: () => unknown, type: string, subject: string, description: RegExp): void {
   assert.throws(fn, (err: unknown) => {
     assert.ok(err instanceof FailedPreconditionError, `expected FailedPreconditionError, got ${String(err)}`);
     assert.equal(err.preconditionViolations.length, 1);

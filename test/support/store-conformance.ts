@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, test } from "node:test";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
 import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store } from "../../src/store/store.js";
 import { iamConformance } from "./store-conformance-iam.js";
+import { moreConformance } from "./store-conformance-more.js";
 import { A, A1, A1X, A2, A2X, A3, A3X, B, B1, C, cursorOf, group, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { pagedWalkConformance } from "./store-paged-walks.js";
 
@@ -174,6 +175,7 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     });
 
     iamConformance(() => store);
+    moreConformance(() => store);
     pagedWalkConformance(() => store);
 
     describe("transactions, keys and lifecycle", () => {

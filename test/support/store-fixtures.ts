@@ -1,12 +1,17 @@
 import type {
+  AccountAssociationRecord,
+  AccountProviders,
   ClaimMatchRecord,
   Cursor,
   GroupFilter,
+  GroupInviteRecord,
   GroupOrder,
   GroupRecord,
+  IdentityProviderRecord,
   IdentityRecord,
   IdentityRelationship,
   ListQuery,
+  OidcSettings,
   RoleBindingRecord,
   RoleRecord,
 } from "../../src/store/store.js";
@@ -136,6 +141,84 @@ export function binding(
   return { uid, groupUid, identityUid, roleUid, createTime };
 }
 
+/** OIDC settings using every field, a client secret and text that needs escaping included. */
+export const OIDC: OidcSettings = {
+  issuer: "https://login.example.com/tenant/v2.0",
+  clientId: "client-1234",
+  clientSecret: 's3cr3t "quoted" \\ späce',
+  additionalScopes: ["email", "profile", "groups"],
+  groupsClaim: "roles",
+  correlationRule: 2,
+  pkceEnabled: true,
+};
+
+export function identityProvider(
+  uid: string,
+  parentUid: string,
+  name: string,
+  defaultRole: string,
+  over: Partial<IdentityProviderRecord> = {},
+): IdentityProviderRecord {
+  return {
+    uid,
+    parentUid,
+    name,
+    description: "",
+    defaultRole,
+    oidc: OIDC,
+    createTime: 1_700_000_000_000,
+    updateTime: 1_700_000_000_000,
+    ...over,
+  };
+}
+
+/** Every provider kind, with maps, int64-as-string keys and text that needs escaping. */
+export const PROVIDERS: AccountProviders = {
+  amazon: { account: "123456789012" },
+  google: { projectId: "acme-prod", projectNumber: "987654321098" },
+  chainguard: { serviceBindings: { INGESTER: "f".repeat(40), "späce \"key\"": "e".repeat(40) } },
+  azure: { tenantId: "00000000-1111-2222-3333-444444444444", clientIds: { ingester: "abc", reader: "def" } },
+  github: {
+    appInstallations: {
+      "9007199254740993": { installations: [{ installationId: "18446744073709551615", name: "acme" }, { installationId: "7", name: "" }] },
+      "42": { installations: [] },
+    },
+  },
+};
+
+export function association(uid: string, name: string, over: Partial<AccountAssociationRecord> = {}): AccountAssociationRecord {
+  return {
+    uid,
+    name,
+    description: "",
+    providers: { amazon: { account: "123456789012" } },
+    createTime: 1_700_000_000_000,
+    updateTime: 1_700_000_000_000,
+    ...over,
+  };
+}
+
+export function invite(
+  uid: string,
+  groupUid: string,
+  roleUid: string,
+  keyId: string,
+  over: Partial<GroupInviteRecord> = {},
+): GroupInviteRecord {
+  return {
+    uid,
+    groupUid,
+    roleUid,
+    email: "",
+    expirationTime: 1_700_086_400_000,
+    singleUse: false,
+    keyId,
+    codeHash: "0".repeat(64),
+    createTime: 1_700_000_000_000,
+    ...over,
+  };
+}
+
 /** A list query with defaults: no filters, uid order, first page of up to 1000, no narrowing. */
 export function query<F = GroupFilter, O extends string = GroupOrder>(q: Partial<ListQuery<F, O>>): ListQuery<F, O> {
   return {
@@ -150,18 +233,30 @@ export function query<F = GroupFilter, O extends string = GroupOrder>(q: Partial
   };
 }
 
-/** What a list can order by: uid always; name and times where the kind has them. */
+/**
+ * What a list can order by: uid always (and "group", an account association's
+ * uid); name and times where the kind has them.
+ */
 export interface Orderable {
   uid: string;
   name?: string;
   createTime: number;
   updateTime?: number;
+  expirationTime?: number;
 }
 
 /** The keyset position of a record, as the services build it. */
 export function cursorOf(r: Orderable, field: string): Cursor {
   const key =
-    field === "name" ? r.name! : field === "created_at" ? r.createTime : field === "updated_at" ? r.updateTime! : r.uid;
+    field === "name"
+      ? r.name!
+      : field === "created_at"
+        ? r.createTime
+        : field === "updated_at"
+          ? r.updateTime!
+          : field === "expiration_time"
+            ? r.expirationTime!
+            : r.uid;
   return { key, uid: r.uid };
 }
 

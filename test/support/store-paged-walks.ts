@@ -1,11 +1,17 @@
 import assert from "node:assert/strict";
 import { beforeEach, describe, test } from "node:test";
 import type {
+  AccountAssociationOrder,
+  AccountAssociationRecord,
   Cursor,
+  GroupInviteOrder,
+  GroupInviteRecord,
   GroupOrder,
   GroupRecord,
   HierarchyFilter,
   IdentityOrder,
+  IdentityProviderOrder,
+  IdentityProviderRecord,
   IdentityRecord,
   ListQuery,
   ListResult,
@@ -15,25 +21,17 @@ import type {
   RoleRecord,
   Store,
 } from "../../src/store/store.js";
+import { cursorOf, expectedOrder, query, type Orderable } from "./store-fixtures.js";
 import {
-  CLAIM_MATCH,
-  STATIC_KEYS,
-  binding,
-  cursorOf,
-  expectedOrder,
-  group,
-  hexSegments,
-  identity,
-  query,
-  role,
-  type Orderable,
-} from "./store-fixtures.js";
-
-/** What a walk runs over: the records created (as stored after every write) and the root with descendants. */
-interface WalkFixture<T> {
-  records: T[];
-  root: string;
-}
+  buildAccountAssociationWalk,
+  buildGroupInviteWalk,
+  buildIdentityProviderWalk,
+  buildIdentityWalk,
+  buildPagingTree,
+  buildRoleBindingWalk,
+  buildRoleWalk,
+  type WalkFixture,
+} from "./store-walk-fixtures.js";
 
 /** One narrowing of a list, with the records it must return. */
 interface WalkScope<T> {
@@ -113,6 +111,38 @@ export function pagedWalkConformance(getStore: () => Store): void {
     orders: ["uid", "created_at"],
     build: buildRoleBindingWalk,
     list: (store, q) => store.roleBindings.list(q),
+    scopes: [everything(), belowFirstRoot()],
+  });
+  describePagedWalks<IdentityProviderRecord, IdentityProviderOrder>(getStore, {
+    kind: "identity providers",
+    orders: ["uid", "name", "created_at", "updated_at"],
+    build: buildIdentityProviderWalk,
+    list: (store, q) => store.identityProviders.list(q),
+    scopes: [everything(), belowFirstRoot()],
+  });
+  describePagedWalks<AccountAssociationRecord, AccountAssociationOrder>(getStore, {
+    kind: "account associations",
+    orders: ["group", "uid", "name", "created_at", "updated_at"],
+    build: buildAccountAssociationWalk,
+    list: (store, q) => store.accountAssociations.list(q),
+    scopes: [
+      everything(),
+      belowFirstRoot(),
+      {
+        label: "visible within the first root (its own association included)",
+        narrow: (f) => ({
+          hierarchy: {},
+          visibleWithin: [f.root],
+          expected: f.records.filter((r) => r.uid === f.root || r.uid.startsWith(`${f.root}/`)),
+        }),
+      },
+    ],
+  });
+  describePagedWalks<GroupInviteRecord, GroupInviteOrder>(getStore, {
+    kind: "group invites",
+    orders: ["uid", "created_at", "expiration_time"],
+    build: buildGroupInviteWalk,
+    list: (store, q) => store.groupInvites.list(q),
     scopes: [everything(), belowFirstRoot()],
   });
 }
@@ -202,145 +232,4 @@ function describePagedWalks<T extends Orderable, TOrder extends string>(getStore
       }
     }
   });
-}
-
-/**
- * 23 groups under three roots, with duplicated names and many equal
- * create and update times, so every order needs the uid tie-break.
- * Returns them in creation order; the first is the root with descendants.
- */
-export function buildPagingTree(store: Store): GroupRecord[] {
-  const seg = hexSegments(7, 16);
-  const rootSeg = hexSegments(11, 40);
-  const names = ["ops", "dev", "ops", "web app", "dev", "ops", "data.lake", "ops"];
-  const times = [1_000, 1_000, 2_000, 1_000, 3_000, 2_000, 1_000];
-  const out: GroupRecord[] = [];
-  const add = (parent: GroupRecord | null) => {
-    const i = out.length;
-    const uid = parent === null ? rootSeg.next().value! : `${parent.uid}/${seg.next().value!}`;
-    const t = times[i % times.length]!;
-    const g = group(uid, parent?.uid ?? null, names[i % names.length]!, { createTime: t, updateTime: t });
-    store.groups.create(g);
-    out.push(g);
-    return g;
-  };
-  const root = add(null);
-  for (let c = 0; c < 4; c++) {
-    const child = add(root);
-    for (let gc = 0; gc < 3; gc++) add(child);
-  }
-  const second = add(null);
-  add(second);
-  add(second);
-  add(null);
-  assert.equal(out.length, 21);
-  add(out[1]!);
-  add(out[17]!);
-  assert.equal(out.length, 23);
-  // Updates give some groups later, partly equal, update times.
-  for (const [i, t] of [
-    [0, 9_000],
-    [3, 9_000],
-    [5, 8_000],
-    [8, 9_000],
-    [13, 8_000],
-    [20, 9_000],
-  ] as const) {
-    out[i] = store.groups.update(out[i]!.uid, { description: `touched ${i}` }, t);
-  }
-  return out;
-}
-
-/**
- * Where the walks put their records: an index into the paging tree, or -1 for
- * root level. Groups 0..16 and 21 lie in the first root; 17..19 and 22 in the
- * second; 20 is the third.
- */
-const OWNERS = [0, 1, -1, 5, 9, 17, 20, 2, 13, -1, 0, 21, 1, -1, 22, 0, 3];
-
-/** Identities in groups across the tree and at root level, both relationship kinds. */
-function buildIdentityWalk(store: Store): WalkFixture<IdentityRecord> {
-  const groups = buildPagingTree(store);
-  const seg = hexSegments(13, 16);
-  const rootSeg = hexSegments(17, 40);
-  const names = ["ci", "deployer", "ci", "Ada Lovelace", "bot", "ci"];
-  const times = [1_000, 2_000, 1_000, 1_000, 3_000];
-  const out: IdentityRecord[] = [];
-  store.transaction(() => {
-    OWNERS.forEach((owner, i) => {
-      const parentUid = owner < 0 ? null : groups[owner]!.uid;
-      const uid = parentUid === null ? rootSeg.next().value! : `${parentUid}/${seg.next().value!}`;
-      const t = times[i % times.length]!;
-      const rec = identity(uid, parentUid, names[i % names.length]!, {
-        relationship: i % 2 === 0 ? CLAIM_MATCH : STATIC_KEYS,
-        email: parentUid === null ? `user${i}@example.com` : "",
-        createTime: t,
-        updateTime: t,
-      });
-      store.identities.create(rec);
-      out.push(rec);
-    });
-    for (const [i, t] of [
-      [0, 9_000],
-      [4, 9_000],
-      [7, 8_000],
-      [13, 9_000],
-    ] as const) {
-      out[i] = store.identities.update(out[i]!.uid, { description: `touched ${i}` }, t);
-    }
-  });
-  return { records: out, root: groups[0]!.uid };
-}
-
-/** Custom roles in groups across the tree, and built-in (root-level) roles. */
-function buildRoleWalk(store: Store): WalkFixture<RoleRecord> {
-  const groups = buildPagingTree(store);
-  const seg = hexSegments(19, 16);
-  const rootSeg = hexSegments(23, 40);
-  const names = ["viewer", "editor", "viewer", "owner", "deployer"];
-  const times = [2_000, 1_000, 1_000, 2_000, 3_000, 1_000];
-  const out: RoleRecord[] = [];
-  store.transaction(() => {
-    OWNERS.forEach((owner, i) => {
-      const parentUid = owner < 0 ? null : groups[owner]!.uid;
-      const uid = parentUid === null ? rootSeg.next().value! : `${parentUid}/${seg.next().value!}`;
-      const t = times[i % times.length]!;
-      const rec = role(uid, parentUid, names[i % names.length]!, [1 + (i % 3), 10 + i], { createTime: t, updateTime: t });
-      store.roles.create(rec);
-      out.push(rec);
-    });
-    for (const [i, t] of [
-      [2, 9_000],
-      [5, 8_000],
-      [10, 9_000],
-      [16, 9_000],
-    ] as const) {
-      out[i] = store.roles.update(out[i]!.uid, { description: `touched ${i}` }, t);
-    }
-  });
-  return { records: out, root: groups[0]!.uid };
-}
-
-/** Bindings at groups across the tree, several per group, with repeated create times. */
-function buildRoleBindingWalk(store: Store): WalkFixture<RoleBindingRecord> {
-  const groups = buildPagingTree(store);
-  const seg = hexSegments(29, 16);
-  const rootSeg = hexSegments(31, 40);
-  const times = [1_000, 2_000, 1_000, 3_000, 1_000, 2_000];
-  const out: RoleBindingRecord[] = [];
-  store.transaction(() => {
-    const people = [0, 1, 2].map((i) => identity(rootSeg.next().value!, null, `person ${i}`));
-    for (const p of people) store.identities.create(p);
-    const roles = [role(rootSeg.next().value!, null, "viewer"), role(`${groups[0]!.uid}/${seg.next().value!}`, groups[0]!.uid, "ops")];
-    for (const r of roles) store.roles.create(r);
-    const at = OWNERS.map((owner) => (owner < 0 ? 4 : owner));
-    const bindings = [...at, 0, 4, 17].map((g, i) =>
-      binding(`${groups[g]!.uid}/${seg.next().value!}`, groups[g]!.uid, people[i % 3]!.uid, roles[i % 2]!.uid, times[i % times.length]!),
-    );
-    // One batch and single creates both build the fixture.
-    store.roleBindings.create(bindings.slice(0, 10));
-    for (const b of bindings.slice(10)) store.roleBindings.create([b]);
-    out.push(...bindings);
-  });
-  return { records: out, root: groups[0]!.uid };
 }

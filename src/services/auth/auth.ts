@@ -4,10 +4,18 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platform/auth/v1/auth_pb.js";
 import { CapabilitySchema, name as capabilityNameOption } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-import { NotFoundError } from "../../domain/errors.js";
-import type { GroupRecord, RoleRecord } from "../../store/store.js";
+import { createFailureLimiter } from "../../auth/rate-limit.js";
+import { NotFoundError, ResourceExhaustedError } from "../../domain/errors.js";
+import { InviteInvalidError, inviteSecretMatches, parseInviteCode } from "../../domain/invite-code.js";
+import { newChildUid } from "../../domain/uidp.js";
+import type { GroupRecord, IdentityRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { groupMessage } from "../iam/groups.js";
 import { identityMessage } from "../iam/identity-messages.js";
+
+/** Failed invite codes a caller may try within the window before it is refused outright. */
+export const INVITE_FAILURE_LIMIT = 10;
+export const INVITE_FAILURE_WINDOW_MS = 10 * 60_000;
 
 /** A capability's human name ("repo.list"), as v1 roles and WhoAmI write it. */
 export function capabilityHumanName(c: number): string {
@@ -31,6 +39,34 @@ function v1Role(r: RoleRecord) {
  */
 export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthService> {
   const { store } = deps;
+  const inviteFailures = createFailureLimiter({ limit: INVITE_FAILURE_LIMIT, windowMs: INVITE_FAILURE_WINDOW_MS, now: deps.now });
+
+  /**
+   * Accepts an invite code for identity: binds the invite's role at its group
+   * (once: an identical binding is not duplicated) and, for a single-use
+   * invite, consumes it in the same transaction. Every refusal is the same
+   * InviteInvalidError.
+   */
+  function acceptInvite(identity: IdentityRecord, code: string): GroupRecord {
+    const parsed = parseInviteCode(code);
+    const invite = parsed ? store.groupInvites.findByKeyId(parsed.keyId) : null;
+    // Compared even without an invite, so an unknown key id costs the same.
+    const matches = parsed !== null && inviteSecretMatches(parsed.secret, invite?.codeHash ?? null);
+    const now = deps.now();
+    if (!invite || !matches || invite.expirationTime <= now) throw new InviteInvalidError();
+    if (invite.email !== "" && invite.email.toLowerCase() !== identity.email.toLowerCase()) throw new InviteInvalidError();
+    return store.transaction(() => {
+      if (invite.singleUse && !store.groupInvites.consume(invite.uid)) throw new InviteInvalidError();
+      const group = store.groups.get(invite.groupUid);
+      if (!group || !store.roles.get(invite.roleUid)) throw new InviteInvalidError();
+      const bound = store.roleBindings.forIdentity(identity.uid).some((b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid);
+      if (!bound) {
+        store.roleBindings.create([{ uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now }]);
+      }
+      return group;
+    });
+  }
+
   return {
     validate(_req, ctx) {
       const principal = principalOf(ctx);
@@ -56,10 +92,18 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       const principal = principalOf(ctx);
       const identity = store.identities.get(principal.subject);
       if (!identity) throw new NotFoundError("identity", principal.subject);
-      // TODO: accept group invite codes (issue 4: GroupInvitesService); until
-      // invites exist no code can be valid.
-      if (req.code !== "") throw new NotFoundError("invite", "code");
-      return { identity: identityMessage(identity), group: undefined };
+      if (req.code === "") return { identity: identityMessage(identity), group: undefined };
+      // Invite codes are guessable only by brute force: cap failures per caller.
+      if (inviteFailures.blocked(identity.uid)) {
+        throw new ResourceExhaustedError("Resource exhausted: too many invalid invite codes; try again later");
+      }
+      try {
+        const group = acceptInvite(identity, req.code);
+        return { identity: identityMessage(identity), group: groupMessage(group) };
+      } catch (err) {
+        if (err instanceof InviteInvalidError) inviteFailures.recordFailure(identity.uid);
+        throw err;
+      }
     },
   };
 }

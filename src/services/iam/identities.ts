@@ -8,6 +8,7 @@ import {
   type Identity,
   type ListIdentitiesResponse,
 } from "../../../gen/platform/iam/v2beta1/identities_pb.js";
+import { requireNoEscalation } from "../../domain/capabilities.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
@@ -113,8 +114,18 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       const fields = fieldsToUpdate(IdentitySchema, input, req.updateMask, UPDATABLE);
       const relFields = UPDATABLE.filter((f) => (f === "claim_match" || f === "static_keys") && fields.has(f));
       // Self-widening: an identity must not rewrite how its own tokens are matched.
-      if (relFields.length > 0 && principalOf(ctx).subject === uid) {
-        throw new PermissionDeniedError("Permission denied: an identity cannot change the relationship of the identity it is authenticated as");
+      if (relFields.length > 0) {
+        const principal = principalOf(ctx);
+        if (principal.subject === uid) {
+          throw new PermissionDeniedError("Permission denied: an identity cannot change the relationship of the identity it is authenticated as");
+        }
+        // Re-pointing which tokens assume an identity hands its role bindings to
+        // their holder: the caller must hold what each binding grants, as if
+        // binding it afresh.
+        for (const binding of store.roleBindings.forIdentity(uid)) {
+          const role = store.roles.get(binding.roleUid);
+          requireNoEscalation(role?.capabilities ?? [], deps.authz.capabilitiesAt(principal, binding.groupUid), binding.groupUid);
+        }
       }
       const violations = checkText(input, fields);
       const changes: IdentityChanges = {};

@@ -4,10 +4,12 @@ import type { SecurityTokenService } from "../../../gen/platform/oidc/v1/sts_pb.
 import { compilePattern, claimsMatch } from "../../domain/claim-match.js";
 import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
 import { requireUidp } from "../../domain/hierarchy.js";
-import { userIdentityUid } from "../../domain/user-identity.js";
+import { newChildUid } from "../../domain/uidp.js";
+import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
 import type { UpstreamClaims } from "../../auth/upstream.js";
-import type { IdentityRecord } from "../../store/store.js";
+import type { IdentityProviderRecord, IdentityRecord } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
+import { roleAppliesAt } from "../iam/role-refs.js";
 
 const BEARER = /^Bearer[ ]+(\S+)$/i;
 
@@ -20,6 +22,12 @@ function upstreamToken(ctx: HandlerContext): string {
 /** One answer for a missing identity and a token that may not assume it, so uids cannot be probed. */
 const cannotAssume = (uid: string) => new PermissionDeniedError(`Permission denied: the token may not assume identity ${uid}`);
 
+/** One answer for a missing provider and a token it does not accept, so provider uids cannot be probed. */
+const cannotSignInThrough = (uid: string) => new PermissionDeniedError(`Permission denied: the token may not sign in through identity provider ${uid}`);
+
+/** The token's audiences as a list. */
+const audiencesOf = (claims: UpstreamClaims) => (Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud]);
+
 /** A person's display name from their ID token, fitted to the name rule. */
 function personName(claims: UpstreamClaims): string {
   const raw = typeof claims.email === "string" ? claims.email.split("@")[0]! : typeof claims.name === "string" ? claims.name : "";
@@ -30,13 +38,25 @@ function personName(claims: UpstreamClaims): string {
 /**
  * SecurityTokenService: exchanges an upstream OIDC token for a one-hour API
  * token (spec §4.8). With `identity` it assumes that identity (claimMatch or
- * staticKeys); without, it signs a person in from a trusted issuer,
- * registering their root-level identity on first sign-in.
+ * staticKeys); with `identity_provider` it signs a person in through that
+ * organization's provider, registering them in its group; with neither, it
+ * signs a person in from a trusted issuer, registering their root-level
+ * identity on first sign-in.
  */
 export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
   const { store } = deps;
 
   async function assume(uid: string, token: string): Promise<IdentityRecord> {
+    try {
+      return await assumeOrThrow(uid, token);
+    } catch (err) {
+      // A token that does not verify gets the same answer as a missing identity.
+      if (err instanceof UnauthenticatedError) throw cannotAssume(uid);
+      throw err;
+    }
+  }
+
+  async function assumeOrThrow(uid: string, token: string): Promise<IdentityRecord> {
     const identity = store.identities.get(uid);
     if (!identity) throw cannotAssume(uid);
     const rel = identity.relationship;
@@ -49,7 +69,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       const k = rel.staticKeys;
       if (k.expirationTime <= deps.now()) throw cannotAssume(uid);
       const claims = await deps.upstream.verifyStatic(token, k.issuerKeys, k.issuer);
-      const auds = Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud];
+      const auds = audiencesOf(claims);
       const wanted = k.audiences.length > 0 ? k.audiences : [deps.urls.auth];
       if (claims.sub !== k.subject || !auds.some((a) => wanted.includes(a))) throw cannotAssume(uid);
     }
@@ -58,18 +78,51 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
 
   async function signIn(token: string): Promise<IdentityRecord> {
     const claims = await deps.upstream.verify(token, (iss) => deps.signIn.issuers.includes(iss));
-    const auds = Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud];
+    const auds = audiencesOf(claims);
     if (!auds.some((a) => deps.signIn.audiences.includes(a))) {
       throw new UnauthenticatedError("Unauthenticated: the ID token's audience is not one this server accepts for sign-in");
     }
-    const uid = userIdentityUid(claims.iss, claims.sub);
+    return register(userIdentityUid(claims.iss, claims.sub), null, claims, () => {});
+  }
+
+  /**
+   * Signs a person in through an organization's identity provider: the ID
+   * token must come from the provider's issuer for its client. On first
+   * sign-in the person is registered in the provider's group and gets its
+   * default role there, in one transaction.
+   */
+  async function signInThrough(providerUid: string, token: string): Promise<IdentityRecord> {
+    const provider = store.identityProviders.get(providerUid);
+    if (!provider) throw cannotSignInThrough(providerUid);
+    let claims: UpstreamClaims;
+    try {
+      claims = await deps.upstream.verify(token, (iss) => iss === provider.oidc.issuer);
+    } catch (err) {
+      if (err instanceof UnauthenticatedError) throw cannotSignInThrough(providerUid);
+      throw err;
+    }
+    if (!audiencesOf(claims).includes(provider.oidc.clientId)) throw cannotSignInThrough(providerUid);
+    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (person) => bindDefaultRole(provider, person));
+  }
+
+  function bindDefaultRole(provider: IdentityProviderRecord, person: IdentityRecord): void {
+    const role = store.roles.get(provider.defaultRole);
+    // The role cannot be deleted while a provider names it; re-checked all the same.
+    if (!role || !roleAppliesAt(role, provider.parentUid)) return;
+    store.roleBindings.create([
+      { uid: newChildUid(provider.parentUid), groupUid: provider.parentUid, identityUid: person.uid, roleUid: role.uid, createTime: person.createTime },
+    ]);
+  }
+
+  /** The person with uid, registered (with onFirstSignIn, in the same transaction) if new. */
+  function register(uid: string, parentUid: string | null, claims: UpstreamClaims, onFirstSignIn: (person: IdentityRecord) => void): IdentityRecord {
     const existing = store.identities.get(uid);
     if (existing) return existing;
     const now = deps.now();
     const verified = claims.email_verified === true && typeof claims.email === "string";
     const person: IdentityRecord = {
       uid,
-      parentUid: null,
+      parentUid,
       name: personName(claims),
       description: "",
       email: verified ? (claims.email as string) : "",
@@ -84,7 +137,10 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       updateTime: now,
     };
     try {
-      store.identities.create(person);
+      store.transaction(() => {
+        store.identities.create(person);
+        onFirstSignIn(person);
+      });
     } catch (err) {
       // Two first sign-ins racing: the other one registered the person.
       const raced = store.identities.get(uid);
@@ -99,10 +155,13 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       const token = upstreamToken(ctx);
       if (req.aud.length === 0) throw invalidField("aud", "Audience must be specified");
       if (!req.aud.every((a) => a === deps.urls.base)) throw invalidField("aud", `must be this API's base URL, ${deps.urls.base}`);
-      if (req.identityProvider !== "") {
-        throw invalidField("identity_provider", "no such identity provider");
+      if (req.identityProvider !== "" && req.identity !== "") {
+        throw invalidField("identity_provider", "cannot be combined with identity");
       }
-      const identity = req.identity !== "" ? await assume(requireUidp("identity", req.identity), token) : await signIn(token);
+      const identity =
+        req.identity !== "" ? await assume(requireUidp("identity", req.identity), token)
+        : req.identityProvider !== "" ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
+        : await signIn(token);
       store.identities.touchLastSeen(identity.uid, deps.now());
       const issued = await deps.tokens.mint(identity.uid);
       return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };

@@ -2,8 +2,11 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import type { Store } from "../store.js";
+import { SqliteAccountAssociationStore } from "./account-associations.js";
+import { SqliteGroupInviteStore } from "./group-invites.js";
 import { SqliteGroupStore, type ChildKind } from "./groups.js";
 import { SqliteIdentityStore } from "./identities.js";
+import { SqliteIdentityProviderStore } from "./identity-providers.js";
 import { SqliteKeyStore } from "./keys.js";
 import { ListRunner } from "./list.js";
 import { migrate } from "./migrations.js";
@@ -21,6 +24,10 @@ const GROUP_CHILD_KINDS: readonly ChildKind[] = [
   { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
   { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
   { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
+  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
+  // The association is the group's own (same uid), not a record below it.
+  { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
+  { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
 ];
 
 /**
@@ -56,6 +63,9 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     identities: new SqliteIdentityStore(db, lists, authzChanged),
     roles: new SqliteRoleStore(db, lists, authzChanged),
     roleBindings: new SqliteRoleBindingStore(db, lists, authzChanged),
+    identityProviders: new SqliteIdentityProviderStore(db, lists),
+    accountAssociations: new SqliteAccountAssociationStore(db, lists),
+    groupInvites: new SqliteGroupInviteStore(db, lists),
     keys: new SqliteKeyStore(db),
     authzVersion: () => authzVersion,
     transaction(fn) {

@@ -83,6 +83,59 @@ const MIGRATIONS: readonly string[] = [
     create_time INTEGER NOT NULL
   ) STRICT;
   `,
+  // 3: identity providers, account associations and group invites. A role
+  // that is an identity provider's default cannot go (RESTRICT, checked first
+  // to name the kind); an invite whose role goes disappears with it.
+  `
+  CREATE TABLE identity_providers (
+    uid TEXT PRIMARY KEY,
+    parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    default_role TEXT NOT NULL REFERENCES roles(uid) ON DELETE RESTRICT,
+    oidc TEXT NOT NULL,
+    create_time INTEGER NOT NULL,
+    update_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX identity_providers_parent ON identity_providers(parent_uid, uid);
+  CREATE INDEX identity_providers_name ON identity_providers(name, uid);
+  CREATE INDEX identity_providers_create_time ON identity_providers(create_time, uid);
+  CREATE INDEX identity_providers_update_time ON identity_providers(update_time, uid);
+  CREATE INDEX identity_providers_default_role ON identity_providers(default_role);
+
+  -- The association's uid is its group's uid (one per group). parent_uid copies
+  -- the group's parent (NULL for an organization) so the hierarchy filters work
+  -- as on every other table; groups never move, so the copy cannot go stale.
+  CREATE TABLE account_associations (
+    uid TEXT PRIMARY KEY REFERENCES groups(uid) ON DELETE RESTRICT,
+    parent_uid TEXT,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    providers TEXT NOT NULL DEFAULT '{}',
+    create_time INTEGER NOT NULL,
+    update_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX account_associations_parent ON account_associations(parent_uid, uid);
+  CREATE INDEX account_associations_name ON account_associations(name, uid);
+  CREATE INDEX account_associations_create_time ON account_associations(create_time, uid);
+  CREATE INDEX account_associations_update_time ON account_associations(update_time, uid);
+
+  CREATE TABLE group_invites (
+    uid TEXT PRIMARY KEY,
+    parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    role_uid TEXT NOT NULL REFERENCES roles(uid) ON DELETE CASCADE,
+    email TEXT NOT NULL DEFAULT '',
+    expiration_time INTEGER NOT NULL,
+    single_use INTEGER NOT NULL DEFAULT 0,
+    key_id TEXT NOT NULL UNIQUE,
+    code_hash TEXT NOT NULL,
+    create_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX group_invites_parent ON group_invites(parent_uid, uid);
+  CREATE INDEX group_invites_role ON group_invites(role_uid);
+  CREATE INDEX group_invites_create_time ON group_invites(create_time, uid);
+  CREATE INDEX group_invites_expiration_time ON group_invites(expiration_time, uid);
+  `,
 ];
 
 /** Brings the database schema up to date inside one transaction per step. */

@@ -38,13 +38,27 @@ function normalized(capabilities: readonly number[]): number[] {
   return [...new Set(capabilities)].sort((a, b) => a - b);
 }
 
-/** RoleStore over SQLite; a role in use by a role binding cannot be deleted. */
+/** Kinds of record that use a role and block its deletion, in the order they are checked. */
+const ROLE_USES: readonly { label: string; existsSql: string; detail: string }[] = [
+  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE role_uid = ? LIMIT 1", detail: "delete them first" },
+  {
+    label: "identity providers",
+    existsSql: "SELECT 1 FROM identity_providers WHERE default_role = ? LIMIT 1",
+    detail: "give them another default role or delete them first",
+  },
+];
+
+/**
+ * RoleStore over SQLite. A role used by a role binding, or as an identity
+ * provider's default role, cannot be deleted; the group invites that grant it
+ * go with it (FK cascade).
+ */
 export class SqliteRoleStore implements RoleStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
   private readonly updateStmt: Statement;
-  private readonly boundStmt: Statement;
+  private readonly useChecks: { label: string; detail: string; stmt: Statement }[];
   private readonly deleteStmt: Statement;
 
   constructor(
@@ -62,7 +76,7 @@ export class SqliteRoleStore implements RoleStore {
       `UPDATE roles SET name = @name, description = @description, capabilities = @capabilities,
          update_time = @updateTime WHERE uid = @uid`,
     );
-    this.boundStmt = db.prepare("SELECT 1 FROM role_bindings WHERE role_uid = ? LIMIT 1");
+    this.useChecks = ROLE_USES.map((u) => ({ label: u.label, detail: u.detail, stmt: db.prepare(u.existsSql) }));
     this.deleteStmt = db.prepare("DELETE FROM roles WHERE uid = ?");
   }
 
@@ -110,17 +124,20 @@ export class SqliteRoleStore implements RoleStore {
   delete(uid: string): void {
     this.db.transaction(() => {
       if (!this.getStmt.get(uid)) throw new NotFoundError("role", uid);
-      if (this.boundStmt.get(uid)) {
-        throw new FailedPreconditionError([
-          {
-            type: "ROLE_IN_USE",
-            subject: uid,
-            description: "the role is used by role bindings; delete them first",
-          },
-        ]);
+      for (const check of this.useChecks) {
+        if (check.stmt.get(uid)) {
+          throw new FailedPreconditionError([
+            {
+              type: "ROLE_IN_USE",
+              subject: uid,
+              description: `the role is used by ${check.label}; ${check.detail}`,
+            },
+          ]);
+        }
       }
       this.deleteStmt.run(uid);
       this.lists.touched(TABLE.table);
+      this.lists.touched("group_invites");
       this.authzChanged();
     })();
   }

@@ -1,0 +1,130 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import {
+  GroupInviteRoleSchema,
+  GroupInviteSchema,
+  type GroupInvite,
+  type GroupInvitesService,
+  type ListGroupInvitesResponse,
+} from "../../../gen/platform/iam/v2beta1/group_invites_pb.js";
+import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { newInviteCode } from "../../domain/invite-code.js";
+import { isUidp, newChildUid } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, RoleRecord, Store } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+import { grantableRole } from "./role-refs.js";
+
+const PAGING: PagingSpec<GroupInviteOrder> = {
+  orderFields: ["uid", "created_at", "expiration_time"],
+  defaultOrder: "created_at desc",
+};
+/** The longest an invite may last. */
+export const MAX_INVITE_TTL_MS = 30 * 24 * 3600 * 1000;
+/** A plausible address: one "@", a dot in the domain, no spaces; at most 254 characters. */
+const EMAIL = /^[^\s@]{1,64}@[^\s@.]+(?:\.[^\s@.]+)+$/;
+
+/**
+ * The API shape of a stored invite: its role hydrated (absent when the role
+ * is gone), code "" unless this is the Create response that reveals it once.
+ */
+export function groupInviteMessage(i: GroupInviteRecord, role: RoleRecord | null, code = ""): GroupInvite {
+  return create(GroupInviteSchema, {
+    uid: i.uid,
+    roleUid: i.roleUid,
+    role: role ? create(GroupInviteRoleSchema, { uid: role.uid, name: role.name, description: role.description, capabilities: role.capabilities as Capability[] }) : undefined,
+    email: i.email,
+    expirationTime: timestampFromMs(i.expirationTime),
+    singleUse: i.singleUse,
+    code,
+    keyId: i.keyId,
+    createTime: timestampFromMs(i.createTime),
+  });
+}
+
+/** The keyset position of an invite in a given order. */
+export function groupInviteCursor(i: GroupInviteRecord, field: GroupInviteOrder) {
+  const key = field === "created_at" ? i.createTime : field === "expiration_time" ? i.expirationTime : i.uid;
+  return { key, uid: i.uid };
+}
+
+/** The ttl in milliseconds, or the violation. */
+function ttlOf(ttl: Duration | undefined): number | FieldViolation {
+  if (!ttl) return { field: "ttl", description: "is required" };
+  const ms = Number(ttl.seconds) * 1000 + Math.trunc(ttl.nanos / 1e6);
+  if (!(ms > 0) || ttl.nanos < 0) return { field: "ttl", description: "must be positive" };
+  if (ms > MAX_INVITE_TTL_MS) return { field: "ttl", description: "must be at most 30 days (2592000s)" };
+  return ms;
+}
+
+/** Looks each invite's role up once per response. */
+function roleLookup(store: Store): (uid: string) => RoleRecord | null {
+  const seen = new Map<string, RoleRecord | null>();
+  return (uid) => {
+    if (!seen.has(uid)) seen.set(uid, store.roles.get(uid));
+    return seen.get(uid)!;
+  };
+}
+
+/** GroupInvitesService: codes that let someone join a group with a role (contract §8). No Update. */
+export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof GroupInvitesService> {
+  const { store } = deps;
+  return {
+    createGroupInvite(req, ctx) {
+      const parent = requireUidp("parent", req.parent);
+      const input = req.groupInvite ?? create(GroupInviteSchema);
+      const violations: FieldViolation[] = [];
+      if (!isUidp(input.roleUid)) violations.push({ field: "role_uid", description: input.roleUid === "" ? "is required" : "must be a role uid" });
+      const ttl = ttlOf(input.ttl);
+      if (typeof ttl !== "number") violations.push(ttl);
+      if (input.email !== "" && (input.email.length > 254 || !EMAIL.test(input.email))) violations.push({ field: "email", description: "must be an email address" });
+      if (violations.length > 0 || typeof ttl !== "number") throw new InvalidArgumentError(violations);
+      // An invite is a future role binding: the same reference and no-escalation rules.
+      const role = grantableRole(store, deps.authz, principalOf(ctx), input.roleUid, parent);
+      const now = deps.now();
+      const code = newInviteCode();
+      const record: GroupInviteRecord = {
+        uid: newChildUid(parent),
+        groupUid: parent,
+        roleUid: role.uid,
+        email: input.email,
+        expirationTime: now + ttl,
+        singleUse: input.singleUse,
+        keyId: code.keyId,
+        codeHash: code.codeHash,
+        createTime: now,
+      };
+      store.groupInvites.create(record);
+      return groupInviteMessage(record, role, code.code);
+    },
+
+    getGroupInvite(req) {
+      const uid = requireUidp("uid", req.uid);
+      const invite = store.groupInvites.get(uid);
+      if (!invite) throw new NotFoundError("group invite", uid);
+      return groupInviteMessage(invite, store.roles.get(invite.roleUid));
+    },
+
+    listGroupInvites(req, ctx): ListGroupInvitesResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      const filter: GroupInviteFilter = req.keyId === "" ? {} : { keyId: req.keyId };
+      const plan = planPage(req, PAGING, deps.pageTokens, ["groupInvites", hierarchy, filter]);
+      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUP_INVITES_LIST);
+      const result = store.groupInvites.list({ hierarchy, filter, ...plan, visibleWithin });
+      const roleOf = roleLookup(store);
+      return {
+        $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse",
+        groupInvites: result.items.map((i) => groupInviteMessage(i, roleOf(i.roleUid))),
+        ...pageEnvelope(plan, result, groupInviteCursor, deps.pageTokens),
+      };
+    },
+
+    deleteGroupInvite(req) {
+      store.groupInvites.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+  };
+}

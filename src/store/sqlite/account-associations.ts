@@ -1,0 +1,114 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type {
+  AccountAssociationChanges,
+  AccountAssociationFilter,
+  AccountAssociationOrder,
+  AccountAssociationRecord,
+  AccountAssociationStore,
+  AccountProviders,
+  ListQuery,
+  ListResult,
+} from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+// The association's uid is its group's: ordering by "group" is ordering by uid,
+// and parent_uid (the group's parent) makes the hierarchy filters work as elsewhere.
+const TABLE: ListableTable<AccountAssociationOrder> = {
+  table: "account_associations",
+  select: "uid, name, description, providers, create_time, update_time",
+  orderColumns: { group: "uid", uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+
+interface AccountAssociationRow {
+  uid: string;
+  name: string;
+  description: string;
+  providers: string;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: AccountAssociationRow): AccountAssociationRecord {
+  return {
+    uid: row.uid,
+    name: row.name,
+    description: row.description,
+    providers: JSON.parse(row.providers) as AccountProviders,
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** AccountAssociationStore over SQLite: at most one association per group, keyed by the group's uid. */
+export class SqliteAccountAssociationStore implements AccountAssociationStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly groupParentStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly deleteStmt: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO account_associations (uid, parent_uid, name, description, providers, create_time, update_time)
+       VALUES (@uid, @parentUid, @name, @description, @providers, @createTime, @updateTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM account_associations WHERE uid = ?`);
+    this.groupParentStmt = db.prepare("SELECT parent_uid FROM groups WHERE uid = ?");
+    this.updateStmt = db.prepare(
+      `UPDATE account_associations SET name = @name, description = @description, providers = @providers,
+         update_time = @updateTime WHERE uid = @uid`,
+    );
+    this.deleteStmt = db.prepare("DELETE FROM account_associations WHERE uid = ?");
+  }
+
+  create(association: AccountAssociationRecord): void {
+    const owner = this.groupParentStmt.get(association.uid) as { parent_uid: string | null } | undefined;
+    if (!owner) throw new NotFoundError("group", association.uid);
+    if (this.getStmt.get(association.uid)) throw new AlreadyExistsError("account association", association.uid);
+    this.insertStmt.run({
+      ...association,
+      parentUid: owner.parent_uid,
+      providers: JSON.stringify(association.providers),
+    });
+    this.lists.touched(TABLE.table);
+  }
+
+  get(uid: string): AccountAssociationRecord | null {
+    const row = this.getStmt.get(uid) as AccountAssociationRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<AccountAssociationFilter, AccountAssociationOrder>): ListResult<AccountAssociationRecord> {
+    const filters: Clause[] = [];
+    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as AccountAssociationRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  update(uid: string, changes: AccountAssociationChanges, updateTime: number): AccountAssociationRecord {
+    return this.db.transaction(() => {
+      const current = this.get(uid);
+      if (!current) throw new NotFoundError("account association", uid);
+      const next: AccountAssociationRecord = { ...current, ...changes, updateTime };
+      this.updateStmt.run({
+        uid,
+        name: next.name,
+        description: next.description,
+        providers: JSON.stringify(next.providers),
+        updateTime,
+      });
+      this.lists.touched(TABLE.table);
+      return next;
+    })();
+  }
+
+  delete(uid: string): boolean {
+    const deleted = this.deleteStmt.run(uid).changes > 0;
+    if (deleted) this.lists.touched(TABLE.table);
+    return deleted;
+  }
+}

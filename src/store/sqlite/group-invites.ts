@@ -1,0 +1,106 @@
+import type { Database, Statement } from "better-sqlite3";
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type {
+  GroupInviteFilter,
+  GroupInviteOrder,
+  GroupInviteRecord,
+  GroupInviteStore,
+  ListQuery,
+  ListResult,
+} from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+// parent_uid is the invite's group: the hierarchy filters work on it as on any table.
+const TABLE: ListableTable<GroupInviteOrder> = {
+  table: "group_invites",
+  select: "uid, parent_uid, role_uid, email, expiration_time, single_use, key_id, code_hash, create_time",
+  orderColumns: { uid: "uid", created_at: "create_time", expiration_time: "expiration_time" },
+};
+
+interface GroupInviteRow {
+  uid: string;
+  parent_uid: string;
+  role_uid: string;
+  email: string;
+  expiration_time: number;
+  single_use: number;
+  key_id: string;
+  code_hash: string;
+  create_time: number;
+}
+
+function toRecord(row: GroupInviteRow): GroupInviteRecord {
+  return {
+    uid: row.uid,
+    groupUid: row.parent_uid,
+    roleUid: row.role_uid,
+    email: row.email,
+    expirationTime: row.expiration_time,
+    singleUse: row.single_use === 1,
+    keyId: row.key_id,
+    codeHash: row.code_hash,
+    createTime: row.create_time,
+  };
+}
+
+/** GroupInviteStore over SQLite; an invite goes with its role (FK cascade). */
+export class SqliteGroupInviteStore implements GroupInviteStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly byKeyIdStmt: Statement;
+  private readonly groupExistsStmt: Statement;
+  private readonly roleExistsStmt: Statement;
+  private readonly deleteStmt: Statement;
+
+  constructor(
+    db: Database,
+    private readonly lists: ListRunner,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO group_invites (uid, parent_uid, role_uid, email, expiration_time, single_use, key_id, code_hash, create_time)
+       VALUES (@uid, @groupUid, @roleUid, @email, @expirationTime, @singleUse, @keyId, @codeHash, @createTime)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM group_invites WHERE uid = ?`);
+    this.byKeyIdStmt = db.prepare(`SELECT ${TABLE.select} FROM group_invites WHERE key_id = ?`);
+    this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
+    this.roleExistsStmt = db.prepare("SELECT 1 FROM roles WHERE uid = ?");
+    this.deleteStmt = db.prepare("DELETE FROM group_invites WHERE uid = ?");
+  }
+
+  create(invite: GroupInviteRecord): void {
+    if (!this.groupExistsStmt.get(invite.groupUid)) throw new NotFoundError("group", invite.groupUid);
+    if (!this.roleExistsStmt.get(invite.roleUid)) throw new NotFoundError("role", invite.roleUid);
+    if (this.getStmt.get(invite.uid)) throw new AlreadyExistsError("group invite", invite.uid);
+    // The key id is public (every invite shows it), so naming it in the error reveals nothing.
+    if (this.byKeyIdStmt.get(invite.keyId)) throw new AlreadyExistsError("group invite key", invite.keyId);
+    this.insertStmt.run({ ...invite, singleUse: invite.singleUse ? 1 : 0 });
+    this.lists.touched(TABLE.table);
+  }
+
+  get(uid: string): GroupInviteRecord | null {
+    const row = this.getStmt.get(uid) as GroupInviteRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  findByKeyId(keyId: string): GroupInviteRecord | null {
+    const row = this.byKeyIdStmt.get(keyId) as GroupInviteRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<GroupInviteFilter, GroupInviteOrder>): ListResult<GroupInviteRecord> {
+    const filters: Clause[] = [];
+    if (query.filter.keyId !== undefined) filters.push({ sql: "t.key_id = ?", params: [query.filter.keyId] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as GroupInviteRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  delete(uid: string): void {
+    if (!this.consume(uid)) throw new NotFoundError("group invite", uid);
+  }
+
+  consume(uid: string): boolean {
+    const deleted = this.deleteStmt.run(uid).changes > 0;
+    if (deleted) this.lists.touched(TABLE.table);
+    return deleted;
+  }
+}
