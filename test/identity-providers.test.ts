@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
