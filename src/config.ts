@@ -20,6 +20,8 @@ export interface Config {
   userIssuers: string[];
   /** Audiences a sign-in ID token must carry one of (PLATFORM_USER_AUDIENCES; default: the auth URL). */
   userAudiences: string[];
+  /** Browser origins allowed to call the API (PLATFORM_CORS_ORIGINS; "*" for any; default none). */
+  corsOrigins: string[];
 }
 
 /** Thrown when the environment holds invalid settings; lists every problem. */
@@ -74,6 +76,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (!/^https?:\/\/[^\s]+$/.test(issuer)) problems.push(`PLATFORM_USER_ISSUERS: ${issuer} is not an http(s) URL`);
   }
   const userAudiences = list(env.PLATFORM_USER_AUDIENCES);
+  const corsOrigins = list(env.PLATFORM_CORS_ORIGINS);
+  for (const origin of corsOrigins) {
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`PLATFORM_CORS_ORIGINS: ${origin} is not an origin like https://app.example.com (or *)`);
+  }
   const config: Config = {
     port,
     host: env.HOST ?? "0.0.0.0",
@@ -84,6 +90,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     shutdownGraceMs: integer(env, "PLATFORM_SHUTDOWN_GRACE_MS", 10_000, 0, 600_000, problems),
     userIssuers,
     userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
+    corsOrigins,
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -56,12 +56,16 @@ export class TokenService {
     readonly issuer: string,
     readonly audience: string,
     private readonly now: () => number,
+    private readonly onCache: (hit: boolean) => void,
   ) {}
 
   /** Loads the keys, creating the first one on first start. */
-  static async open(keys: KeyStore, opts: { issuer: string; audience: string; now?: () => number }): Promise<TokenService> {
+  static async open(
+    keys: KeyStore,
+    opts: { issuer: string; audience: string; now?: () => number; onCache?: (hit: boolean) => void },
+  ): Promise<TokenService> {
     if (keys.signingKeys().length === 0) await addSigningKey(keys);
-    const service = new TokenService(keys, opts.issuer, opts.audience, opts.now ?? Date.now);
+    const service = new TokenService(keys, opts.issuer, opts.audience, opts.now ?? Date.now, opts.onCache ?? (() => {}));
     await service.reload();
     return service;
   }
@@ -104,9 +108,13 @@ export class TokenService {
     const now = this.now();
     const hit = this.verified.get(token);
     if (hit) {
-      if (hit.expiresAt > now - CLOCK_TOLERANCE * 1000) return hit;
+      if (hit.expiresAt > now - CLOCK_TOLERANCE * 1000) {
+        this.onCache(true);
+        return hit;
+      }
       this.verified.delete(token);
     }
+    this.onCache(false);
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, (header) => this.keyFor(header.kid), {

@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { create, createRegistry, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type * as grpc from "@grpc/grpc-js";
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -22,18 +23,26 @@ import { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
 import { clientErrorHandler } from "./client-errors.js";
+import { installDocs } from "./docs.js";
+import { openApiDocument } from "./openapi.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
 import { HealthState, ServingStatus } from "./health.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
 import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError } from "./rest-transcoder.js";
-import { wrapService, type WrappedService } from "./wrap.js";
+import { installCors } from "./cors.js";
+import { loggerOptions } from "./logging.js";
+import { instrumentStore, Metrics } from "./metrics.js";
+import { nextRequestId, requestIdFrom } from "./request-id.js";
+import { requestIdKey, wrapService, type CallObserver, type WrappedService } from "./wrap.js";
 
 /** What a running server needs from its caller. */
 export interface ServerOptions {
   config: Config;
   store: Store;
   timeouts?: OnePortTimeouts;
+  /** Where log lines go instead of stdout (tests read them). */
+  logStream?: NodeJS.WritableStream;
   /** Wraps the bearer-token authenticator (tests use it to hold calls in flight). */
   decorateAuthenticator?: (inner: Authenticator) => Authenticator;
   /** Milliseconds since the epoch; injectable for tests. */
@@ -62,14 +71,22 @@ export interface RunningServer {
 }
 
 const BODY_LIMIT = 1024 * 1024;
+const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 /** Builds every part and starts listening on the one port. */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
-  const { config, store } = opts;
+  const { config } = opts;
+  const metrics = new Metrics();
+  const store = instrumentStore(opts.store, metrics);
   const now = opts.now ?? Date.now;
   const pageTokens = new PageTokenSealer(store.keys.secret("page-token-key", () => randomBytes(32)), now);
   seedBuiltinRoles(store, now());
-  const tokens = await TokenService.open(store.keys, { issuer: config.authUrl, audience: config.baseUrl, now });
+  const tokens = await TokenService.open(store.keys, {
+    issuer: config.authUrl,
+    audience: config.baseUrl,
+    now,
+    onCache: (hit) => metrics.tokenCache.inc({ result: hit ? "hit" : "miss" }),
+  });
   const admin = adminSubject(store.keys);
   const bearer = createBearerAuthenticator(tokens, admin);
   const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
@@ -88,7 +105,20 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     urls: { base: config.baseUrl, auth: config.authUrl },
     signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
   };
-  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, onInternalError }));
+  // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
+  const observer: CallObserver = {
+    started: (protocol) => metrics.inFlight.inc({ protocol }),
+    finished(call) {
+      metrics.inFlight.dec({ protocol: call.protocol });
+      metrics.requests.inc({ service: call.service, method: call.method, protocol: call.protocol, code: call.code });
+      metrics.latency.observe({ service: call.service, method: call.method, protocol: call.protocol }, call.durationMs / 1000);
+      app.log.info(
+        { reqId: call.requestId, principal: call.principal, rpc: `${call.service}/${call.method}`, protocol: call.protocol, code: call.code, durationMs: Math.round(call.durationMs * 100) / 100 },
+        "rpc",
+      );
+    },
+  };
+  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, onInternalError, observer }));
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
@@ -101,7 +131,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 
   let front: OnePortServer | undefined;
   const app: FastifyInstance = Fastify({
-    logger: { level: config.logLevel },
+    logger: loggerOptions(config.logLevel, opts.logStream),
+    // Calls are logged once each, by the wrapper, on every protocol.
+    logController: new LogController({ disableRequestLogging: true }),
+    genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
     clientErrorHandler,
@@ -110,12 +143,19 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
     },
   });
+  app.addHook("onRequest", async (req, reply) => {
+    reply.header("x-request-id", req.id);
+  });
+  installCors(app, config.corsOrigins);
   installRest(app, transcoder);
   await app.register(fastifyConnectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
+    contextValues: (req) => createContextValues().set(requestIdKey, String((req as unknown as { id?: string }).id ?? nextRequestId())),
     shutdownTimeoutMs: config.shutdownGraceMs,
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
+  app.get("/metrics", async (_req, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()));
+  installDocs(app, openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }));
   app.get("/.well-known/openid-configuration", async (_req, reply) =>
     reply.header("cache-control", "public, max-age=300").send({
       issuer: config.authUrl,
@@ -258,6 +298,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
         const controller = new AbortController();
         req.raw.once("close", () => controller.abort());
         const res = await transcoder.handle({
+          requestId: req.id,
           method: req.method,
           url: req.url,
           headers: fetchHeaders(req),

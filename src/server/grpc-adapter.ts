@@ -1,10 +1,10 @@
 import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
-import type { ConnectError} from "@connectrpc/connect";
-import { createHandlerContext } from "@connectrpc/connect";
+import { createContextValues, createHandlerContext, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { invalidField } from "../domain/errors.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
-import { errorDomainOf, type WrappedService } from "./wrap.js";
+import { requestIdFrom } from "./request-id.js";
+import { errorDomainOf, requestIdKey, type WrappedService } from "./wrap.js";
 
 /** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
 const UNDECODABLE = Symbol("undecodable");
@@ -86,6 +86,7 @@ export function grpcService(
         fail(invalidField("request", "is not a valid protobuf encoding of " + method.input.typeName));
         return;
       }
+      const requestId = requestIdFrom(call.metadata.get("x-request-id")[0] as string | undefined);
       const deadline = call.getDeadline();
       const timeoutMs = deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
       const ctx = createHandlerContext({
@@ -97,7 +98,11 @@ export function grpcService(
         requestHeader: metadataHeaders(call.metadata),
         requestSignal: abort.signal,
         timeoutMs,
+        contextValues: createContextValues().set(requestIdKey, requestId),
       });
+      const headers = new grpc.Metadata();
+      headers.set("x-request-id", requestId);
+      call.sendMetadata(headers);
       handler(call.request, ctx).then((result) => {
         finished = true;
         callback(null, asMessage(method.output, result));

@@ -28,6 +28,8 @@ export interface CompiledTemplate {
   literalLength: number;
   /** The first two literal segments, e.g. "/iam/v2beta1", used to bucket routes; null if fewer. */
   prefix: string | null;
+  /** True when the last variable is "{x=**}" and may match zero segments. */
+  optionalTrailing: boolean;
 }
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
@@ -76,6 +78,7 @@ export function compileTemplate(template: string): CompiledTemplate {
   let literalLength = 0;
   const prefixParts: string[] = [];
   let inPrefix = true;
+  let optionalTrailing = false;
   segments.forEach((segment, i) => {
     const isLast = i === segments.length - 1;
     if (segment.startsWith("{")) {
@@ -91,6 +94,7 @@ export function compileTemplate(template: string): CompiledTemplate {
       // A trailing "{x=**}" may match zero segments, as grpc-gateway allows:
       // POST /iam/v2beta1/groups reaches CreateGroup with an empty parent.
       if (isLast && pattern === "**" && i > 0) {
+        optionalTrailing = true;
         parts.push(`(?:/(${body}))?`);
       } else {
         parts.push(`${i > 0 ? "/" : ""}(${body})`);
@@ -104,7 +108,7 @@ export function compileTemplate(template: string): CompiledTemplate {
   });
   if (verb !== null) literalLength += verb.length;
   const regex = new RegExp(`^/${parts.join("")}${verb === null ? "" : `:${escape(verb)}`}$`);
-  return { source: template, regex, variables, verb, literalLength, prefix: prefixParts.length >= 2 ? `/${prefixParts.slice(0, 2).join("/")}` : null };
+  return { source: template, regex, variables, verb, literalLength, prefix: prefixParts.length >= 2 ? `/${prefixParts.slice(0, 2).join("/")}` : null, optionalTrailing };
 }
 
 /**

@@ -5,11 +5,12 @@ import {
   type DescField,
   type DescMessage,
   type DescMethod,
+  type DescService,
   type JsonObject,
   type JsonValue,
   type Registry,
 } from "@bufbuild/protobuf";
-import { createHandlerContext } from "@connectrpc/connect";
+import { createContextValues, createHandlerContext } from "@connectrpc/connect";
 import { http } from "../../gen/google/api/annotations_pb.js";
 import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
 import type { HttpRule } from "../../gen/google/api/http_pb.js";
@@ -17,13 +18,33 @@ import { InvalidArgumentError, invalidField } from "../domain/errors.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { responseJson } from "./json.js";
 import { toConnectError } from "./errors.js";
-import { errorDomainOf, type UnaryHandler, type WrappedService } from "./wrap.js";
+import { errorDomainOf, requestIdKey, type UnaryHandler, type WrappedService } from "./wrap.js";
 
 /** How one query parameter maps onto the request message. */
 interface QueryField {
   /** JSON names from the request message down to the field. */
   jsonPath: string[];
+  /** The dotted proto-name path, e.g. "uidp.descendants_of". */
+  protoPath: string;
   field: DescField;
+}
+
+/** One REST operation, as the OpenAPI generator describes it. */
+export interface RestOperation {
+  method: string;
+  /** The google.api.http template, e.g. /iam/v2beta1/groups/{uid=**}. */
+  path: string;
+  /** "package.Service.Method". */
+  rpc: string;
+  service: DescService;
+  descriptor: DescMethod;
+  /** "" (no body), "*" or the request field carried as the body. */
+  body: string;
+  variables: { name: string; multiSegment: boolean }[];
+  /** True when a trailing {x=**} may also match zero segments. */
+  optionalTrailing: boolean;
+  /** Query parameters by dotted proto name. */
+  queryParams: string[];
 }
 
 /** One REST binding of one method. */
@@ -56,6 +77,8 @@ export interface RestRequest {
   /** Parsed JSON body, or URLSearchParams for a form body, or undefined. */
   body: unknown;
   signal?: AbortSignal;
+  /** Carried to the handler (requestIdKey) for logs. */
+  requestId: string;
 }
 
 const SCALAR_JSON_NUMBER = new Set([ScalarType.INT32, ScalarType.UINT32, ScalarType.SINT32, ScalarType.FIXED32, ScalarType.SFIXED32]);
@@ -92,7 +115,7 @@ function queryFields(message: DescMessage, excluded: Set<string>, prefix: { prot
     const jsonPath = [...prefix.json, field.jsonName];
     const isLeafMessage = field.fieldKind === "message" && STRING_FORM_MESSAGES.has(field.message.typeName);
     if (field.fieldKind === "scalar" || field.fieldKind === "enum" || isLeafMessage || (field.fieldKind === "list" && field.listKind !== "message")) {
-      const entry = { jsonPath, field };
+      const entry = { jsonPath, protoPath: protoPath.join("."), field };
       out.set(protoPath.join("."), entry);
       out.set(jsonPath.join("."), entry);
     } else if (field.fieldKind === "message") {
@@ -146,8 +169,8 @@ function queryValue(name: string, raw: string, field: DescField): JsonValue {
 export class RestTranscoder {
   private readonly buckets = new Map<string, Route[]>();
   private readonly unbucketed: Route[] = [];
-  /** Every (HTTP method, template) served, for the OpenAPI comparison. */
-  readonly operations: { method: string; path: string; rpc: string }[] = [];
+  /** Every REST operation served: the source of the OpenAPI document. */
+  readonly operations: RestOperation[] = [];
 
   constructor(services: readonly WrappedService[], private readonly registry: Registry) {
     for (const svc of services) {
@@ -185,7 +208,18 @@ export class RestTranscoder {
       list.push(route);
       this.buckets.set(key, list);
     }
-    this.operations.push({ method: binding.method, path: binding.path, rpc: `${svc.service.typeName}.${method.name}` });
+    const queryParams = [...new Set([...query.values()].map((q) => q.protoPath))];
+    this.operations.push({
+      method: binding.method,
+      path: binding.path,
+      rpc: `${svc.service.typeName}.${method.name}`,
+      service: svc.service,
+      descriptor: method,
+      body: binding.body,
+      variables: template.variables.map((v) => ({ name: v.fieldPath.join("."), multiSegment: v.multiSegment })),
+      optionalTrailing: template.optionalTrailing,
+      queryParams,
+    });
   }
 
   private match(method: string, path: string): { route: Route; groups: string[] } | null {
@@ -238,6 +272,7 @@ export class RestTranscoder {
       url: req.url,
       requestHeader: req.headers,
       requestSignal: req.signal,
+      contextValues: createContextValues().set(requestIdKey, req.requestId),
     });
     const result = await route.handler(request, ctx);
     return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.responseHeader };

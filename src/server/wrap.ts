@@ -1,5 +1,5 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
+import { Code, createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Authenticator } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
@@ -24,10 +24,33 @@ export interface WrappedService {
   handlers: Record<string, UnaryHandler>;
 }
 
+/** Context value carrying the request id, set by each entry point (REST, Connect, gRPC). */
+export const requestIdKey = createContextKey<string>("", { description: "request id" });
+
+/** What one finished call looked like, for metrics and the access log. */
+export interface CallRecord {
+  service: string;
+  method: string;
+  protocol: string;
+  /** The gRPC status code name, e.g. "ok", "not_found". */
+  code: string;
+  durationMs: number;
+  /** The caller's identity uid, "" before authentication succeeded. */
+  principal: string;
+  requestId: string;
+}
+
+/** Sees every call start and finish. */
+export interface CallObserver {
+  started(protocol: string): void;
+  finished(call: CallRecord): void;
+}
+
 /** Options shared by every wrapped method. */
 export interface WrapOptions {
   authenticator: Authenticator;
   authorizer: Authorizer;
+  observer?: CallObserver;
   onInternalError?: InternalErrorSink;
 }
 
@@ -64,7 +87,11 @@ function wrapMethod(
 ): UnaryHandler {
   if (method.methodKind !== "unary") throw new Error(`${method.name}: only unary methods are wrapped`);
   const rule = methodRule(method);
+  const service = method.parent.typeName;
   return async (request, context) => {
+    const start = performance.now();
+    opts.observer?.started(context.protocolName);
+    let code: Code | 0 = 0;
     try {
       if (rule.mode === "enabled") {
         const principal = await opts.authenticator.authenticate(context.requestHeader);
@@ -73,7 +100,19 @@ function wrapMethod(
       }
       return await impl(request, context);
     } catch (err) {
-      throw toConnectError(err, domain, opts.onInternalError);
+      const mapped = toConnectError(err, domain, opts.onInternalError);
+      code = mapped.code;
+      throw mapped;
+    } finally {
+      opts.observer?.finished({
+        service,
+        method: method.name,
+        protocol: context.protocolName,
+        code: codeName(code),
+        durationMs: performance.now() - start,
+        principal: context.values.get(principalKey)?.subject ?? "",
+        requestId: context.values.get(requestIdKey),
+      });
     }
   };
 }
@@ -83,4 +122,9 @@ function scopeOf(rule: Extract<MethodRule, { mode: "enabled" }>, request: unknow
   let value: unknown = request;
   for (const key of rule.scopePath!) value = (value as Record<string, unknown> | undefined)?.[key];
   return requireUidp(rule.scopeField!, typeof value === "string" ? value : "");
+}
+
+/** "ok" or the lower_snake name of a gRPC code, as Connect writes it. */
+function codeName(code: Code | 0): string {
+  return code === 0 ? "ok" : Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }

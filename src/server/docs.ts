@@ -1,0 +1,60 @@
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import type { FastifyInstance } from "fastify";
+
+/** Files of swagger-ui-dist served under /docs/ (everything local: no CDN). */
+const ASSETS: Record<string, string> = {
+  "swagger-ui.css": "text/css; charset=utf-8",
+  "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+  "swagger-ui-standalone-preset.js": "text/javascript; charset=utf-8",
+  "favicon-32x32.png": "image/png",
+};
+
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <title>Platform API — docs</title>
+  <link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
+  <link rel="stylesheet" href="/docs/swagger-ui.css">
+</head>
+<body>
+  <div id="swagger-ui"></div>
+  <script src="/docs/swagger-ui-bundle.js"></script>
+  <script src="/docs/swagger-ui-standalone-preset.js"></script>
+  <script src="/docs/init.js"></script>
+</body>
+</html>
+`;
+
+// Paste a token with "Authorize"; it is kept across reloads in this browser only.
+const INIT = `window.ui = SwaggerUIBundle({
+  url: "/openapi.json",
+  dom_id: "#swagger-ui",
+  deepLinking: true,
+  persistAuthorization: true,
+  tryItOutEnabled: true,
+  presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+  layout: "StandaloneLayout",
+});
+`;
+
+/**
+ * Serves the OpenAPI document at /openapi.json and an interactive page at
+ * /docs (swagger-ui-dist, served from node_modules) where a user pastes a
+ * token and tries calls.
+ */
+export function installDocs(app: FastifyInstance, document: object): void {
+  const root = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
+  const files = new Map(Object.entries(ASSETS).map(([name, type]) => [name, { type, bytes: readFileSync(join(root, name)) }]));
+  const json = JSON.stringify(document);
+  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(json));
+  app.get("/docs", async (_req, reply) => reply.type("text/html; charset=utf-8").send(PAGE));
+  app.get("/docs/init.js", async (_req, reply) => reply.type("text/javascript; charset=utf-8").send(INIT));
+  app.get("/docs/:file", async (req, reply) => {
+    const file = files.get((req.params as { file: string }).file);
+    if (!file) return reply.callNotFound();
+    return reply.type(file.type).header("cache-control", "public, max-age=86400").send(file.bytes);
+  });
+}
