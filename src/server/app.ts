@@ -29,7 +29,7 @@ import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
 import { HealthState, ServingStatus } from "./health.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
 import { reflectionSchema } from "./reflection.js";
-import { RestTranscoder, RouteNotFoundError } from "./rest-transcoder.js";
+import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-transcoder.js";
 import { installCors } from "./cors.js";
 import { loggerOptions } from "./logging.js";
 import { instrumentStore, Metrics } from "./metrics.js";
@@ -58,7 +58,7 @@ export interface RunningServer {
   app: FastifyInstance;
   health: HealthState;
   /** Every REST operation the transcoder serves. */
-  restOperations: readonly { method: string; path: string; rpc: string }[];
+  restOperations: readonly RestOperation[];
   /** This server's token issuer (for tests and the CLI). */
   tokens: TokenService;
   /** The uid the built-in administrator acts as. */
