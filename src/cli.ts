@@ -1,7 +1,9 @@
 import { readFileSync } from "node:fs";
+import { ImportInputError, importAdvisories } from "./advisories/import.js";
 import { adminSubject } from "./auth/authenticator.js";
 import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
+import { isUidp } from "./domain/uidp.js";
 import { startServer } from "./server/app.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
 
@@ -78,7 +80,58 @@ const COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
+  "import-advisories": {
+    summary: "import OSV vulnerability records as advisories of a group",
+    help: `usage: platform-api import-advisories --group <uid> <file-or-dir>...
+
+Reads OSV JSON records (each file given, and every *.json below each directory given) and writes one advisory per record and affected package into the group, in PLATFORM_DATA_DIR (the server may be running). A re-import updates what changed and leaves the rest unchanged; it never duplicates. Malformed records are reported as "<file>: <id or ?>: <problem>" on stderr and skipped. Prints the counts of advisories created, updated and unchanged, and of records skipped. Exits 0 when everything importable was imported, 1 when the group does not exist, 2 on usage errors. ${ENVIRONMENT}`,
+    async run(args) {
+      const parsed = importArgs(args);
+      if (typeof parsed === "string") {
+        process.stderr.write(`${parsed}\nusage: platform-api import-advisories --group <uid> <file-or-dir>...\n`);
+        return 2;
+      }
+      const cfg = config();
+      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      try {
+        if (!store.groups.get(parsed.group)) {
+          process.stderr.write(`group ${parsed.group} does not exist\n`);
+          return 1;
+        }
+        const result = importAdvisories(store, parsed.group, parsed.paths, Date.now());
+        for (const p of result.problems) process.stderr.write(`${p.file}: ${p.id ?? "?"}: ${p.problem}\n`);
+        process.stdout.write(
+          `imported ${result.records} of ${result.records + result.skipped} OSV records into group ${parsed.group}\n` +
+            `created: ${result.created}\nupdated: ${result.updated}\nunchanged: ${result.unchanged}\nskipped: ${result.skipped}\n`,
+        );
+        return 0;
+      } catch (err) {
+        if (!(err instanceof ImportInputError)) throw err;
+        process.stderr.write(`${err.message}\n`);
+        return 2;
+      } finally {
+        store.close();
+      }
+    },
+  },
 };
+
+/** The arguments of import-advisories, or what is wrong with them. */
+function importArgs(args: string[]): { group: string; paths: string[] } | string {
+  let group: string | undefined;
+  const paths: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === "--group") group = args[++i];
+    else if (arg.startsWith("--group=")) group = arg.slice("--group=".length);
+    else if (arg.startsWith("-")) return `unknown option ${arg}`;
+    else paths.push(arg);
+  }
+  if (group === undefined || group === "") return "--group <uid> is required";
+  if (!isUidp(group)) return `--group ${group}: not a group uid`;
+  if (paths.length === 0) return "give at least one OSV file or directory";
+  return { group, paths };
+}
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };

@@ -22,6 +22,10 @@ import { IdentitiesService } from "../gen/platform/iam/v2beta1/identities_pb.js"
 import { IdentityProvidersService } from "../gen/platform/iam/v2beta1/identity_providers_pb.js";
 import { RoleBindingsService } from "../gen/platform/iam/v2beta1/role_bindings_pb.js";
 import { RolesService } from "../gen/platform/iam/v2beta1/roles_pb.js";
+import { RegistryService as RegistryV1Service } from "../gen/platform/registry/v1/registry_pb.js";
+import { ReposService } from "../gen/platform/registry/v2beta1/repos_pb.js";
+import { TagsService } from "../gen/platform/registry/v2beta1/tags_pb.js";
+import { AdvisoriesService } from "../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
 import { isAtOrBelow } from "../src/domain/uidp.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
@@ -35,13 +39,28 @@ let srv: TestServer;
 let fx: AuthzFixture;
 let ownerA: Caller;
 let beforeB: Json;
+let bAdvisory: string;
 const closers: (() => void)[] = [];
 before(async () => {
   srv = await startTestServer();
   fx = await buildAuthzFixture(srv);
   ownerA = fx.A.owner;
   beforeB = await snapshot(srv, fx.B.org.uid);
+  bAdvisory = writeAdvisoryOfB();
 });
+/** Writes B's advisory through a second connection to the server's database: advisories have no create RPC. */
+function writeAdvisoryOfB(): string {
+  const uid = `${fx.B.folder.uid}/${"a".repeat(16)}`;
+  const store = openSqliteStore({ dataDir: srv.dataDir });
+  const t = Date.now();
+  const names = { artifactName: "b-lib", componentName: "b-lib", origin: "b-lib", artifactType: "library", componentType: "go", artifactArchitecture: "", componentLocation: "" };
+  const detection = { uid: `${uid}/${"1".repeat(16)}`, createTime: t, author: "b", reviewer: "", reviewState: 2, issue: null, type: "detection", data: { manual: {} } };
+  store.advisories.upsert([
+    { uid, parentUid: fx.B.folder.uid, advisoryId: "CGA-bbbb-bbbb-bbbb", legacyAdvisoryId: "", author: "b", ...names, aliases: ["CVE-2099-0002"], severities: [], events: [detection], createTime: t, updateTime: t, deleteTime: null },
+  ]);
+  store.close();
+  return uid;
+}
 after(async () => {
   for (const close of closers) close();
   await srv.close();
@@ -58,6 +77,8 @@ const IAM_SERVICES: readonly DescService[] = [
   GroupInvitesService,
   GroupsV1Service,
 ];
+/** The v1 lists: { items } with no totalCount. */
+const V1_LISTS: readonly DescService[] = [GroupsV1Service, RegistryV1Service];
 /** Served RPCs that take an identifier but are authorized by something other than the caller's API token. */
 const EXEMPT: Record<string, string> = {
   "platform.oidc.v1.SecurityTokenService/Exchange": "needs no API token: the upstream token must match the identity's claimMatch (sts-exchange.test.ts)",
@@ -299,6 +320,25 @@ function probes(): Probe[] {
   add(AccountAssociationsService, "deleteAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/accountAssociations/${u}` }, rpc: { uid: u } }));
   add(GroupInvitesService, "getGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/groupInvites/${u}` }, rpc: { uid: u } }));
   add(GroupInvitesService, "deleteGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/groupInvites/${u}` }, rpc: { uid: u } }));
+
+  // The registry: repos under B's groups, B's repo and tag, a tag put into B's repo.
+  const R2 = "/registry/v2beta1";
+  for (const g of [B.org, B.folder]) {
+    add(ReposService, "createRepo", `under ${g.name}`, g.uid, "denied", (u) => ({
+      rest: { method: "POST", path: `${R2}/repos/${u}`, body: { name: "intruder" } },
+      rpc: { parent: u, repo: { name: "intruder" } },
+    }));
+  }
+  add(ReposService, "getRepo", B.repo.name, B.repo.uid, "denied", (u) => ({ rest: { method: "GET", path: `${R2}/repos/${u}` }, rpc: { uid: u } }));
+  add(ReposService, "updateRepo", `${B.repo.name} description`, B.repo.uid, "denied", (u) => ({
+    rest: { method: "PATCH", path: `${R2}/repos/${u}?updateMask=description`, body: { description: "pwned" } },
+    rpc: { repo: { uid: u, description: "pwned" }, updateMask: { paths: ["description"] } },
+  }));
+  add(ReposService, "deleteRepo", B.repo.name, B.repo.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${R2}/repos/${u}` }, rpc: { uid: u } }));
+  const evilTag = { name: "latest", digest: `sha256:${"e".repeat(64)}` };
+  add(TagsService, "createTag", `B's tag name in ${B.repo.name}`, B.repo.uid, "denied", (u) => ({ rest: { method: "POST", path: `${R2}/tags/${u}`, body: evilTag }, rpc: { parent: u, tag: evilTag } }));
+  add(TagsService, "getTag", "B's tag", B.tag.uid, "denied", (u) => ({ rest: { method: "GET", path: `${R2}/tags/${u}` }, rpc: { uid: u } }));
+  add(TagsService, "deleteTag", "B's tag", B.tag.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${R2}/tags/${u}` }, rpc: { uid: u } }));
   // An identity provider or an invite in A that promises B's custom role.
   add(IdentityProvidersService, "createIdentityProvider", "in A with B's role as default", B.role.uid, "notFound", (u) => ({
     rest: { method: "POST", path: `${V2}/identityProviders/${A.org.uid}`, body: idp(u) },
@@ -344,7 +384,16 @@ function probes(): Probe[] {
     [AccountAssociationsService, "listAccountAssociations", "accountAssociations"],
     [GroupInvitesService, "listGroupInvites", "groupInvites"],
     [GroupsV1Service, "listGroups", "v1/groups"],
+    [ReposService, "listRepos", "repos"],
+    [TagsService, "listTags", "tags"],
+    [RegistryV1Service, "listRepos", "v1/repos"],
   ];
+  const listPaths: Record<string, string> = {
+    "v1/groups": "/iam/v1/groups",
+    repos: "/registry/v2beta1/repos",
+    tags: "/registry/v2beta1/tags",
+    "v1/repos": "/registry/v1/repos",
+  };
   const filters: [string, string, (u: string) => object][] = [
     ["uidp.descendants_of", B.org.uid, (u) => ({ descendantsOf: u })],
     ["uidp.descendants_of", B.folder.uid, (u) => ({ descendantsOf: u })],
@@ -353,7 +402,7 @@ function probes(): Probe[] {
     ["uidp.ancestors_of", B.sub.uid, (u) => ({ ancestorsOf: u })],
   ];
   for (const [service, method, collection] of lists) {
-    const path = collection === "v1/groups" ? "/iam/v1/groups" : `${V2}/${collection}`;
+    const path = listPaths[collection] ?? `${V2}/${collection}`;
     for (const [param, target, uidp] of filters) {
       add(service, method, `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`, target, "empty", (u) => ({
         rest: { method: "GET", path: `${path}?${param}=${u}` },
@@ -369,6 +418,9 @@ function probes(): Probe[] {
       identityProviders: B.idp.uid,
       accountAssociations: B.association.uid,
       groupInvites: B.invite.uid,
+      repos: B.repo.uid,
+      tags: B.tag.uid,
+      "v1/repos": B.repo.uid,
     };
     add(service, method, "uidp.ids=B's", own[collection]!, "empty", (u) => ({ rest: { method: "GET", path: `${path}?uidp.ids=${u}` }, rpc: { uidp: { ids: [u] } } }));
   }
@@ -376,6 +428,17 @@ function probes(): Probe[] {
   for (const target of [B.org.uid, B.folder.uid]) {
     add(GroupsV1Service, "listGroups", "id=B's", target, "empty", (u) => ({ rest: { method: "GET", path: `/iam/v1/groups?id=${u}` }, rpc: { id: u } }));
   }
+  add(RegistryV1Service, "listRepos", "id=B's", B.repo.uid, "empty", (u) => ({ rest: { method: "GET", path: `/registry/v1/repos?id=${u}` }, rpc: { id: u } }));
+  // Advisories: B's by uid, and every hierarchy filter aimed at B.
+  const ADV = "/vulnerabilities/v2beta1/advisories";
+  add(AdvisoriesService, "getAdvisory", "B's advisory", bAdvisory, "denied", (u) => ({ rest: { method: "GET", path: `${ADV}/${u}` }, rpc: { uid: u } }));
+  for (const [param, target, uidp] of filters) {
+    add(AdvisoriesService, "listAdvisories", `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`, target, "empty", (u) => ({
+      rest: { method: "GET", path: `${ADV}?${param}=${u}` },
+      rpc: { uidp: uidp(u) },
+    }));
+  }
+  add(AdvisoriesService, "listAdvisories", "uidp.ids=B's", bAdvisory, "empty", (u) => ({ rest: { method: "GET", path: `${ADV}?uidp.ids=${u}` }, rpc: { uidp: { ids: [u] } } }));
   for (const [filter, target] of [["identity", B.identity.uid], ["group", B.org.uid], ["role", B.role.uid]] as const) {
     add(RoleBindingsService, "listRoleBindings", `${filter}=B's`, target, "empty", (u) => ({ rest: { method: "GET", path: `${V2}/roleBindings?${filter}=${u}` }, rpc: { [filter]: u } }));
   }
@@ -408,7 +471,7 @@ async function run(protocol: Protocol, probe: Probe, uid: string, caller: Caller
 
 /** List items in a response body, whatever the collection's name. */
 function listItems(body: Json): Json[] {
-  for (const key of ["groups", "identities", "roles", "roleBindings", "identityProviders", "accountAssociations", "groupInvites", "items"]) if (Array.isArray(body?.[key])) return body[key];
+  for (const key of ["groups", "identities", "roles", "roleBindings", "identityProviders", "accountAssociations", "groupInvites", "advisories", "repos", "tags", "items"]) if (Array.isArray(body?.[key])) return body[key];
   return [];
 }
 
@@ -469,7 +532,7 @@ describe("ownerA against B's identifiers", () => {
           if (variant === "plain") {
             const want = { denied: 7, empty: 0, notFound: 5, invalid: 3 }[probe.expect];
             if (real.code !== want) wrong.push(`${where}: code ${real.code}, want ${want}: ${real.fingerprint}`);
-            if (protocol === "rest" && probe.expect === "empty" && probe.service !== GroupsV1Service && real.body?.totalCount !== "0") {
+            if (protocol === "rest" && probe.expect === "empty" && !V1_LISTS.includes(probe.service) && real.body?.totalCount !== "0") {
               wrong.push(`${where}: totalCount ${real.body?.totalCount}, want "0"`);
             }
           } else if (real.ok && probe.expect !== "empty") {
@@ -497,31 +560,41 @@ describe("ownerA against B's identifiers", () => {
     assert.equal((await restAs(srv, ownerB, "GET", `/iam/v2beta1/groups/${fx.B.folder.uid}`)).status, 200);
     assert.equal((await restAs(srv, ownerB, "GET", `/iam/v2beta1/roles/${fx.B.role.uid}`)).status, 200);
     assert.equal((await restAs(srv, ownerB, "GET", `/iam/v2beta1/roleBindings/${fx.B.binding.uid}`)).status, 200);
+    assert.equal((await restAs(srv, ownerB, "GET", `/vulnerabilities/v2beta1/advisories/${bAdvisory}`)).status, 200);
+    const advisories = await restAs(srv, ownerB, "GET", `/vulnerabilities/v2beta1/advisories?uidp.descendants_of=${fx.B.org.uid}`);
+    assert.deepEqual(advisories.body.advisories.map((a: Json) => a.uid), [bAdvisory]);
     const groups = await restAs(srv, ownerB, "GET", `/iam/v2beta1/groups?uidp.descendants_of=${fx.B.org.uid}`);
     assert.equal(groups.body.totalCount, "2");
     const bindings = await restAs(srv, ownerB, "GET", `/iam/v2beta1/roleBindings?identity=${fx.B.identity.uid}`);
     assert.deepEqual(bindings.body.roleBindings.map((b: Json) => b.uid), [fx.B.binding.uid]);
     const v1 = await restAs(srv, ownerB, "GET", `/iam/v1/groups?id=${fx.B.folder.uid}`);
     assert.deepEqual(v1.body.items.map((g: Json) => g.id), [fx.B.folder.uid]);
+    assert.equal((await restAs(srv, ownerB, "GET", `/registry/v2beta1/repos/${fx.B.repo.uid}`)).status, 200);
+    assert.equal((await restAs(srv, ownerB, "GET", `/registry/v2beta1/tags/${fx.B.tag.uid}`)).status, 200);
+    const tags = await restAs(srv, ownerB, "GET", `/registry/v2beta1/tags?uidp.descendants_of=${fx.B.org.uid}`);
+    assert.deepEqual(tags.body.tags.map((t: Json) => t.uid), [fx.B.tag.uid]);
+    const v1Repos = await restAs(srv, ownerB, "GET", `/registry/v1/repos?id=${fx.B.repo.uid}`);
+    assert.deepEqual(v1Repos.body.items.map((r: Json) => r.id), [fx.B.repo.uid]);
   });
 
   test("a PATCH whose path names A's object and whose body names B's changes A only", async () => {
     const A = fx.A;
     const B = fx.B;
     const cases: [string, string, string, object][] = [
-      ["groups", A.folder.uid, B.folder.uid, { description: "conflict" }],
-      ["identities", A.identity.uid, B.identity.uid, { description: "conflict" }],
-      ["roles", A.role.uid, B.role.uid, { description: "conflict" }],
-      ["roleBindings", A.binding.uid, B.binding.uid, { roleUid: A.role.uid }],
+      ["/iam/v2beta1/groups", A.folder.uid, B.folder.uid, { description: "conflict" }],
+      ["/iam/v2beta1/identities", A.identity.uid, B.identity.uid, { description: "conflict" }],
+      ["/iam/v2beta1/roles", A.role.uid, B.role.uid, { description: "conflict" }],
+      ["/iam/v2beta1/roleBindings", A.binding.uid, B.binding.uid, { roleUid: A.role.uid }],
+      ["/registry/v2beta1/repos", A.repo.uid, B.repo.uid, { description: "conflict" }],
     ];
     for (const [collection, mine, theirs, change] of cases) {
-      const theirsBefore = await adminOk(srv, "GET", `/iam/v2beta1/${collection}/${theirs}`);
-      for (const query of ["", collection === "roleBindings" ? "?updateMask=role_uid" : "?updateMask=description"]) {
-        const res = await restAs(srv, ownerA, "PATCH", `/iam/v2beta1/${collection}/${mine}${query}`, { ...change, uid: theirs });
+      const theirsBefore = await adminOk(srv, "GET", `${collection}/${theirs}`);
+      for (const query of ["", collection.endsWith("/roleBindings") ? "?updateMask=role_uid" : "?updateMask=description"]) {
+        const res = await restAs(srv, ownerA, "PATCH", `${collection}/${mine}${query}`, { ...change, uid: theirs });
         assert.equal(res.status, 200, JSON.stringify(res.body));
         assert.equal(res.body.uid, mine, `${collection}: the path's uid wins`);
         if ("description" in change) assert.equal(res.body.description, "conflict");
-        assert.deepEqual(await adminOk(srv, "GET", `/iam/v2beta1/${collection}/${theirs}`), theirsBefore, `${collection}: B's record is unchanged`);
+        assert.deepEqual(await adminOk(srv, "GET", `${collection}/${theirs}`), theirsBefore, `${collection}: B's record is unchanged`);
       }
     }
   });

@@ -30,6 +30,9 @@ after(() => {
 runStoreConformance("sqlite in memory", () => openSqliteStore({ dataDir: ":memory:" }));
 runStoreConformance("sqlite file", () => openSqliteStore({ dataDir: freshDir() }));
 
+/** Drops the tables of migrations after 3, so a file looks like what an older server left. */
+const LATER_THAN_3 = "DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;";
+
 const ROOT = "d".repeat(40);
 const CHILD = `${ROOT}/${"e".repeat(16)}`;
 
@@ -181,7 +184,7 @@ describe("sqlite store on disk", () => {
     // Turn the file back into what a version-1 server left: no IAM tables.
     const db = new Database(join(dir, "platform.db"));
     db.exec(
-      `DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;
+      `${LATER_THAN_3} DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;
        DROP TABLE role_bindings; DROP TABLE roles; DROP TABLE identities; DROP TABLE signing_keys;`,
     );
     db.pragma("user_version = 1");
@@ -210,7 +213,7 @@ describe("sqlite store on disk", () => {
     first.close();
     // Turn the file back into what a version-2 server left: no providers, associations or invites.
     const db = new Database(join(dir, "platform.db"));
-    db.exec("DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;");
+    db.exec(`${LATER_THAN_3} DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;`);
     db.pragma("user_version = 2");
     db.close();
 
@@ -227,6 +230,29 @@ describe("sqlite store on disk", () => {
       again.close();
     }
     assert.ok(userVersion(dir) >= 3);
+  });
+
+  test("a database at schema version 3 is migrated in place, gaining repos and tags", () => {
+    const dir = freshDir();
+    const first = openSqliteStore({ dataDir: dir });
+    first.groups.create(record(ROOT, null, "old org"));
+    first.close();
+    const db = new Database(join(dir, "platform.db"));
+    db.exec(LATER_THAN_3);
+    db.pragma("user_version = 3");
+    db.close();
+
+    const again = openSqliteStore({ dataDir: dir });
+    try {
+      const repo = { uid: `${ROOT}/${"5".repeat(16)}`, parentUid: ROOT, name: "nginx", description: "", catalogTier: 1, bundles: ["base"], aliases: [], activeTags: ["latest"], createTime: 1, updateTime: 2 };
+      again.repos.create(repo);
+      assert.deepEqual(again.repos.get(repo.uid), repo);
+      const tag = { uid: `${repo.uid}/${"7".repeat(16)}`, repoUid: repo.uid, name: "latest", digest: `sha256:${"a".repeat(64)}`, deprecated: false, bundles: [], updateTime: 3 };
+      assert.deepEqual(again.tags.put(tag), { tag, created: true });
+    } finally {
+      again.close();
+    }
+    assert.ok(userVersion(dir) >= 4);
   });
 
   test("a database from a newer server version is refused", () => {

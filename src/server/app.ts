@@ -94,7 +94,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const authorizer = createAuthorizer(store, allCapabilities);
 
   // Called only while serving, after `app` below exists.
-  const onInternalError = (err: unknown) => app.log.error({ err }, "internal error");
+  const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
   const deps = {
     store,
     authz: authorizer,
@@ -138,6 +138,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
     clientErrorHandler,
+    // A path fastify cannot percent-decode never reaches a route: answer it in the spec's error shape too.
+    frameworkErrors: (err, _req, reply) =>
+      void sendError(reply as FastifyReply, err.code === "FST_ERR_BAD_URL" ? invalidField("path", "is not validly percent-encoded") : err),
     serverFactory: (handler) => {
       front = createOnePortServer(handler, grpcServer, opts.timeouts ?? DEFAULT_TIMEOUTS);
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
@@ -295,15 +298,13 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
     url: "/*",
     handler: async (req, reply) => {
       try {
-        const controller = new AbortController();
-        req.raw.once("close", () => controller.abort());
+        // Handlers run synchronously against the store: no cancellation signal to wire.
         const res = await transcoder.handle({
           requestId: req.id,
           method: req.method,
           url: req.url,
           headers: fetchHeaders(req),
           body: req.body,
-          signal: controller.signal,
         });
         res.headers.forEach((value, key) => void reply.header(key, value));
         return reply.code(res.status).type("application/json").send(res.body);

@@ -35,6 +35,8 @@ const INIT = `window.ui = SwaggerUIBundle({
   deepLinking: true,
   persistAuthorization: true,
   tryItOutEnabled: true,
+  // No badge from validator.swagger.io: it would send this document's URL to a third party.
+  validatorUrl: null,
   presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
   layout: "StandaloneLayout",
 });

@@ -71,8 +71,9 @@ export function toConnectError(err: unknown, domain: string, onInternal?: Intern
     return new ConnectError(err.message, err.code, undefined, details);
   }
   if (err instanceof ConnectError) {
-    if (err.code === Code.Internal || err.code === Code.Unknown) onInternal?.(err);
+    // Already mapped (by the wrapper, which reported its cause): not reported twice.
     if (err.findDetails(ErrorInfoSchema).length > 0) return err;
+    if (err.code === Code.Internal || err.code === Code.Unknown) onInternal?.(err);
     const message = err.code === Code.Internal || err.code === Code.Unknown ? "Internal error" : err.rawMessage;
     return new ConnectError(message, err.code, undefined, [
       { desc: ErrorInfoSchema, value: { reason: reasonOf(err.code), domain, metadata: {} } },

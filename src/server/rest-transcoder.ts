@@ -134,6 +134,8 @@ function setPath(target: JsonObject, path: string[], value: JsonValue): void {
   node[path[path.length - 1]!] = value;
 }
 
+const RFC3339 = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$/;
+
 const snakeToCamel = (s: string) => s.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 
 /** Converts one query value to the JSON form fromJson expects for the field; throws INVALID_ARGUMENT. */
@@ -152,6 +154,10 @@ function queryValue(name: string, raw: string, field: DescField): JsonValue {
       if (n > (unsigned ? 4294967295 : 2147483647) || n < (unsigned ? 0 : -2147483648)) throw invalidField(name, "is out of range");
       return n;
     }
+    return raw;
+  }
+  if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.Timestamp") {
+    if (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw))) throw invalidField(name, "must be an RFC 3339 timestamp, e.g. 2026-01-02T03:04:05Z");
     return raw;
   }
   if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.FieldMask") {
@@ -255,6 +261,9 @@ export class RestTranscoder {
     let request;
     try {
       const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
+      // Unknown fields are ignored (newer clients), but ignoreUnknownFields would
+      // also drop unknown enum names silently: reject those first.
+      checkEnumNames(route.method.input, json, route.body !== "" && route.body !== "*" ? route.body : "");
       try {
         request = fromJson(route.method.input, json, { ignoreUnknownFields: true, registry: this.registry });
       } catch (err) {
@@ -378,4 +387,34 @@ function decodeError(err: unknown): InvalidArgumentError {
   const field = m ? m[1]!.split(".").pop()! : "body";
   const reason = m ? m[2]!.slice(0, 200) : "is malformed";
   return new InvalidArgumentError([{ field, description: reason }]);
+}
+
+/**
+ * Throws INVALID_ARGUMENT naming the field when a JSON enum value is a name
+ * the enum does not define. bodyField is dropped from violation paths, so a
+ * field of the resource is named as the resource's own ("catalog_tier").
+ */
+function checkEnumNames(schema: DescMessage, json: JsonValue, bodyField: string, prefix = "", depth = 0): void {
+  if (depth > 8 || json === null || typeof json !== "object" || Array.isArray(json)) return;
+  for (const field of schema.fields) {
+    const value = (json as JsonObject)[field.jsonName] ?? (json as JsonObject)[field.name];
+    if (value === undefined || value === null) continue;
+    const path = prefix === "" && field.name === bodyField ? "" : `${prefix}${field.name}`;
+    const next = path === "" ? "" : `${path}.`;
+    const enumOf = field.fieldKind === "enum" ? field.enum : field.fieldKind === "list" && field.listKind === "enum" ? field.enum : field.fieldKind === "map" && field.mapKind === "enum" ? field.enum : undefined;
+    if (enumOf) {
+      const values = field.fieldKind === "map" ? Object.values(value as JsonObject) : Array.isArray(value) ? value : [value];
+      for (const v of values) {
+        if (typeof v === "string" && !enumOf.values.some((e) => e.name === v)) {
+          throw invalidField(path || field.name, `${JSON.stringify(v).slice(0, 80)} is not a value of ${enumOf.typeName}`);
+        }
+      }
+    } else if (field.fieldKind === "message") {
+      checkEnumNames(field.message, value, bodyField, next, depth + 1);
+    } else if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(value)) {
+      for (const item of value) checkEnumNames(field.message, item, bodyField, next, depth + 1);
+    } else if (field.fieldKind === "map" && field.mapKind === "message" && typeof value === "object" && !Array.isArray(value)) {
+      for (const item of Object.values(value as JsonObject)) checkEnumNames(field.message, item, bodyField, next, depth + 1);
+    }
+  }
 }

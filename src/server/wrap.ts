@@ -4,7 +4,7 @@ import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Authenticator } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { requireUidp } from "../domain/hierarchy.js";
-import { toConnectError, type InternalErrorSink } from "./errors.js";
+import { toConnectError } from "./errors.js";
 
 /** A unary handler as every entry point calls it. */
 export type UnaryHandler = (request: unknown, context: HandlerContext) => Promise<unknown>;
@@ -51,7 +51,8 @@ export interface WrapOptions {
   authenticator: Authenticator;
   authorizer: Authorizer;
   observer?: CallObserver;
-  onInternalError?: InternalErrorSink;
+  /** Receives each internal error's cause with the request id of its call. */
+  onInternalError?: (err: unknown, requestId: string) => void;
 }
 
 /** ErrorInfo.domain for a service: its area, e.g. "iam.platform.api" for platform.iam.v2beta1. */
@@ -100,7 +101,8 @@ function wrapMethod(
       }
       return await impl(request, context);
     } catch (err) {
-      const mapped = toConnectError(err, domain, opts.onInternalError);
+      const onInternal = opts.onInternalError;
+      const mapped = toConnectError(err, domain, onInternal && ((cause) => onInternal(cause, context.values.get(requestIdKey))));
       code = mapped.code;
       throw mapped;
     } finally {

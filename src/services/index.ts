@@ -10,10 +10,10 @@ import { file_platform_iam_v2beta1_identity_providers, IdentityProvidersService 
 import { file_platform_iam_v2beta1_role_bindings, RoleBindingsService } from "../../gen/platform/iam/v2beta1/role_bindings_pb.js";
 import { file_platform_iam_v2beta1_roles, RolesService } from "../../gen/platform/iam/v2beta1/roles_pb.js";
 import { file_platform_oidc_v1_sts, SecurityTokenService } from "../../gen/platform/oidc/v1/sts_pb.js";
-import { file_platform_registry_v1_registry } from "../../gen/platform/registry/v1/registry_pb.js";
-import { file_platform_registry_v2beta1_repos } from "../../gen/platform/registry/v2beta1/repos_pb.js";
-import { file_platform_registry_v2beta1_tags } from "../../gen/platform/registry/v2beta1/tags_pb.js";
-import { file_platform_vulnerabilities_v2beta1_advisories } from "../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
+import { file_platform_registry_v1_registry, RegistryService } from "../../gen/platform/registry/v1/registry_pb.js";
+import { file_platform_registry_v2beta1_repos, ReposService } from "../../gen/platform/registry/v2beta1/repos_pb.js";
+import { file_platform_registry_v2beta1_tags, TagsService } from "../../gen/platform/registry/v2beta1/tags_pb.js";
+import { AdvisoriesService, file_platform_vulnerabilities_v2beta1_advisories } from "../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
 import type { ServiceBinding } from "../server/wrap.js";
 import type { ServiceDeps } from "./context.js";
 import { createGroupsV1Service } from "./iam-v1/groups.js";
@@ -25,7 +25,11 @@ import { createIdentityProvidersService } from "./iam/identity-providers.js";
 import { createRoleBindingsService } from "./iam/role-bindings.js";
 import { createRolesService } from "./iam/roles.js";
 import { createStsService } from "./oidc/sts.js";
+import { createRegistryV1Service } from "./registry-v1/registry.js";
+import { createReposService } from "./registry/repos.js";
+import { createTagsService } from "./registry/tags.js";
 import { createAuthService } from "./auth/auth.js";
+import { createAdvisoriesService } from "./vulnerabilities/advisories.js";
 
 /** Every proto file of the contract: the source of the JSON registry and of reflection. */
 export const CONTRACT_FILES: readonly DescFile[] = [
@@ -56,7 +60,11 @@ export function createServiceBindings(deps: ServiceDeps): ServiceBinding[] {
     { service: IdentityProvidersService, impl: createIdentityProvidersService(deps) },
     { service: AccountAssociationsService, impl: createAccountAssociationsService(deps) },
     { service: GroupInvitesService, impl: createGroupInvitesService(deps) },
+    { service: AdvisoriesService, impl: createAdvisoriesService(deps) },
+    { service: ReposService, impl: createReposService(deps) },
+    { service: TagsService, impl: createTagsService(deps) },
     { service: GroupsV1Service, impl: createGroupsV1Service(deps) },
+    { service: RegistryService, impl: createRegistryV1Service(deps) },
     { service: SecurityTokenService, impl: createStsService(deps) },
     { service: AuthService, impl: createAuthService(deps) },
   ];

@@ -400,6 +400,185 @@ export interface GroupInviteStore {
   consume(uid: string): boolean;
 }
 
+/** Repo orderings the store supports. */
+export type RepoOrder = "uid" | "name" | "created_at" | "updated_at";
+
+/** A repository of the registry catalogue, directly below a group. */
+export interface RepoRecord {
+  uid: string;
+  /** The group holding the repo. */
+  parentUid: string;
+  /** Unique within its group. */
+  name: string;
+  description: string;
+  /** CatalogTier enum number (v2beta1 numbering). */
+  catalogTier: number;
+  bundles: string[];
+  aliases: string[];
+  activeTags: string[];
+  createTime: number;
+  updateTime: number;
+}
+
+/** Repo-specific list filters. */
+export interface RepoFilter {
+  name?: string;
+}
+
+/** The changeable fields of a repo. */
+export type RepoChanges = Partial<Pick<RepoRecord, "name" | "description" | "catalogTier" | "bundles" | "aliases" | "activeTags">>;
+
+/** Persistence of repos. */
+export interface RepoStore {
+  /** Inserts a repo; NotFoundError for a missing group, AlreadyExistsError for a taken uid or a name taken in the group. */
+  create(repo: RepoRecord): void;
+  /** Returns the repo, or null when absent. */
+  get(uid: string): RepoRecord | null;
+  /** Returns one page of repos. */
+  list(query: ListQuery<RepoFilter, RepoOrder>): ListResult<RepoRecord>;
+  /** Applies changes and sets updateTime; NotFoundError when absent, AlreadyExistsError for a name taken in the group. */
+  update(uid: string, changes: RepoChanges, updateTime: number): RepoRecord;
+  /** Deletes a repo; NotFoundError when absent, FailedPreconditionError (RESOURCE_NOT_EMPTY, naming tags) while it has tags. */
+  delete(uid: string): void;
+}
+
+/** Tag orderings the store supports (tags have no create time). */
+export type TagOrder = "uid" | "name" | "updated_at";
+
+/** A tag of a repo: a name pointing at a manifest digest. */
+export interface TagRecord {
+  uid: string;
+  /** The repo holding the tag; the tag's uid lies directly below it. */
+  repoUid: string;
+  /** Unique within its repo. */
+  name: string;
+  /** "sha256:" and 64 lowercase hex. */
+  digest: string;
+  deprecated: boolean;
+  bundles: string[];
+  updateTime: number;
+}
+
+/** Tag-specific list filters; the include flags default to excluding those tag forms. */
+export interface TagFilter {
+  name?: string;
+  digest?: string;
+  /** Only tags updated after this time (ms since the epoch). */
+  updatedSince?: number;
+  /** Include referrer tags (sha256-…). */
+  includeReferrers: boolean;
+  /** Include dated tags (…-20yymmdd). */
+  includeDates: boolean;
+  /** Include epoch tags (…-r<digits>). */
+  includeEpochs: boolean;
+}
+
+/** Persistence of tags. */
+export interface TagStore {
+  /**
+   * Creates the tag, or updates the repo's tag of the same name (keeping its
+   * uid). NotFoundError for a missing repo. Returns the stored tag and whether
+   * it was created.
+   */
+  put(tag: TagRecord): { tag: TagRecord; created: boolean };
+  /** Returns the tag, or null when absent. */
+  get(uid: string): TagRecord | null;
+  /** Returns one page of tags. */
+  list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord>;
+  /** Deletes the tag; NotFoundError when absent. */
+  delete(uid: string): void;
+}
+
+/** Advisory orderings the store supports. */
+export type AdvisoryOrder = "uid" | "advisory_id" | "created_at" | "updated_at";
+
+/** One event in an advisory's history. */
+export interface AdvisoryEventRecord {
+  uid: string;
+  createTime: number;
+  author: string;
+  reviewer: string;
+  /** ReviewState enum number. */
+  reviewState: number;
+  issue: string | null;
+  /** The event type: the AdvisoryEvent oneof case, e.g. "detection", "fixed", "patched". */
+  type: string;
+  /** The oneof member's fields, as proto3 JSON. */
+  data: Record<string, unknown>;
+}
+
+/** A vulnerability advisory as stored. */
+export interface AdvisoryRecord {
+  uid: string;
+  /** The group the advisory belongs to. */
+  parentUid: string;
+  advisoryId: string;
+  legacyAdvisoryId: string;
+  author: string;
+  artifactName: string;
+  artifactType: string;
+  artifactArchitecture: string;
+  componentName: string;
+  componentLocation: string;
+  componentType: string;
+  /** The source package (origin) the artifact is built from; "" when unknown. */
+  origin: string;
+  aliases: string[];
+  /** Severity: Type enum number and score (a CVSS vector or number). */
+  severities: { type: number; score: string }[];
+  events: AdvisoryEventRecord[];
+  createTime: number;
+  updateTime: number;
+  /** Set once the advisory is withdrawn. */
+  deleteTime: number | null;
+}
+
+/** Advisory list filters (all optional; lists match any of their values). */
+export interface AdvisoryFilter {
+  advisoryIds?: string[];
+  legacyAdvisoryIds?: string[];
+  artifactNames?: string[];
+  artifactTypes?: string[];
+  artifactArchitectures?: string[];
+  componentNames?: string[];
+  componentTypes?: string[];
+  componentLocations?: string[];
+  aliases?: string[];
+  /** When set, artifactNames is ignored. */
+  origin?: string;
+  /** At least one event has one of these review states. */
+  eventReviewStates?: number[];
+  /** At least one event is by one of these authors. */
+  eventAuthors?: string[];
+  /** No event is by any of these authors. */
+  excludeEventAuthors?: string[];
+  /** At least one event was reviewed by one of these. */
+  eventReviewers?: string[];
+  /** At least one event has one of these types (oneof case names). */
+  eventTypes?: string[];
+  /** The most recent approved event has this type. */
+  latestEventType?: string;
+  /** Case-insensitive substring of artifact name, component name or an alias. */
+  query?: string;
+}
+
+/** What an import did with one record. */
+export type UpsertOutcome = "created" | "updated" | "unchanged";
+
+/** Persistence of advisories. Read-only over the API; written by the importer. */
+export interface AdvisoryStore {
+  /** Returns the advisory, or null when absent. */
+  get(uid: string): AdvisoryRecord | null;
+  /** Returns one page of advisories. */
+  list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): ListResult<AdvisoryRecord>;
+  /**
+   * Inserts or replaces advisories by uid in one transaction, keeping the
+   * create time of existing ones; a record equal to the stored one (ignoring
+   * times) is left unchanged. NotFoundError for a missing group.
+   */
+  upsert(advisories: readonly AdvisoryRecord[]): UpsertOutcome[];
+}
+
 /** A key that signs the API tokens this server issues. */
 export interface SigningKeyRecord {
   kid: string;
@@ -432,6 +611,9 @@ export interface Store {
   readonly identityProviders: IdentityProviderStore;
   readonly accountAssociations: AccountAssociationStore;
   readonly groupInvites: GroupInviteStore;
+  readonly repos: RepoStore;
+  readonly tags: TagStore;
+  readonly advisories: AdvisoryStore;
   readonly keys: KeyStore;
   /**
    * A number that changes whenever identities, roles or role bindings change,

@@ -33,6 +33,10 @@ export interface Tenant {
   association: Json;
   /** An invite to the org (viewer), as created: the only response that shows its code. */
   invite: Json;
+  /** A repo in the org. */
+  repo: Json;
+  /** A tag of repo. */
+  tag: Json;
 }
 
 /**
@@ -93,7 +97,9 @@ async function tenant(srv: TestServer, label: string, builtin: Record<string, st
   const association = await adminOk(srv, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, { name: `aws ${label}`, amazon: { account: "123456789012" } });
   const invite = await adminOk(srv, "POST", `/iam/v2beta1/groupInvites/${org.uid}`, { roleUid: builtin.viewer, ttl: "3600s" });
   assert.ok(typeof invite.code === "string" && invite.code.length >= 16, "the create response reveals the invite code");
-  return { org, folder, sub, identity, role, binding, owner: o.caller, ownerBinding: o.binding, idp, association, invite };
+  const repo = await adminOk(srv, "POST", `/registry/v2beta1/repos/${org.uid}`, { name: `images/${label}`, description: `repo of ${label}` });
+  const tag = await adminOk(srv, "POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: `sha256:${"0".repeat(64)}` });
+  return { org, folder, sub, identity, role, binding, owner: o.caller, ownerBinding: o.binding, idp, association, invite, repo, tag };
 }
 
 const clientSecret = (label: string) => `client-secret-of-${label}-0123456789`;
@@ -128,5 +134,7 @@ export async function snapshot(srv: TestServer, org: string): Promise<Json> {
       ...(await adminOk(srv, "GET", `/iam/v2beta1/accountAssociations?${q}`)).accountAssociations,
     ],
     groupInvites: (await adminOk(srv, "GET", `/iam/v2beta1/groupInvites?${q}`)).groupInvites,
+    repos: (await adminOk(srv, "GET", `/registry/v2beta1/repos?${q}`)).repos,
+    tags: (await adminOk(srv, "GET", `/registry/v2beta1/tags?${q}&include_referrers=true&include_dates=true&include_epochs=true`)).tags,
   };
 }

@@ -8,11 +8,13 @@ export interface Sortable {
   createTime?: string;
   updateTime?: string;
   expirationTime?: string;
+  advisoryId?: string;
 }
 
 /** The key an item sorts by for an order_by field. */
 function sortKey(item: Sortable, field: string): string | number {
   if (field === "name") return item.name ?? "";
+  if (field === "advisory_id") return item.advisoryId ?? "";
   if (field === "created_at") return Date.parse(item.createTime!);
   if (field === "updated_at") return Date.parse(item.updateTime!);
   if (field === "expiration_time") return Date.parse(item.expirationTime!);

@@ -2,8 +2,10 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
 import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store } from "../../src/store/store.js";
+import { advisoryConformance } from "./store-conformance-advisories.js";
 import { iamConformance } from "./store-conformance-iam.js";
 import { moreConformance } from "./store-conformance-more.js";
+import { registryConformance } from "./store-conformance-registry.js";
 import { A, A1, A1X, A2, A2X, A3, A3X, B, B1, C, cursorOf, group, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { pagedWalkConformance } from "./store-paged-walks.js";
 
@@ -176,7 +178,9 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
 
     iamConformance(() => store);
     moreConformance(() => store);
+    registryConformance(() => store);
     pagedWalkConformance(() => store);
+    advisoryConformance(() => store);
 
     describe("transactions, keys and lifecycle", () => {
       test("a transaction's writes commit together", () => {

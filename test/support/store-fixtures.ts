@@ -235,12 +235,12 @@ export function query<F = GroupFilter, O extends string = GroupOrder>(q: Partial
 
 /**
  * What a list can order by: uid always (and "group", an account association's
- * uid); name and times where the kind has them.
+ * uid); name and times where the kind has them (a tag has no create time).
  */
 export interface Orderable {
   uid: string;
   name?: string;
-  createTime: number;
+  createTime?: number;
   updateTime?: number;
   expirationTime?: number;
 }
@@ -251,7 +251,7 @@ export function cursorOf(r: Orderable, field: string): Cursor {
     field === "name"
       ? r.name!
       : field === "created_at"
-        ? r.createTime
+        ? r.createTime!
         : field === "updated_at"
           ? r.updateTime!
           : field === "expiration_time"

@@ -34,13 +34,13 @@ import {
 } from "./store-walk-fixtures.js";
 
 /** One narrowing of a list, with the records it must return. */
-interface WalkScope<T> {
+export interface WalkScope<T> {
   label: string;
   narrow(f: WalkFixture<T>): { hierarchy: HierarchyFilter; visibleWithin: readonly string[] | null; expected: T[] };
 }
 
 /** How to walk one kind of record. */
-interface WalkSpec<T extends Orderable, TOrder extends string> {
+export interface WalkSpec<T extends Orderable, TOrder extends string> {
   kind: string;
   orders: readonly TOrder[];
   build(store: Store): WalkFixture<T>;
@@ -49,12 +49,12 @@ interface WalkSpec<T extends Orderable, TOrder extends string> {
 }
 
 /** Every record of the kind. */
-function everything<T extends Orderable>(label = "all"): WalkScope<T> {
+export function everything<T extends Orderable>(label = "all"): WalkScope<T> {
   return { label, narrow: (f) => ({ hierarchy: {}, visibleWithin: null, expected: f.records }) };
 }
 
 /** The records strictly below the fixture's first root. */
-function belowFirstRoot<T extends Orderable>(): WalkScope<T> {
+export function belowFirstRoot<T extends Orderable>(): WalkScope<T> {
   return {
     label: "descendants of the first root",
     narrow: (f) => ({
@@ -147,7 +147,8 @@ export function pagedWalkConformance(getStore: () => Store): void {
   });
 }
 
-function describePagedWalks<T extends Orderable, TOrder extends string>(getStore: () => Store, spec: WalkSpec<T, TOrder>): void {
+/** Registers the paged walks of one kind (see pagedWalkConformance). */
+export function describePagedWalks<T extends Orderable, TOrder extends string>(getStore: () => Store, spec: WalkSpec<T, TOrder>): void {
   const q = (over: Partial<ListQuery<Record<string, never>, TOrder>>) => query<Record<string, never>, TOrder>(over);
   describe(`${spec.kind}: paged walks (every page size, every order)`, () => {
     let fixture: WalkFixture<T>;

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import type { Store } from "../store.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
+import { SqliteAdvisoryStore } from "./advisories.js";
 import { SqliteGroupInviteStore } from "./group-invites.js";
 import { SqliteGroupStore, type ChildKind } from "./groups.js";
 import { SqliteIdentityStore } from "./identities.js";
@@ -10,8 +11,10 @@ import { SqliteIdentityProviderStore } from "./identity-providers.js";
 import { SqliteKeyStore } from "./keys.js";
 import { ListRunner } from "./list.js";
 import { migrate } from "./migrations.js";
+import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
+import { SqliteTagStore } from "./tags.js";
 
 /** Options for opening the SQLite store. */
 export interface SqliteStoreOptions {
@@ -28,6 +31,8 @@ const GROUP_CHILD_KINDS: readonly ChildKind[] = [
   // The association is the group's own (same uid), not a record below it.
   { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
   { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
+  { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
+  { label: "advisories", existsSql: "SELECT 1 FROM advisories WHERE parent_uid = ? LIMIT 1" },
 ];
 
 /**
@@ -41,10 +46,17 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     file = join(opts.dataDir, "platform.db");
   }
   const db = new Database(file);
-  db.pragma("journal_mode = WAL");
+  const journal = db.pragma("journal_mode = WAL", { simple: true });
   db.pragma("synchronous = FULL");
   db.pragma("foreign_keys = ON");
   db.pragma("busy_timeout = 5000");
+  // Refuse to run with weaker guarantees than acknowledged-means-durable.
+  const synchronous = db.pragma("synchronous", { simple: true });
+  const foreignKeys = db.pragma("foreign_keys", { simple: true });
+  if ((file !== ":memory:" && journal !== "wal") || synchronous !== 2 || foreignKeys !== 1) {
+    db.close();
+    throw new Error(`SQLite refused the durability settings: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`);
+  }
   migrate(db);
 
   // The authorization version lives in this process only: the store owns its
@@ -66,6 +78,9 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     identityProviders: new SqliteIdentityProviderStore(db, lists),
     accountAssociations: new SqliteAccountAssociationStore(db, lists),
     groupInvites: new SqliteGroupInviteStore(db, lists),
+    repos: new SqliteRepoStore(db, lists),
+    tags: new SqliteTagStore(db, lists),
+    advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
     authzVersion: () => authzVersion,
     transaction(fn) {

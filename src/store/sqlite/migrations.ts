@@ -1,4 +1,6 @@
 import type { Database } from "better-sqlite3";
+import { ADVISORIES_SCHEMA } from "./advisories-schema.js";
+import { REGISTRY_SCHEMA } from "./registry-schema.js";
 
 /**
  * Schema migrations, applied in order at start-up. Entry i moves the schema
@@ -136,6 +138,8 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX group_invites_create_time ON group_invites(create_time, uid);
   CREATE INDEX group_invites_expiration_time ON group_invites(expiration_time, uid);
   `,
+  REGISTRY_SCHEMA,
+  ADVISORIES_SCHEMA,
 ];
 
 /** Brings the database schema up to date inside one transaction per step. */

@@ -1,0 +1,156 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import {
+  CatalogTier,
+  RepoSchema,
+  type ListReposResponse,
+  type Repo,
+  type ReposService,
+} from "../../../gen/platform/registry/v2beta1/repos_pb.js";
+import { InvalidArgumentError, NotFoundError, PermissionDeniedError, type FieldViolation } from "../../domain/errors.js";
+import { fieldsToUpdate } from "../../domain/field-mask.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { checkDescription } from "../../domain/names.js";
+import { checkActiveTags, checkAliases, checkBundles, checkRepoName } from "../../domain/registry-names.js";
+import { newChildUid } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { RepoChanges, RepoOrder, RepoRecord } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+
+const PAGING: PagingSpec<RepoOrder> = {
+  orderFields: ["uid", "name", "created_at", "updated_at"],
+  defaultOrder: "uid",
+};
+const UPDATABLE = ["name", "description", "catalog_tier", "bundles", "aliases", "active_tags"] as const;
+/** Operator-managed fields (proto name → record key): customers read them; changing them needs CAP_REPO_INTERNAL_ADMIN (contract §9, §16). */
+const INTERNAL = { catalog_tier: "catalogTier", bundles: "bundles", aliases: "aliases", active_tags: "activeTags" } as const;
+const TIERS = new Set<number>(Object.values(CatalogTier).filter((v): v is number => typeof v === "number"));
+
+/** The API shape of a stored repo. */
+export function repoMessage(r: RepoRecord): Repo {
+  return create(RepoSchema, {
+    uid: r.uid,
+    name: r.name,
+    description: r.description,
+    catalogTier: r.catalogTier as CatalogTier,
+    bundles: r.bundles,
+    aliases: r.aliases,
+    activeTags: r.activeTags,
+    createTime: timestampFromMs(r.createTime),
+    updateTime: timestampFromMs(r.updateTime),
+  });
+}
+
+/** The keyset position of a repo in a given order. */
+export function repoCursor(r: RepoRecord, field: RepoOrder) {
+  const key = field === "name" ? r.name : field === "created_at" ? r.createTime : field === "updated_at" ? r.updateTime : r.uid;
+  return { key, uid: r.uid };
+}
+
+/** The operator-managed fields among fields whose value in input differs from current. */
+function changedInternal(input: Repo, current: Repo | RepoRecord, fields: ReadonlySet<string>): string[] {
+  return Object.entries(INTERNAL)
+    .filter(([field, key]) => fields.has(field) && JSON.stringify(input[key]) !== JSON.stringify(current[key]))
+    .map(([field]) => field);
+}
+
+function validateFields(repo: Repo, fields: ReadonlySet<string>): void {
+  const violations: FieldViolation[] = [];
+  if (fields.has("name")) violations.push(...checkRepoName("name", repo.name));
+  if (fields.has("description")) violations.push(...checkDescription("description", repo.description));
+  if (fields.has("catalog_tier") && !TIERS.has(repo.catalogTier)) {
+    violations.push({ field: "catalog_tier", description: "must be a CatalogTier value" });
+  }
+  if (fields.has("bundles")) violations.push(...checkBundles("bundles", repo.bundles));
+  if (fields.has("aliases")) violations.push(...checkAliases("aliases", repo.aliases));
+  if (fields.has("active_tags")) violations.push(...checkActiveTags("active_tags", repo.activeTags));
+  if (violations.length > 0) throw new InvalidArgumentError(violations);
+}
+
+/** ReposService: the registry catalogue's repositories, each directly below a group (spec §4.5, contract §9). */
+export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposService> {
+  const { store, authz } = deps;
+
+  function existing(uid: string): RepoRecord {
+    const repo = store.repos.get(uid);
+    if (!repo) throw new NotFoundError("repo", uid);
+    return repo;
+  }
+
+  /**
+   * Changing an operator-managed field away from what is stored (a new repo
+   * stores the defaults) needs CAP_REPO_INTERNAL_ADMIN at the group, checked
+   * before the values are validated. Sending a field back unchanged does not.
+   */
+  function requireInternalAdmin(ctx: HandlerContext, group: string, input: Repo, current: Repo | RepoRecord, fields: ReadonlySet<string>): void {
+    const changed = changedInternal(input, current, fields);
+    if (changed.length === 0 || authz.holds(principalOf(ctx), [Capability.CAP_REPO_INTERNAL_ADMIN], group)) return;
+    throw new PermissionDeniedError(`Permission denied: ${changed.join(", ")} can only be changed with CAP_REPO_INTERNAL_ADMIN`);
+  }
+
+  return {
+    createRepo(req, ctx) {
+      const parent = requireUidp("parent", req.parent);
+      const input = req.repo ?? create(RepoSchema);
+      const fields = new Set<string>(UPDATABLE);
+      requireInternalAdmin(ctx, parent, input, create(RepoSchema), fields);
+      validateFields(input, fields);
+      const now = deps.now();
+      const record: RepoRecord = {
+        uid: newChildUid(parent),
+        parentUid: parent,
+        name: input.name,
+        description: input.description,
+        catalogTier: input.catalogTier,
+        bundles: input.bundles,
+        aliases: input.aliases,
+        activeTags: input.activeTags,
+        createTime: now,
+        updateTime: now,
+      };
+      store.repos.create(record);
+      return repoMessage(record);
+    },
+
+    getRepo(req) {
+      return repoMessage(existing(requireUidp("uid", req.uid)));
+    },
+
+    listRepos(req, ctx): ListReposResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      const filter = req.name === undefined ? {} : { name: req.name };
+      const plan = planPage(req, PAGING, deps.pageTokens, ["repos", hierarchy, filter]);
+      const visibleWithin = authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
+      const result = store.repos.list({ hierarchy, filter, ...plan, visibleWithin });
+      return {
+        $typeName: "platform.registry.v2beta1.ListReposResponse",
+        repos: result.items.map(repoMessage),
+        ...pageEnvelope(plan, result, repoCursor, deps.pageTokens),
+      };
+    },
+
+    updateRepo(req, ctx) {
+      const input = req.repo ?? create(RepoSchema);
+      const uid = requireUidp("repo.uid", input.uid);
+      const fields = fieldsToUpdate(RepoSchema, input, req.updateMask, UPDATABLE);
+      const current = existing(uid);
+      requireInternalAdmin(ctx, current.parentUid, input, current, fields);
+      validateFields(input, fields);
+      const changes: RepoChanges = {};
+      if (fields.has("name")) changes.name = input.name;
+      if (fields.has("description")) changes.description = input.description;
+      if (fields.has("catalog_tier")) changes.catalogTier = input.catalogTier;
+      if (fields.has("bundles")) changes.bundles = input.bundles;
+      if (fields.has("aliases")) changes.aliases = input.aliases;
+      if (fields.has("active_tags")) changes.activeTags = input.activeTags;
+      return repoMessage(store.repos.update(uid, changes, deps.now()));
+    },
+
+    deleteRepo(req) {
+      store.repos.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+  };
+}

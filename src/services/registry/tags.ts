@@ -1,0 +1,98 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { TagSchema, type ListTagsResponse, type Tag, type TagsService } from "../../../gen/platform/registry/v2beta1/tags_pb.js";
+import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
+import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { checkBundles, checkDigest, checkTagName } from "../../domain/registry-names.js";
+import { newChildUid } from "../../domain/uidp.js";
+import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import type { TagFilter, TagOrder, TagRecord } from "../../store/store.js";
+import { principalOf, type ServiceDeps } from "../context.js";
+
+const PAGING: PagingSpec<TagOrder> = {
+  orderFields: ["uid", "name", "updated_at"],
+  defaultOrder: "uid",
+};
+
+/** The API shape of a stored tag; tags have an update time only. */
+export function tagMessage(t: TagRecord): Tag {
+  return create(TagSchema, {
+    uid: t.uid,
+    name: t.name,
+    digest: t.digest,
+    deprecated: t.deprecated,
+    bundles: t.bundles,
+    updateTime: timestampFromMs(t.updateTime),
+  });
+}
+
+/** The keyset position of a tag in a given order. */
+export function tagCursor(t: TagRecord, field: TagOrder) {
+  const key = field === "name" ? t.name : field === "updated_at" ? t.updateTime : t.uid;
+  return { key, uid: t.uid };
+}
+
+/** TagsService: the tags of a repo; CreateTag creates or updates by name (contract §10). */
+export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsService> {
+  const { store } = deps;
+  return {
+    createTag(req) {
+      const parent = requireUidp("parent", req.parent);
+      const input = req.tag ?? create(TagSchema);
+      const violations: FieldViolation[] = [
+        ...checkTagName("name", input.name),
+        ...checkDigest("digest", input.digest),
+        ...checkBundles("bundles", input.bundles),
+      ];
+      if (violations.length > 0) throw new InvalidArgumentError(violations);
+      const { tag } = store.tags.put({
+        uid: newChildUid(parent),
+        repoUid: parent,
+        name: input.name,
+        digest: input.digest,
+        deprecated: input.deprecated,
+        bundles: input.bundles,
+        updateTime: deps.now(),
+      });
+      return tagMessage(tag);
+    },
+
+    getTag(req) {
+      const uid = requireUidp("uid", req.uid);
+      const tag = store.tags.get(uid);
+      if (!tag) throw new NotFoundError("tag", uid);
+      return tagMessage(tag);
+    },
+
+    listTags(req, ctx): ListTagsResponse {
+      const hierarchy = hierarchyFilter(req.uidp);
+      // A malformed digest could match nothing: say so instead of listing nothing.
+      const badDigest = req.digest === "" ? [] : checkDigest("digest", req.digest);
+      if (badDigest.length > 0) throw new InvalidArgumentError(badDigest);
+      const filter: TagFilter = {
+        includeReferrers: req.includeReferrers,
+        includeDates: req.includeDates,
+        includeEpochs: req.includeEpochs,
+      };
+      if (req.name !== "") filter.name = req.name;
+      if (req.digest !== "") filter.digest = req.digest;
+      // Times are stored in whole milliseconds: "after" a fractional one is after its floor.
+      if (req.updatedSince) filter.updatedSince = Number(req.updatedSince.seconds) * 1000 + Math.floor(req.updatedSince.nanos / 1e6);
+      const plan = planPage(req, PAGING, deps.pageTokens, ["tags", hierarchy, filter]);
+      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_TAG_LIST);
+      const result = store.tags.list({ hierarchy, filter, ...plan, visibleWithin });
+      return {
+        $typeName: "platform.registry.v2beta1.ListTagsResponse",
+        tags: result.items.map(tagMessage),
+        ...pageEnvelope(plan, result, tagCursor, deps.pageTokens),
+      };
+    },
+
+    deleteTag(req) {
+      store.tags.delete(requireUidp("uid", req.uid));
+      return {};
+    },
+  };
+}

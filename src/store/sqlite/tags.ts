@@ -1,0 +1,111 @@
+import type { Database, Statement } from "better-sqlite3";
+import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
+import type { Clause, ListRunner, ListableTable } from "./list.js";
+
+// parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
+const TABLE: ListableTable<TagOrder> = {
+  table: "tags",
+  select: "uid, parent_uid, name, digest, deprecated, bundles, update_time",
+  orderColumns: { uid: "uid", name: "name", updated_at: "update_time" },
+};
+
+interface TagRow {
+  uid: string;
+  parent_uid: string;
+  name: string;
+  digest: string;
+  deprecated: number;
+  bundles: string;
+  update_time: number;
+}
+
+function toRecord(row: TagRow): TagRecord {
+  return {
+    uid: row.uid,
+    repoUid: row.parent_uid,
+    name: row.name,
+    digest: row.digest,
+    deprecated: row.deprecated === 1,
+    bundles: JSON.parse(row.bundles) as string[],
+    updateTime: row.update_time,
+  };
+}
+
+/**
+ * TagStore over SQLite. put() creates or updates by (repo, name); the tag-form
+ * flags the include filters use are computed from the name on insert (a tag
+ * keeps its name, so they never go stale).
+ */
+export class SqliteTagStore implements TagStore {
+  private readonly insertStmt: Statement;
+  private readonly getStmt: Statement;
+  private readonly byNameStmt: Statement;
+  private readonly repoExistsStmt: Statement;
+  private readonly updateStmt: Statement;
+  private readonly deleteStmt: Statement;
+
+  constructor(
+    private readonly db: Database,
+    private readonly lists: ListRunner,
+  ) {
+    this.insertStmt = db.prepare(
+      `INSERT INTO tags (uid, parent_uid, name, digest, deprecated, bundles, update_time, is_referrer, is_dated, is_epoch)
+       VALUES (@uid, @repoUid, @name, @digest, @deprecated, @bundles, @updateTime, @isReferrer, @isDated, @isEpoch)`,
+    );
+    this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM tags WHERE uid = ?`);
+    this.byNameStmt = db.prepare(`SELECT ${TABLE.select} FROM tags WHERE parent_uid = ? AND name = ?`);
+    this.repoExistsStmt = db.prepare("SELECT 1 FROM repos WHERE uid = ?");
+    this.updateStmt = db.prepare(
+      "UPDATE tags SET digest = @digest, deprecated = @deprecated, bundles = @bundles, update_time = @updateTime WHERE uid = @uid",
+    );
+    this.deleteStmt = db.prepare("DELETE FROM tags WHERE uid = ?");
+  }
+
+  put(tag: TagRecord): { tag: TagRecord; created: boolean } {
+    return this.db.transaction(() => {
+      if (!this.repoExistsStmt.get(tag.repoUid)) throw new NotFoundError("repo", tag.repoUid);
+      const existing = this.byNameStmt.get(tag.repoUid, tag.name) as TagRow | undefined;
+      const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
+      const params = { ...stored, deprecated: stored.deprecated ? 1 : 0, bundles: JSON.stringify(stored.bundles) };
+      if (existing) {
+        this.updateStmt.run(params);
+      } else {
+        if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
+        this.insertStmt.run({
+          ...params,
+          isReferrer: isReferrerTag(tag.name) ? 1 : 0,
+          isDated: isDatedTag(tag.name) ? 1 : 0,
+          isEpoch: isEpochTag(tag.name) ? 1 : 0,
+        });
+      }
+      this.lists.touched(TABLE.table);
+      return { tag: stored, created: !existing };
+    })();
+  }
+
+  get(uid: string): TagRecord | null {
+    const row = this.getStmt.get(uid) as TagRow | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord> {
+    const f = query.filter;
+    const filters: Clause[] = [];
+    if (f.name !== undefined) filters.push({ sql: "t.name = ?", params: [f.name] });
+    if (f.digest !== undefined) filters.push({ sql: "t.digest = ?", params: [f.digest] });
+    if (f.updatedSince !== undefined) filters.push({ sql: "t.update_time > ?", params: [f.updatedSince] });
+    if (!f.includeReferrers) filters.push({ sql: "t.is_referrer = 0", params: [] });
+    if (!f.includeDates) filters.push({ sql: "t.is_dated = 0", params: [] });
+    if (!f.includeEpochs) filters.push({ sql: "t.is_epoch = 0", params: [] });
+    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
+    return { items: (rows as unknown as TagRow[]).map(toRecord), hasMore, totalCount };
+  }
+
+  delete(uid: string): void {
+    const deleted = this.deleteStmt.run(uid).changes > 0;
+    if (!deleted) throw new NotFoundError("tag", uid);
+    this.lists.touched(TABLE.table);
+  }
+}

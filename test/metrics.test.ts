@@ -1,0 +1,224 @@
+/**
+ * /metrics after real calls: Prometheus text with the request counters by
+ * service, method, protocol and code, latency histograms, in-flight gauges,
+ * store query time, token cache hits and misses, and process metrics.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { createClient } from "@connectrpc/connect";
+import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import type { Authenticator } from "../src/auth/principal.js";
+import { loadConfig } from "../src/config.js";
+import { startServer } from "../src/server/app.js";
+import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { testTransport } from "./support/connect.js";
+import { grpcClient } from "./support/grpc.js";
+import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type TestServer } from "./support/server.js";
+
+const GROUPS = "platform.iam.v2beta1.GroupsService";
+const MISSING = "0123456789abcdef0123456789abcdef01234567";
+
+/** One sample of the exposition format: name, labels and value. */
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** Parses Prometheus text exposition (version 0.0.4) into samples; checks every line is well formed. */
+function parseExposition(text: string): { samples: Sample[]; types: Map<string, string> } {
+  const samples: Sample[] = [];
+  const types = new Map<string, string>();
+  for (const line of text.split("\n")) {
+    if (line === "") continue;
+    if (line.startsWith("# TYPE ")) {
+      const [, , name, type] = line.split(" ");
+      types.set(name!, type!);
+      continue;
+    }
+    if (line.startsWith("# HELP ")) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    assert.ok(m, `well-formed sample line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
+    // Prometheus parses floats as Go does: NaN and Inf in any case (prom-client writes "Nan").
+    const raw = m[3]!.toLowerCase();
+    const value = raw === "+inf" || raw === "inf" ? Infinity : raw === "-inf" ? -Infinity : raw === "nan" ? NaN : Number(raw);
+    assert.ok(!Number.isNaN(value) || raw === "nan", `numeric value: ${line}`);
+    samples.push({ name: m[1]!, labels, value });
+  }
+  return { samples, types };
+}
+
+/** The samples named `name` whose labels include every given label. */
+function find(samples: Sample[], name: string, labels: Record<string, string> = {}): Sample[] {
+  return samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
+}
+
+/** The one value of a sample; fails unless exactly one matches. */
+function value(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
+  const found = find(samples, name, labels);
+  assert.equal(found.length, 1, `exactly one ${name}${JSON.stringify(labels)}; got ${JSON.stringify(found)}`);
+  return found[0]!.value;
+}
+
+/** GET /metrics with no token at all. */
+async function scrape(url: string) {
+  const res = await fetch(`${url}/metrics`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
+  return parseExposition(await res.text());
+}
+
+let srv: TestServer;
+before(async () => {
+  srv = await startTestServer();
+});
+after(async () => {
+  await srv.close();
+});
+
+test("after REST ok, REST not found, gRPC ok and Connect ok calls, /metrics counts each by service, method, protocol and code", async () => {
+  // Exactly these authenticated calls, each with the administrator token.
+  const org = await createGroup(srv.url, null, "metrics org"); // REST CreateGroup ok
+  for (let i = 0; i < 2; i++) assert.equal((await rest(srv.url, "GET", `/iam/v2beta1/groups/${MISSING}`)).status, 404); // REST GetGroup not_found x2
+  const grpc = grpcClient(GroupsService, srv.port);
+  const connect = testTransport("connect-h1", srv.url);
+  const grpcWeb = testTransport("grpc-web-h1", srv.url);
+  try {
+    for (let i = 0; i < 3; i++) assert.equal((await grpc.call("getGroup", { uid: org.uid })).uid, org.uid); // gRPC GetGroup ok x3
+    assert.equal((await createClient(GroupsService, connect.transport).getGroup({ uid: org.uid })).uid, org.uid); // Connect GetGroup ok
+    assert.equal((await createClient(GroupsService, grpcWeb.transport).listGroups({})).groups.length, 1); // gRPC-Web ListGroups ok
+  } finally {
+    grpc.close();
+    connect.close();
+    grpcWeb.close();
+  }
+  // An unauthenticated call: counted too.
+  assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: "" })).status, 401);
+
+  const { samples, types } = await scrape(srv.url);
+  assert.equal(types.get("platform_requests_total"), "counter");
+  const requests = find(samples, "platform_requests_total");
+  const counted = Object.fromEntries(requests.map((s) => [`${s.labels.service}/${s.labels.method} ${s.labels.protocol} ${s.labels.code}`, s.value]));
+  assert.deepEqual(counted, {
+    [`${GROUPS}/CreateGroup rest ok`]: 1,
+    [`${GROUPS}/GetGroup rest not_found`]: 2,
+    [`${GROUPS}/GetGroup grpc ok`]: 3,
+    [`${GROUPS}/GetGroup connect ok`]: 1,
+    [`${GROUPS}/ListGroups grpc-web ok`]: 1,
+    [`${GROUPS}/ListGroups rest unauthenticated`]: 1,
+  });
+
+  // A latency histogram per service, method and protocol: cumulative buckets ending at +Inf = count.
+  assert.equal(types.get("platform_request_duration_seconds"), "histogram");
+  const series: [string, string, number][] = [
+    ["CreateGroup", "rest", 1],
+    ["GetGroup", "rest", 2],
+    ["GetGroup", "grpc", 3],
+    ["GetGroup", "connect", 1],
+    ["ListGroups", "grpc-web", 1],
+    ["ListGroups", "rest", 1],
+  ];
+  for (const [method, protocol, count] of series) {
+    const labels = { service: GROUPS, method, protocol };
+    const buckets = find(samples, "platform_request_duration_seconds_bucket", labels);
+    assert.ok(buckets.length >= 5, `buckets of ${method} ${protocol}`);
+    const bounds = buckets.map((b) => (b.labels.le === "+Inf" ? Infinity : Number(b.labels.le)));
+    assert.deepEqual(bounds, [...bounds].sort((a, b) => a - b), "bucket bounds ascend");
+    assert.equal(bounds.at(-1), Infinity);
+    for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i]!.value >= buckets[i - 1]!.value, "cumulative buckets");
+    assert.equal(buckets.at(-1)!.value, count, `+Inf bucket of ${method} ${protocol}`);
+    assert.equal(value(samples, "platform_request_duration_seconds_count", labels), count);
+    assert.ok(value(samples, "platform_request_duration_seconds_sum", labels) >= 0);
+  }
+
+  // In flight: a gauge per protocol, back to zero once every call has finished.
+  assert.equal(types.get("platform_requests_in_flight"), "gauge");
+  for (const protocol of ["rest", "grpc", "connect", "grpc-web"]) assert.equal(value(samples, "platform_requests_in_flight", { protocol }), 0, protocol);
+
+  // Store query time: the group creation and lookups went through the store.
+  assert.equal(types.get("platform_store_query_duration_seconds"), "histogram");
+  assert.ok(value(samples, "platform_store_query_duration_seconds_count", { part: "groups", operation: "create" }) >= 1);
+  assert.ok(value(samples, "platform_store_query_duration_seconds_count", { part: "groups", operation: "get" }) >= 5);
+  assert.ok(find(samples, "platform_store_query_duration_seconds_bucket", { part: "groups", operation: "get", le: "+Inf" }).length === 1);
+
+  // Token cache: one token, verified once (miss), then served from the cache for the 7 later calls.
+  assert.equal(types.get("platform_token_cache_total"), "counter");
+  assert.equal(value(samples, "platform_token_cache_total", { result: "miss" }), 1);
+  assert.equal(value(samples, "platform_token_cache_total", { result: "hit" }), 7);
+
+  // Process metrics, with the platform_ prefix.
+  assert.ok(value(samples, "platform_process_cpu_seconds_total") > 0);
+  assert.ok(value(samples, "platform_process_resident_memory_bytes") > 0);
+  assert.ok(value(samples, "platform_process_start_time_seconds") > 0);
+  assert.ok(find(samples, "platform_nodejs_heap_size_used_bytes").length === 1);
+  assert.ok(find(samples, "platform_nodejs_eventloop_lag_seconds").length === 1);
+
+  // Scraping is not an RPC: a second scrape adds no request samples.
+  const again = await scrape(srv.url);
+  assert.deepEqual(
+    find(again.samples, "platform_requests_total").map((s) => s.value),
+    requests.map((s) => s.value),
+  );
+});
+
+test("a fresh token is one more cache miss; a forged one is a miss and counted as unauthenticated", async () => {
+  const before = (await scrape(srv.url)).samples;
+  const fresh = await mintAdminToken(srv.server);
+  for (let i = 0; i < 3; i++) assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${fresh}` })).status, 200);
+  const forged = `${fresh.slice(0, fresh.lastIndexOf(".") + 1)}${"A".repeat(86)}`;
+  assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${forged}` })).status, 401);
+  const afterwards = (await scrape(srv.url)).samples;
+  const delta = (name: string, labels: Record<string, string>) =>
+    value(afterwards, name, labels) - (find(before, name, labels)[0]?.value ?? 0);
+  assert.equal(delta("platform_token_cache_total", { result: "miss" }), 2);
+  assert.equal(delta("platform_token_cache_total", { result: "hit" }), 2);
+  assert.equal(delta("platform_requests_total", { service: GROUPS, method: "ListGroups", protocol: "rest", code: "ok" }), 3);
+  assert.equal(delta("platform_requests_total", { service: GROUPS, method: "ListGroups", protocol: "rest", code: "unauthenticated" }), 1);
+});
+
+test("platform_requests_in_flight counts the calls being handled now, per protocol", async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "platform-metrics-"));
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let entered = 0;
+  let allEntered!: () => void;
+  const inside = new Promise<void>((resolve) => (allEntered = resolve));
+  const HELD = 3;
+  const decorate = (inner: Authenticator): Authenticator => ({
+    async authenticate(headers) {
+      if (++entered === HELD) allEntered();
+      await gate;
+      return inner.authenticate(headers);
+    },
+  });
+  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate });
+  setDefaultToken(server.port, await mintAdminToken(server));
+  const grpc = grpcClient(GroupsService, server.port);
+  try {
+    const held = [
+      rest(server.url, "GET", "/iam/v2beta1/groups"),
+      rest(server.url, "GET", "/iam/v2beta1/groups"),
+      grpc.call("listGroups", {}),
+    ];
+    await inside;
+    const during = (await scrape(server.url)).samples;
+    assert.equal(value(during, "platform_requests_in_flight", { protocol: "rest" }), 2);
+    assert.equal(value(during, "platform_requests_in_flight", { protocol: "grpc" }), 1);
+    release();
+    await Promise.all(held);
+    const done = (await scrape(server.url)).samples;
+    assert.equal(value(done, "platform_requests_in_flight", { protocol: "rest" }), 0);
+    assert.equal(value(done, "platform_requests_in_flight", { protocol: "grpc" }), 0);
+  } finally {
+    release();
+    grpc.close();
+    await server.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
