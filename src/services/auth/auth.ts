@@ -1,5 +1,5 @@
 import { getOption } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platform/auth/v1/auth_pb.js";

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { type Duration } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 import {

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type {
   GroupsService} from "../../../gen/platform/iam/v2beta1/groups_pb.js";
@@ -27,7 +27,9 @@ const UPDATABLE = ["name", "description"] as const;
 
 /** The API shape of a stored group. */
 export function groupMessage(g: GroupRecord): Group {
-  return create(GroupSchema, {
+  // A plain message object (every field set): lists build one per item.
+  return {
+    $typeName: "platform.iam.v2beta1.Group",
     uid: g.uid,
     name: g.name,
     description: g.description,
@@ -35,7 +37,7 @@ export function groupMessage(g: GroupRecord): Group {
     verified: g.verified,
     createTime: timestampFromMs(g.createTime),
     updateTime: timestampFromMs(g.updateTime),
-  });
+  };
 }
 
 /** The keyset position of a group in a given order. */

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import {
   RoleBindingGroupSchema,
   RoleBindingIdentitySchema,

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import {
   ClaimMatchSchema,
   IdentitySchema,

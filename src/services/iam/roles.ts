@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 import { RoleSchema, type ListRolesResponse, type Role, type RolesService } from "../../../gen/platform/iam/v2beta1/roles_pb.js";

@@ -1,4 +1,4 @@
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { SecurityTokenService } from "../../../gen/platform/oidc/v1/sts_pb.js";
 import { compilePattern, claimsMatch } from "../../domain/claim-match.js";

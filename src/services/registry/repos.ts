@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 import {

@@ -35,7 +35,7 @@ function toRecord(row: GroupRow): GroupRecord {
     name: row.name,
     description: row.description,
     verified: row.verified === 1,
-    resourceLimits: JSON.parse(row.resource_limits) as Record<string, number>,
+    resourceLimits: row.resource_limits === "{}" ? {} : (JSON.parse(row.resource_limits) as Record<string, number>),
     createTime: row.create_time,
     updateTime: row.update_time,
   };
