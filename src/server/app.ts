@@ -306,7 +306,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
           headers: fetchHeaders(req),
           body: req.body,
         });
-        res.headers.forEach((value, key) => void reply.header(key, value));
+        res.headers?.forEach((value, key) => void reply.header(key, value));
         return reply.code(res.status).type("application/json").send(res.body);
       } catch (err) {
         if (err instanceof RouteNotFoundError) return notFound(reply, req.method, err.allowed);

@@ -1,7 +1,8 @@
 import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
-import { createContextValues, createHandlerContext, type ConnectError } from "@connectrpc/connect";
+import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { invalidField } from "../domain/errors.js";
+import { lightContext } from "./context.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
 import { requestIdFrom } from "./request-id.js";
 import { errorDomainOf, requestIdKey, type WrappedService } from "./wrap.js";
@@ -89,16 +90,16 @@ export function grpcService(
       const requestId = requestIdFrom(call.metadata.get("x-request-id")[0] as string | undefined);
       const deadline = call.getDeadline();
       const timeoutMs = deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
-      const ctx = createHandlerContext({
+      const ctx = lightContext({
         service: svc.service,
         method,
         protocolName: "grpc",
         requestMethod: "POST",
         url: path,
         requestHeader: metadataHeaders(call.metadata),
-        requestSignal: abort.signal,
+        signal: abort.signal,
         timeoutMs,
-        contextValues: createContextValues().set(requestIdKey, requestId),
+        values: createContextValues().set(requestIdKey, requestId),
       });
       const headers = new grpc.Metadata();
       headers.set("x-request-id", requestId);

@@ -10,7 +10,8 @@ import {
   type JsonValue,
   type Registry,
 } from "@bufbuild/protobuf";
-import { createContextValues, createHandlerContext } from "@connectrpc/connect";
+import { createContextValues } from "@connectrpc/connect";
+import { lightContext } from "./context.js";
 import { http } from "../../gen/google/api/annotations_pb.js";
 import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
 import type { HttpRule } from "../../gen/google/api/http_pb.js";
@@ -65,7 +66,8 @@ interface Route {
 export interface RestResponse {
   status: number;
   body: JsonValue;
-  headers: Headers;
+  /** Response headers a handler set, if any. */
+  headers: Headers | undefined;
 }
 
 /** A request as the transcoder sees it: method, raw path and query, parsed headers and body. */
@@ -273,18 +275,18 @@ export class RestTranscoder {
       // Decoding failures belong to the method's service, like its own errors.
       throw toConnectError(err, errorDomainOf(route.service));
     }
-    const ctx = createHandlerContext({
+    const ctx = lightContext({
       service: route.service,
       method: route.method,
       protocolName: "rest",
       requestMethod: req.method,
       url: req.url,
       requestHeader: req.headers,
-      requestSignal: req.signal,
-      contextValues: createContextValues().set(requestIdKey, req.requestId),
+      signal: req.signal,
+      values: createContextValues().set(requestIdKey, req.requestId),
     });
     const result = await route.handler(request, ctx);
-    return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.responseHeader };
+    return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.setResponseHeaders() };
   }
 
   private requestJson(route: Route, groups: string[], rawQuery: string, body: unknown): JsonObject {
