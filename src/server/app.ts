@@ -137,6 +137,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
+    // Closing "idle" keep-alive sockets on shutdown resets a request the client
+    // has already sent on them; instead, queued requests get 503 + Connection: close.
+    forceCloseConnections: false,
     clientErrorHandler,
     // A path fastify cannot percent-decode never reaches a route: answer it in the spec's error shape too.
     frameworkErrors: (err, _req, reply) =>

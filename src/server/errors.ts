@@ -49,6 +49,45 @@ export function reasonOf(code: Code): string {
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
 }
 
+/**
+ * An error's size is bounded whatever the request held: a gRPC error travels
+ * in HTTP/2 trailers (grpc-message, and grpc-status-details-bin in base64),
+ * and a header block over 64 KiB is never delivered, leaving the call and its
+ * connection hanging. A request with thousands of bad list entries would
+ * otherwise get one violation each. At most MAX_VIOLATIONS violations of at
+ * most VIOLATION_BYTES in all are sent; ErrorInfo.metadata.omittedViolations
+ * counts the rest. Worst case (all text non-ASCII): about 36 KiB of base64
+ * details plus 18 KiB of percent-encoded message.
+ */
+const MAX_VIOLATIONS = 20;
+const VIOLATION_BYTES = 16 * 1024;
+const MAX_TEXT = 512;
+const MAX_MESSAGE = 2048;
+
+function clip(text: string, max = MAX_TEXT): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/** The violations of err that fit the bounds above, clipped, and how many were left out. */
+function boundedViolations(err: ApiError) {
+  let room = VIOLATION_BYTES;
+  const fits = (...texts: string[]) => (room -= texts.reduce((n, t) => n + Buffer.byteLength(t), 0)) >= 0;
+  const fieldViolations = [];
+  for (const v of err.fieldViolations.slice(0, MAX_VIOLATIONS)) {
+    const clipped = { field: clip(v.field), description: clip(v.description) };
+    if (!fits(clipped.field, clipped.description)) break;
+    fieldViolations.push(clipped);
+  }
+  const violations = [];
+  for (const v of err.preconditionViolations.slice(0, MAX_VIOLATIONS - fieldViolations.length)) {
+    const clipped = { type: clip(v.type), subject: clip(v.subject), description: clip(v.description) };
+    if (!fits(clipped.type, clipped.subject, clipped.description)) break;
+    violations.push(clipped);
+  }
+  const omitted = err.fieldViolations.length + err.preconditionViolations.length - fieldViolations.length - violations.length;
+  return { fieldViolations, violations, omitted };
+}
+
 /** Called with every error that is not a client's mistake; the default is silence. */
 export type InternalErrorSink = (err: unknown) => void;
 
@@ -59,16 +98,12 @@ export type InternalErrorSink = (err: unknown) => void;
  */
 export function toConnectError(err: unknown, domain: string, onInternal?: InternalErrorSink): ConnectError {
   if (err instanceof ApiError) {
-    const details: OutgoingDetail[] = [
-      { desc: ErrorInfoSchema, value: { reason: err.reason, domain, metadata: err.metadata } },
-    ];
-    if (err.fieldViolations.length > 0) {
-      details.push({ desc: BadRequestSchema, value: { fieldViolations: err.fieldViolations } });
-    }
-    if (err.preconditionViolations.length > 0) {
-      details.push({ desc: PreconditionFailureSchema, value: { violations: err.preconditionViolations } });
-    }
-    return new ConnectError(err.message, err.code, undefined, details);
+    const { fieldViolations, violations, omitted } = boundedViolations(err);
+    const metadata = omitted > 0 ? { ...err.metadata, omittedViolations: String(omitted) } : err.metadata;
+    const details: OutgoingDetail[] = [{ desc: ErrorInfoSchema, value: { reason: err.reason, domain, metadata } }];
+    if (fieldViolations.length > 0) details.push({ desc: BadRequestSchema, value: { fieldViolations } });
+    if (violations.length > 0) details.push({ desc: PreconditionFailureSchema, value: { violations } });
+    return new ConnectError(clip(err.message, MAX_MESSAGE), err.code, undefined, details);
   }
   if (err instanceof ConnectError) {
     // Already mapped (by the wrapper, which reported its cause): not reported twice.
