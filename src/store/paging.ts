@@ -1,6 +1,6 @@
 import { invalidField } from "../domain/errors.js";
 import { PageTokenSealer } from "./page-token.js";
-import type { Cursor, ListResult } from "./store.js";
+import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "./store.js";
 
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
@@ -104,4 +104,23 @@ export function pageEnvelope<T, TOrder extends string>(
   const nextPageToken =
     result.hasMore && last !== undefined ? sealer.seal(cursorOf(last, plan.order.field), plan.skipped, plan.requestSkip, plan.queryHash) : "";
   return { nextPageToken, totalCount: BigInt(result.totalCount), skipped: plan.skipped };
+}
+
+/** The most items one v1 list returns; v1 lists have no paging. */
+export const V1_LIST_LIMIT = 10_000;
+
+/**
+ * The store query of a v1 list (no paging, uid order, at most V1_LIST_LIMIT):
+ * the hierarchy filter, narrowed to one uid when the v1 `id` filter is given.
+ */
+export function v1ListQuery<TFilter>(hierarchy: HierarchyFilter, id: string | null, filter: TFilter, visibleWithin: readonly string[] | null): ListQuery<TFilter, "uid"> {
+  return {
+    hierarchy: id === null ? hierarchy : { ...hierarchy, ids: [id] },
+    filter,
+    order: { field: "uid", desc: false },
+    after: null,
+    offset: 0,
+    limit: V1_LIST_LIMIT,
+    visibleWithin,
+  };
 }

@@ -1,12 +1,10 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { GroupsService } from "../../../gen/platform/iam/v1/groups_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { v1ListQuery } from "../../store/paging.js";
 import type { GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-
-/** The most groups one v1 list returns; v1 has no paging. */
-const V1_LIST_LIMIT = 10_000;
 
 /** The v1 group shape: id in place of uid, no timestamps. */
 function v1Group(g: GroupRecord) {
@@ -17,17 +15,9 @@ function v1Group(g: GroupRecord) {
 export function createGroupsV1Service(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   return {
     listGroups(req, ctx) {
-      const hierarchy = hierarchyFilter(req.uidp);
-      if (req.id !== "") hierarchy.ids = [requireUidp("id", req.id)];
-      const result = deps.store.groups.list({
-        hierarchy,
-        filter: req.name === "" ? {} : { name: req.name },
-        order: { field: "uid", desc: false },
-        after: null,
-        offset: 0,
-        limit: V1_LIST_LIMIT,
-        visibleWithin: deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUPS_LIST),
-      });
+      const id = req.id === "" ? null : requireUidp("id", req.id);
+      const visible = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUPS_LIST);
+      const result = deps.store.groups.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
       return { items: result.items.map(v1Group) };
     },
   };

@@ -5,11 +5,9 @@ import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_p
 import { CatalogTier, RepoSchema, type RegistryService, type Repo } from "../../../gen/platform/registry/v1/registry_pb.js";
 import { CatalogTier as CatalogTierV2 } from "../../../gen/platform/registry/v2beta1/repos_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
+import { v1ListQuery } from "../../store/paging.js";
 import type { RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
-
-/** The most repos one v1 list returns; v1 has no paging. */
-const V1_LIST_LIMIT = 10_000;
 
 /** v2beta1 catalog tiers in v1 numbering: the same tiers under other names and numbers (contract §18.2). */
 const V1_TIER: Record<number, CatalogTier> = {
@@ -39,17 +37,9 @@ function v1Repo(r: RepoRecord): Repo {
 export function createRegistryV1Service(deps: ServiceDeps): ServiceImpl<typeof RegistryService> {
   return {
     listRepos(req, ctx) {
-      const hierarchy = hierarchyFilter(req.uidp);
-      if (req.id !== "") hierarchy.ids = [requireUidp("id", req.id)];
-      const result = deps.store.repos.list({
-        hierarchy,
-        filter: req.name === "" ? {} : { name: req.name },
-        order: { field: "uid", desc: false },
-        after: null,
-        offset: 0,
-        limit: V1_LIST_LIMIT,
-        visibleWithin: deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST),
-      });
+      const id = req.id === "" ? null : requireUidp("id", req.id);
+      const visible = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
+      const result = deps.store.repos.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
       return { items: result.items.map(v1Repo) };
     },
   };

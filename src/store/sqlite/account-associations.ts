@@ -10,7 +10,7 @@ import type {
   ListQuery,
   ListResult,
 } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 // The association's uid is its group's: ordering by "group" is ordering by uid,
 // and parent_uid (the group's parent) makes the hierarchy filters work as elsewhere.
@@ -83,10 +83,7 @@ export class SqliteAccountAssociationStore implements AccountAssociationStore {
   }
 
   list(query: ListQuery<AccountAssociationFilter, AccountAssociationOrder>): ListResult<AccountAssociationRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as AccountAssociationRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
   }
 
   update(uid: string, changes: AccountAssociationChanges, updateTime: number): AccountAssociationRecord {

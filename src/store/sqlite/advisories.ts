@@ -213,8 +213,7 @@ export class SqliteAdvisoryStore implements AdvisoryStore {
       this.seenDataVersion = version;
       this.lists.touched(TABLE.table);
     }
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filterClauses(query.filter));
-    return { items: (rows as unknown as AdvisoryRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, filterClauses(query.filter), toRecord);
   }
 
   upsert(advisories: readonly AdvisoryRecord[]): UpsertOutcome[] {

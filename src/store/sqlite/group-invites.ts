@@ -8,7 +8,7 @@ import type {
   ListQuery,
   ListResult,
 } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 // parent_uid is the invite's group: the hierarchy filters work on it as on any table.
 const TABLE: ListableTable<GroupInviteOrder> = {
@@ -88,10 +88,7 @@ export class SqliteGroupInviteStore implements GroupInviteStore {
   }
 
   list(query: ListQuery<GroupInviteFilter, GroupInviteOrder>): ListResult<GroupInviteRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.keyId !== undefined) filters.push({ sql: "t.key_id = ?", params: [query.filter.keyId] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as GroupInviteRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.key_id": query.filter.keyId }), toRecord);
   }
 
   delete(uid: string): void {

@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 /** A kind of record that lives below a group and blocks the group's deletion. */
 export interface ChildKind {
@@ -88,10 +88,7 @@ export class SqliteGroupStore implements GroupStore {
   }
 
   list(query: ListQuery<GroupFilter, GroupOrder>): ListResult<GroupRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as GroupRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
   }
 
   update(uid: string, changes: GroupChanges, updateTime: number): GroupRecord {

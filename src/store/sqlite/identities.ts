@@ -10,7 +10,7 @@ import type {
   ListQuery,
   ListResult,
 } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<IdentityOrder> = {
   table: "identities",
@@ -107,13 +107,8 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   list(query: ListQuery<IdentityFilter, IdentityOrder>): ListResult<IdentityRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    if (query.filter.relationshipKind !== undefined) {
-      filters.push({ sql: "t.relationship_kind = ?", params: [query.filter.relationshipKind] });
-    }
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as IdentityRow[]).map(toRecord), hasMore, totalCount };
+    const { name, relationshipKind } = query.filter;
+    return this.lists.records(TABLE, query, exact({ "t.name": name, "t.relationship_kind": relationshipKind }), toRecord);
   }
 
   update(uid: string, changes: IdentityChanges, updateTime: number): IdentityRecord {

@@ -10,7 +10,7 @@ import type {
   ListResult,
   OidcSettings,
 } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<IdentityProviderOrder> = {
   table: "identity_providers",
@@ -86,10 +86,7 @@ export class SqliteIdentityProviderStore implements IdentityProviderStore {
   }
 
   list(query: ListQuery<IdentityProviderFilter, IdentityProviderOrder>): ListResult<IdentityProviderRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as IdentityProviderRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
   }
 
   update(uid: string, changes: IdentityProviderChanges, updateTime: number): IdentityProviderRecord {

@@ -1,11 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
-import type { Cursor, HierarchyFilter, ListQuery } from "../store.js";
+import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../store.js";
 
 /** A WHERE fragment with its positional parameters. */
 export interface Clause {
   sql: string;
   params: unknown[];
+}
+
+/** Exact-match clauses for the filter values that are set, e.g. exact({ "t.name": filter.name }). */
+export function exact(columns: Record<string, string | undefined>): Clause[] {
+  return Object.entries(columns).flatMap(([column, value]) => (value === undefined ? [] : [{ sql: `${column} = ?`, params: [value] }]));
 }
 
 /** How a table is listed: its select list and the column behind each order field. */
@@ -39,6 +44,17 @@ export class ListRunner {
   /** Marks a table as written, so cached counts over it are not reused. */
   touched(table: string): void {
     this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
+  }
+
+  /** One page of records: run() with each row mapped to its record. */
+  records<TOrder extends string, TRow, TRecord>(
+    spec: ListableTable<TOrder>,
+    query: ListQuery<unknown, TOrder>,
+    filters: Clause[],
+    toRecord: (row: TRow) => TRecord,
+  ): ListResult<TRecord> {
+    const { rows, hasMore, totalCount } = this.run(spec, query, filters);
+    return { items: (rows as unknown as TRow[]).map(toRecord), hasMore, totalCount };
   }
 
   /** Returns the rows of one page, whether more follow, and the total count. */

@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, RepoStore } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<RepoOrder> = {
   table: "repos",
@@ -96,10 +96,7 @@ export class SqliteRepoStore implements RepoStore {
   }
 
   list(query: ListQuery<RepoFilter, RepoOrder>): ListResult<RepoRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as RepoRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
   }
 
   update(uid: string, changes: RepoChanges, updateTime: number): RepoRecord {

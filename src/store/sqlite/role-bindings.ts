@@ -8,7 +8,7 @@ import type {
   RoleBindingRecord,
   RoleBindingStore,
 } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 // parent_uid is the binding's group: the hierarchy filters work on it as on any table.
 const TABLE: ListableTable<RoleBindingOrder> = {
@@ -86,13 +86,9 @@ export class SqliteRoleBindingStore implements RoleBindingStore {
   }
 
   list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord> {
-    const filters: Clause[] = [];
     const { identityUid, groupUid, roleUid } = query.filter;
-    if (identityUid !== undefined) filters.push({ sql: "t.identity_uid = ?", params: [identityUid] });
-    if (groupUid !== undefined) filters.push({ sql: "t.parent_uid = ?", params: [groupUid] });
-    if (roleUid !== undefined) filters.push({ sql: "t.role_uid = ?", params: [roleUid] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as RoleBindingRow[]).map(toRecord), hasMore, totalCount };
+    const filters = exact({ "t.identity_uid": identityUid, "t.parent_uid": groupUid, "t.role_uid": roleUid });
+    return this.lists.records(TABLE, query, filters, toRecord);
   }
 
   update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): RoleBindingRecord {

@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<RoleOrder> = {
   table: "roles",
@@ -96,10 +96,7 @@ export class SqliteRoleStore implements RoleStore {
   }
 
   list(query: ListQuery<RoleFilter, RoleOrder>): ListResult<RoleRecord> {
-    const filters: Clause[] = [];
-    if (query.filter.name !== undefined) filters.push({ sql: "t.name = ?", params: [query.filter.name] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as RoleRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
   }
 
   update(uid: string, changes: RoleChanges, updateTime: number): RoleRecord {

@@ -99,8 +99,7 @@ export class SqliteTagStore implements TagStore {
     if (!f.includeReferrers) filters.push({ sql: "t.is_referrer = 0", params: [] });
     if (!f.includeDates) filters.push({ sql: "t.is_dated = 0", params: [] });
     if (!f.includeEpochs) filters.push({ sql: "t.is_epoch = 0", params: [] });
-    const { rows, hasMore, totalCount } = this.lists.run(TABLE, query, filters);
-    return { items: (rows as unknown as TagRow[]).map(toRecord), hasMore, totalCount };
+    return this.lists.records(TABLE, query, filters, toRecord);
   }
 
   delete(uid: string): void {
