@@ -6,7 +6,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -21,6 +21,10 @@ import { grpcClient } from "../test/support/grpc.js";
 const DURATION = Number(process.env.BENCH_DURATION ?? 5);
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
+/** BENCH_CPU_PROF=<dir>: the server target writes one V8 CPU profile per scenario there, <n>.cpuprofile (open in Chrome DevTools). */
+const CPU_PROF_DIR = process.env.BENCH_CPU_PROF;
+/** BENCH_ONLY=<substring>: run only the rows whose name contains it (the ceiling always runs). */
+const ONLY = process.env.BENCH_ONLY?.toLowerCase();
 /** The administrator's bearer token, set once the data directory is seeded. */
 let authHeaders: Record<string, string> = {};
 
@@ -30,10 +34,22 @@ interface Row {
   p50: number;
   p99: number;
   note?: string;
+  /** CPU time the target process spent per request, in µs (Linux /proc only). */
+  cpuPerRequest?: number;
 }
 
-function startTarget(args: string[]): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "targets.ts"), ...args], {
+/** User + system CPU time of a process in ms, from /proc; null where there is no /proc. */
+function cpuMillis(pid: number): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime + stime, in clock ticks of 10 ms
+  } catch {
+    return null;
+  }
+}
+
+function startTarget(args: string[], nodeFlags: string[] = []): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, [...nodeFlags, "--import", "tsx", join(import.meta.dirname, "targets.ts"), ...args], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   return new Promise((resolve, reject) => {
@@ -128,6 +144,7 @@ async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; tok
 
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-bench-"));
+  if (CPU_PROF_DIR) mkdirSync(CPU_PROF_DIR, { recursive: true });
   const children: ChildProcess[] = [];
   try {
     const seeded = await seed(dataDir);
@@ -146,36 +163,61 @@ async function main(): Promise<void> {
     const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`, { headers })).json();
     const deepPath = `/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(deep.nextPageToken)}`;
 
-    const rows: Row[] = [];
-    rows.push(await load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`));
-    rows.push(await load("REST Get group (with auth)", base + getPath));
-    rows.push(await load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`));
-    rows.push(await load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath));
-    rows.push((await h2loadGrpc("gRPC Get group (h2load)", server.port, seeded.uid, seeded.token, dataDir)) ?? (await grpcLoad("gRPC Get group (grpc-js client, client-bound)", server.port, seeded.uid, seeded.token)));
-    rows.push({
-      ...(await load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ name: "bench folder" }),
-        connections: 10,
-      })),
-    });
-
-    const ceiling = rows[0]!.rps;
-    const restGet = rows[1]!.rps;
-    console.log(`\nPlatform API benchmark — node ${process.version}, ${cpus().length} cores, ${DURATION}s per row, ${CONNECTIONS} connections`);
-    console.log("| scenario | req/s | p50 ms | p99 ms | vs ceiling |");
-    console.log("|---|---:|---:|---:|---:|");
-    for (const r of rows) {
-      console.log(`| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${((r.rps / ceiling) * 100).toFixed(1)}% |`);
+    const scenarios: { key: string; run: () => Promise<Row> }[] = [
+      { key: "ceiling", run: () => load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`) },
+      { key: "restGet", run: () => load("REST Get group (with auth)", base + getPath) },
+      { key: "listFirst", run: () => load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`) },
+      { key: "listDeep", run: () => load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath) },
+      {
+        key: "grpcGet",
+        run: async () =>
+          (await h2loadGrpc("gRPC Get group (h2load)", server.port, seeded.uid, seeded.token, dataDir)) ??
+          (await grpcLoad("gRPC Get group (grpc-js client, client-bound)", server.port, seeded.uid, seeded.token)),
+      },
+      {
+        key: "create",
+        run: () =>
+          load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ name: "bench folder" }),
+            connections: 10,
+          }),
+      },
+    ];
+    const rows = new Map<string, Row>();
+    for (const s of scenarios) {
+      if (s.key !== "ceiling" && ONLY && !s.key.toLowerCase().includes(ONLY)) continue;
+      const pid = (s.key === "ceiling" ? ceilingTarget : server).child.pid!;
+      const before = cpuMillis(pid);
+      const profiled = CPU_PROF_DIR !== undefined && s.key !== "ceiling";
+      if (profiled) server.child.kill("SIGUSR2");
+      const row = await s.run();
+      if (profiled) server.child.kill("SIGUSR2");
+      const after = cpuMillis(pid);
+      if (before !== null && after !== null) row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
+      rows.set(s.key, row);
     }
-    const budget = (label: string, value: number, target: number, unit = "%") =>
-      console.log(`${value >= target ? "meets" : "MISSES"}  ${label}: ${value.toFixed(1)}${unit} (budget ≥ ${target}${unit})`);
+
+    const ceiling = rows.get("ceiling")!.rps;
+    console.log(`\nPlatform API benchmark — node ${process.version}, ${cpus().length} cores, ${DURATION}s per row, ${CONNECTIONS} connections`);
+    console.log("| scenario | req/s | p50 ms | p99 ms | server CPU µs/req | vs ceiling |");
+    console.log("|---|---:|---:|---:|---:|---:|");
+    for (const r of rows.values()) {
+      const cpu = r.cpuPerRequest === undefined ? "–" : Math.round(r.cpuPerRequest);
+      console.log(`| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${cpu} | ${((r.rps / ceiling) * 100).toFixed(1)}% |`);
+    }
+    const budget = (label: string, keys: string[], value: () => number, target: number, unit = "%") => {
+      if (!keys.every((k) => rows.has(k))) return;
+      const v = value();
+      console.log(`${v >= target ? "meets" : "MISSES"}  ${label}: ${v.toFixed(1)}${unit} (budget ≥ ${target}${unit})`);
+    };
+    const rps = (key: string) => rows.get(key)!.rps;
     console.log("\nBudget (DESIGN.md):");
-    budget("REST Get with auth / ceiling", (restGet / ceiling) * 100, 30);
-    budget("gRPC Get / REST Get", (rows[4]!.rps / restGet) * 100, 70);
-    budget(`List 50 of ${GROUPS}, first page`, rows[2]!.rps, 3000, " req/s");
-    budget("deep page / first page", (rows[3]!.rps / rows[2]!.rps) * 100, 90);
+    budget("REST Get with auth / ceiling", ["restGet"], () => (rps("restGet") / ceiling) * 100, 30);
+    budget("gRPC Get / REST Get", ["grpcGet", "restGet"], () => (rps("grpcGet") / rps("restGet")) * 100, 70);
+    budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => rps("listFirst"), 3000, " req/s");
+    budget("deep page / first page", ["listDeep", "listFirst"], () => (rps("listDeep") / rps("listFirst")) * 100, 90);
   } finally {
     for (const c of children) c.kill("SIGTERM");
     rmSync(dataDir, { recursive: true, force: true });

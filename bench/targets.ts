@@ -5,7 +5,9 @@
  *   server <data-dir>     the real server over a seeded data directory
  * Each prints "PORT <n>" once listening.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Session } from "node:inspector/promises";
+import { join } from "node:path";
 import Fastify from "fastify";
 import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server/app.js";
@@ -27,7 +29,29 @@ if (mode === "ceiling") {
   const server = await startServer({ config, store: openSqliteStore({ dataDir: config.dataDir }) });
   console.log(`PORT ${server.port}`);
   process.once("SIGTERM", () => void server.close().then(() => process.exit(0)));
+  if (process.env.BENCH_CPU_PROF) profileOnSignal(process.env.BENCH_CPU_PROF);
 } else {
   console.error("usage: targets.ts ceiling <file> | server <data-dir>");
   process.exit(2);
+}
+
+/** SIGUSR2 starts the V8 CPU profiler; the next SIGUSR2 writes <dir>/<n>.cpuprofile, so a profile covers one scenario. */
+function profileOnSignal(dir: string): void {
+  const session = new Session();
+  session.connect();
+  let running = false;
+  let n = 0;
+  process.on("SIGUSR2", () => {
+    void (async () => {
+      if (!running) {
+        running = true;
+        await session.post("Profiler.enable");
+        await session.post("Profiler.start");
+        return;
+      }
+      running = false;
+      const { profile } = await session.post("Profiler.stop");
+      writeFileSync(join(dir, `${++n}.cpuprofile`), JSON.stringify(profile));
+    })();
+  });
 }

@@ -75,7 +75,7 @@ test("the compiled JSON writer matches protobuf-es toJson on every response type
       const expected = toJson(schema, message, { alwaysEmitImplicit: true, registry }) as Record<string, unknown>;
       // The only intended differences: an empty nextPageToken is left out.
       if (expected.nextPageToken === "") delete expected.nextPageToken;
-      assert.deepEqual(responseJson(schema, message, registry), expected, schema.typeName);
+      assert.deepEqual(JSON.parse(responseJson(schema, message, registry)), expected, schema.typeName);
       compared++;
     }
   }
@@ -84,6 +84,6 @@ test("the compiled JSON writer matches protobuf-es toJson on every response type
 
 test("timestamps always carry three fractional digits, even on a whole second", () => {
   const schema = registry.getMessage("platform.iam.v2beta1.Group")!;
-  const json = responseJson(schema, { createTime: { seconds: 1_700_000_000n, nanos: 0 } }, registry) as Record<string, unknown>;
+  const json = JSON.parse(responseJson(schema, { createTime: { seconds: 1_700_000_000n, nanos: 0 } }, registry)) as Record<string, unknown>;
   assert.equal(json.createTime, "2023-11-14T22:13:20.000Z");
 });

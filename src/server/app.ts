@@ -5,7 +5,7 @@ import { create, createRegistry, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type * as grpc from "@grpc/grpc-js";
-import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -32,6 +32,7 @@ import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-transcoder.js";
 import { installCors } from "./cors.js";
 import { loggerOptions } from "./logging.js";
+import { HeaderView } from "./header-view.js";
 import { instrumentStore, Metrics } from "./metrics.js";
 import { nextRequestId, requestIdFrom } from "./request-id.js";
 import { requestIdKey, wrapService, type CallObserver, type WrappedService } from "./wrap.js";
@@ -85,7 +86,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     issuer: config.authUrl,
     audience: config.baseUrl,
     now,
-    onCache: (hit) => metrics.tokenCache.inc({ result: hit ? "hit" : "miss" }),
+    onCache: (hit) => metrics.tokenCache.inc(hit ? "hit" : "miss"),
   });
   const admin = adminSubject(store.keys);
   const bearer = createBearerAuthenticator(tokens, admin);
@@ -107,11 +108,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
   const observer: CallObserver = {
-    started: (protocol) => metrics.inFlight.inc({ protocol }),
+    started: (protocol) => metrics.inFlight.add(1, protocol),
     finished(call) {
-      metrics.inFlight.dec({ protocol: call.protocol });
-      metrics.requests.inc({ service: call.service, method: call.method, protocol: call.protocol, code: call.code });
-      metrics.latency.observe({ service: call.service, method: call.method, protocol: call.protocol }, call.durationMs / 1000);
+      metrics.inFlight.add(-1, call.protocol);
+      metrics.requests.inc(call.service, call.method, call.protocol, call.code);
+      metrics.latency.observe(call.durationMs / 1000, call.service, call.method, call.protocol);
       app.log.info(
         { reqId: call.requestId, principal: call.principal, rpc: `${call.service}/${call.method}`, protocol: call.protocol, code: call.code, durationMs: Math.round(call.durationMs * 100) / 100 },
         "rpc",
@@ -259,16 +260,6 @@ function registerConnect(router: ConnectRouter, services: readonly WrappedServic
   });
 }
 
-/** Request headers as fetch Headers, without HTTP/2 pseudo-headers. */
-function fetchHeaders(req: FastifyRequest): Headers {
-  const headers = new Headers();
-  for (const [key, value] of Object.entries(req.headers)) {
-    if (key.startsWith(":") || value === undefined) continue;
-    headers.set(key, Array.isArray(value) ? value.join(", ") : value);
-  }
-  return headers;
-}
-
 function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {
   const rendered = restErrorBody(toConnectError(err, DEFAULT_ERROR_DOMAIN, (e) => reply.log.error({ err: e }, "internal error")));
   return reply.code(status ?? rendered.status).type("application/json").send(rendered.body);
@@ -306,7 +297,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
           requestId: req.id,
           method: req.method,
           url: req.url,
-          headers: fetchHeaders(req),
+          headers: HeaderView.ofNode(req.headers),
           body: req.body,
         });
         res.headers?.forEach((value, key) => void reply.header(key, value));

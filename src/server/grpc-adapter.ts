@@ -3,6 +3,7 @@ import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { invalidField } from "../domain/errors.js";
 import { lightContext } from "./context.js";
+import { HeaderView } from "./header-view.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
 import { requestIdFrom } from "./request-id.js";
 import { errorDomainOf, requestIdKey, type WrappedService } from "./wrap.js";
@@ -39,13 +40,21 @@ function asMessage(schema: DescMessage, value: unknown): Message {
   return isMessage(value, schema) ? value : create(schema, value as never);
 }
 
-/** Request metadata as fetch Headers (binary values base64, as the gRPC spec writes them). */
+/** Request metadata as fetch Headers (binary values base64, as the gRPC spec writes them; the first of repeated values). */
 export function metadataHeaders(metadata: grpc.Metadata): Headers {
-  const headers = new Headers();
-  for (const [key, value] of Object.entries(metadata.getMap())) {
-    headers.set(key, typeof value === "string" ? value : value.toString("base64"));
-  }
-  return headers;
+  const text = (value: string | Buffer) => (typeof value === "string" ? value : value.toString("base64"));
+  return new HeaderView(
+    (name) => {
+      let first: string | Buffer | undefined;
+      try {
+        first = metadata.get(name)[0];
+      } catch {
+        return null; // not a valid metadata key
+      }
+      return first === undefined ? null : text(first);
+    },
+    () => Object.entries(metadata.getMap()).map(([name, value]): [string, string] => [name, text(value)]),
+  );
 }
 
 /** The gRPC form of an error: code, message and google.rpc.Status in grpc-status-details-bin. */

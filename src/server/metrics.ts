@@ -1,41 +1,42 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Registry, collectDefaultMetrics } from "prom-client";
 import type { Store } from "../store/store.js";
+import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";
 
-/** The server's Prometheus metrics, served at /metrics. */
+/** The server's Prometheus metrics, served at /metrics. Label values are passed in labelNames order. */
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests = new Counter({
-    name: "platform_requests_total",
-    help: "RPCs handled, by service, method, protocol and gRPC status code name",
-    labelNames: ["service", "method", "protocol", "code"] as const,
-    registers: [this.registry],
-  });
-  readonly latency = new Histogram({
-    name: "platform_request_duration_seconds",
-    help: "RPC handling time, by service, method and protocol",
-    labelNames: ["service", "method", "protocol"] as const,
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-    registers: [this.registry],
-  });
-  readonly inFlight = new Gauge({
-    name: "platform_requests_in_flight",
-    help: "RPCs being handled now, by protocol",
-    labelNames: ["protocol"] as const,
-    registers: [this.registry],
-  });
-  readonly storeTime = new Histogram({
-    name: "platform_store_query_duration_seconds",
-    help: "Time spent in store calls, by store part and operation",
-    labelNames: ["part", "operation"] as const,
-    buckets: [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25],
-    registers: [this.registry],
-  });
-  readonly tokenCache = new Counter({
-    name: "platform_token_cache_total",
-    help: "API token verifications, by result: hit (served from the verified-token cache) or miss",
-    labelNames: ["result"] as const,
-    registers: [this.registry],
-  });
+  /** service, method, protocol, code */
+  readonly requests = new SeriesCounter(
+    "platform_requests_total",
+    "RPCs handled, by service, method, protocol and gRPC status code name",
+    ["service", "method", "protocol", "code"],
+    this.registry,
+  );
+  /** service, method, protocol */
+  readonly latency = new SeriesHistogram(
+    "platform_request_duration_seconds",
+    "RPC handling time, by service, method and protocol",
+    ["service", "method", "protocol"],
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    this.registry,
+  );
+  /** protocol */
+  readonly inFlight = new SeriesGauge("platform_requests_in_flight", "RPCs being handled now, by protocol", ["protocol"], this.registry);
+  /** part, operation */
+  readonly storeTime = new SeriesHistogram(
+    "platform_store_query_duration_seconds",
+    "Time spent in store calls, by store part and operation",
+    ["part", "operation"],
+    [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25],
+    this.registry,
+  );
+  /** result */
+  readonly tokenCache = new SeriesCounter(
+    "platform_token_cache_total",
+    "API token verifications, by result: hit (served from the verified-token cache) or miss",
+    ["result"],
+    this.registry,
+  );
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: "platform_" });
@@ -51,21 +52,7 @@ export function instrumentStore(store: Store, metrics: Metrics): Store {
   const out: Record<string, unknown> = { ...store };
   for (const part of parts) {
     const target = (store as unknown as Record<string, object | undefined>)[part];
-    if (!target) continue;
-    out[part] = new Proxy(target, {
-      get(obj, prop, receiver) {
-        const value = Reflect.get(obj, prop, receiver);
-        if (typeof value !== "function") return value;
-        return (...args: unknown[]) => {
-          const end = metrics.storeTime.startTimer({ part, operation: String(prop) });
-          try {
-            return value.apply(obj, args);
-          } finally {
-            end();
-          }
-        };
-      },
-    });
+    if (target) out[part] = timedPart(part, target, metrics);
   }
   // Methods of the store itself keep their binding to the real store.
   out.transaction = store.transaction.bind(store);
@@ -73,4 +60,26 @@ export function instrumentStore(store: Store, metrics: Metrics): Store {
   out.close = store.close.bind(store);
   out.authzVersion = store.authzVersion.bind(store);
   return out as unknown as Store;
+}
+
+/** The part with each of its methods timed; other properties read through to it. */
+function timedPart(part: string, target: object, metrics: Metrics): object {
+  const timed = Object.create(target) as Record<string, unknown>;
+  for (let proto = Object.getPrototypeOf(target) as object | null; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as object | null) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      // Methods only (getters and fields read through); the most derived definition wins.
+      if (name === "constructor" || typeof Object.getOwnPropertyDescriptor(proto, name)?.value !== "function" || Object.hasOwn(timed, name)) continue;
+      // Read through the part itself, which may be a wrapper (a Proxy) of its own.
+      const method = (target as Record<string, unknown>)[name];
+      timed[name] = (...args: unknown[]) => {
+        const start = performance.now();
+        try {
+          return (method as (...a: unknown[]) => unknown).apply(target, args);
+        } finally {
+          metrics.storeTime.observe((performance.now() - start) / 1000, part, name);
+        }
+      };
+    }
+  }
+  return timed;
 }

@@ -65,7 +65,8 @@ interface Route {
 /** A transcoding result: what to send back over HTTP. */
 export interface RestResponse {
   status: number;
-  body: JsonValue;
+  /** The response's JSON text. */
+  body: string;
   /** Response headers a handler set, if any. */
   headers: Headers | undefined;
 }

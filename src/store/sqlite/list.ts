@@ -38,6 +38,7 @@ export class ListRunner {
   private readonly statements = new Map<string, Statement>();
   private readonly counts = new Map<string, number>();
   private readonly versions = new Map<string, number>();
+  private readonly columns = new Map<string, readonly string[]>();
 
   constructor(private readonly db: Database) {}
 
@@ -80,11 +81,31 @@ export class ListRunner {
       pageParams.push(...keyset.params);
     }
     const order = column === "uid" ? `uid ${dir}` : `${column} ${dir}, uid ${dir}`;
-    const sql = `SELECT ${spec.select} FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
-    const rows = this.prepare(sql).all(...pageParams, query.limit + 1, query.offset) as Record<string, unknown>[];
-    const hasMore = rows.length > query.limit;
-    if (hasMore) rows.length = query.limit;
+    // Each row travels as one JSON array: better-sqlite3 spends ~0.4 µs on every
+    // value it hands to JavaScript, JSON.parse a fraction of that (see bench/).
+    const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
+    const texts = this.prepare(sql, true).all(...pageParams, query.limit + 1, query.offset) as string[];
+    const hasMore = texts.length > query.limit;
+    if (hasMore) texts.length = query.limit;
+    const columns = this.columnsOf(spec.select);
+    const rows = texts.map((text) => {
+      const values = JSON.parse(text) as unknown[];
+      const row: Record<string, unknown> = {};
+      for (let i = 0; i < columns.length; i++) row[columns[i]!] = values[i];
+      return row;
+    });
     return { rows, hasMore, totalCount };
+  }
+
+  /** The column names of a plain select list ("uid, parent_uid, ..."). */
+  private columnsOf(select: string): readonly string[] {
+    let columns = this.columns.get(select);
+    if (!columns) {
+      columns = select.split(",").map((c) => c.trim());
+      if (!columns.every((c) => /^[a-z_][a-z0-9_]*$/.test(c))) throw new Error(`select list must name plain columns: ${select}`);
+      this.columns.set(select, columns);
+    }
+    return columns;
   }
 
   private count(table: string, where: string, params: unknown[]): number {
@@ -100,10 +121,10 @@ export class ListRunner {
     return n;
   }
 
-  private prepare(sql: string): Statement {
+  private prepare(sql: string, pluck = false): Statement {
     let stmt = this.statements.get(sql);
     if (!stmt) {
-      stmt = this.db.prepare(sql);
+      stmt = this.db.prepare(sql).pluck(pluck);
       this.statements.set(sql, stmt);
     }
     return stmt;

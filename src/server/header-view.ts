@@ -1,0 +1,86 @@
+/**
+ * fetch Headers over header values a transport has already parsed (node's
+ * IncomingHttpHeaders, grpc-js Metadata). Handlers mostly read one or two
+ * headers; copying every header into undici's Headers, which validates each
+ * name and value, was a measurable share of a cheap request. get() and has()
+ * read the source; anything else builds a real Headers once and uses it.
+ */
+export class HeaderView implements Headers {
+  private real: Headers | undefined;
+
+  /**
+   * @param lookup one header's value by lower-case name, or null
+   * @param all every header, for the rare caller that iterates or changes them
+   */
+  constructor(
+    private readonly lookup: (lowerName: string) => string | null,
+    private readonly all: () => Iterable<[string, string]>,
+  ) {}
+
+  /** Node request headers (pseudo-headers left out; repeated values joined as fetch does). */
+  static ofNode(headers: Record<string, string | string[] | undefined>): HeaderView {
+    const text = (value: string | string[] | undefined) => (value === undefined ? null : Array.isArray(value) ? value.join(", ") : value);
+    return new HeaderView(
+      (name) => (name.startsWith(":") ? null : text(headers[name])),
+      function* () {
+        for (const [name, value] of Object.entries(headers)) {
+          const v = text(value);
+          if (!name.startsWith(":") && v !== null) yield [name, v];
+        }
+      },
+    );
+  }
+
+  get(name: string): string | null {
+    return this.real ? this.real.get(name) : this.lookup(name.toLowerCase());
+  }
+
+  has(name: string): boolean {
+    return this.get(name) !== null;
+  }
+
+  private materialized(): Headers {
+    if (!this.real) {
+      const real = new Headers();
+      for (const [name, value] of this.all()) real.append(name, value);
+      this.real = real;
+    }
+    return this.real;
+  }
+
+  set(name: string, value: string): void {
+    this.materialized().set(name, value);
+  }
+
+  append(name: string, value: string): void {
+    this.materialized().append(name, value);
+  }
+
+  delete(name: string): void {
+    this.materialized().delete(name);
+  }
+
+  getSetCookie(): string[] {
+    return this.materialized().getSetCookie();
+  }
+
+  forEach(callback: (value: string, key: string, parent: Headers) => void, thisArg?: unknown): void {
+    this.materialized().forEach((value, key) => callback.call(thisArg, value, key, this));
+  }
+
+  entries(): ReturnType<Headers["entries"]> {
+    return this.materialized().entries();
+  }
+
+  keys(): ReturnType<Headers["keys"]> {
+    return this.materialized().keys();
+  }
+
+  values(): ReturnType<Headers["values"]> {
+    return this.materialized().values();
+  }
+
+  [Symbol.iterator](): ReturnType<Headers["entries"]> {
+    return this.materialized()[Symbol.iterator]();
+  }
+}
