@@ -150,8 +150,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
     },
   });
-  app.addHook("onRequest", async (req, reply) => {
+  app.addHook("onRequest", (req, reply, done) => {
     reply.header("x-request-id", req.id);
+    done();
   });
   installCors(app, config.corsOrigins);
   installRest(app, transcoder);

@@ -167,8 +167,9 @@ function compileMessage(schema: DescMessage, registry: Registry): Writer {
       });
     } else if (field.fieldKind === "map") {
       steps.push((m) => {
+        const map = m[key] as Record<string, unknown>;
         let out = "";
-        for (const [k, v] of Object.entries(m[key] as Record<string, unknown>)) out += `${out === "" ? "" : ","}${JSON.stringify(k)}:${value(v)}`;
+        for (const k in map) out += `${out === "" ? "" : ","}${jsonString(k)}:${value(map[k])}`;
         return `${prefix}{${out}}`;
       });
     } else if (field.fieldKind === "message" || field.presence === FeatureSet_FieldPresence.EXPLICIT) {

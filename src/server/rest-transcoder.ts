@@ -58,6 +58,8 @@ interface Route {
   service: WrappedService["service"];
   handler: UnaryHandler;
   query: Map<string, QueryField>;
+  /** JSON paths of the template's variables, in order. */
+  variablePaths: string[][];
   /** Set when PATCH without an explicit mask infers update_mask from the body's keys. */
   maskFrom: { bodyField: DescField; bodyMessage: DescMessage } | null;
 }
@@ -209,7 +211,8 @@ export class RestTranscoder {
     const maskField = method.input.fields.find((f) => f.name === "update_mask");
     const bodyField = method.input.fields.find((f) => f.name === binding.body);
     if (maskField && bodyField?.fieldKind === "message") maskFrom = { bodyField, bodyMessage: bodyField.message };
-    const route: Route = { httpMethod: binding.method, template, body: binding.body, method, service: svc.service, handler, query, maskFrom };
+    const variablePaths = template.variables.map((v) => jsonPathOf(method.input, v.fieldPath));
+    const route: Route = { httpMethod: binding.method, template, body: binding.body, method, service: svc.service, handler, query, variablePaths, maskFrom };
     if (template.prefix === null) this.unbucketed.push(route);
     else {
       const key = `${binding.method} ${template.prefix}`;
@@ -234,10 +237,13 @@ export class RestTranscoder {
   private match(method: string, path: string): { route: Route; groups: string[] } | null {
     const second = path.indexOf("/", path.indexOf("/", 1) + 1);
     const prefix = second < 0 ? path.replace(/:[^/]*$/, "") : path.slice(0, second);
-    for (const route of [...(this.buckets.get(`${method} ${prefix}`) ?? []), ...this.unbucketed]) {
-      if (route.httpMethod !== method) continue;
-      const m = route.template.regex.exec(path);
-      if (m) return { route, groups: m.slice(1) };
+    for (const routes of [this.buckets.get(`${method} ${prefix}`), this.unbucketed]) {
+      if (!routes) continue;
+      for (const route of routes) {
+        if (route.httpMethod !== method) continue;
+        const m = route.template.regex.exec(path);
+        if (m) return { route, groups: m.slice(1) };
+      }
     }
     return null;
   }
@@ -308,7 +314,7 @@ export class RestTranscoder {
     } else if (form && route.body !== "") {
       throw invalidField("body", "must be JSON (Content-Type: application/json)");
     }
-    this.applyQuery(route, new URLSearchParams(rawQuery), json);
+    if (rawQuery !== "") this.applyQuery(route, new URLSearchParams(rawQuery), json);
     if (form) this.applyQuery(route, form, json);
     if (route.maskFrom && json.updateMask === undefined) {
       json.updateMask = inferredMask(route.maskFrom.bodyMessage, jsonBody);
@@ -322,7 +328,7 @@ export class RestTranscoder {
       } catch {
         throw invalidField(v.fieldPath.join("."), "is not validly percent-encoded");
       }
-      setPath(json, jsonPathOf(route.method.input, v.fieldPath), value);
+      setPath(json, route.variablePaths[i]!, value);
     });
     return json;
   }

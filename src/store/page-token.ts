@@ -21,12 +21,33 @@ export type OpenResult = { ok: true; state: PageTokenState } | { ok: false; reas
 /** Tokens older than this are treated as absent (spec §4.6 rule 7). */
 export const PAGE_TOKEN_LIFETIME_SECONDS = 3 * 24 * 3600;
 
+/** Entries each memo keeps before it starts over. */
+const MEMO_LIMIT = 4096;
+
+/** A bounded memo: cleared whole when full (its keys are cheap to recompute). */
+function memo<V>(map: Map<string, V>, key: string, compute: () => V): V {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = compute();
+    if (map.size >= MEMO_LIMIT) map.clear();
+    map.set(key, value);
+  }
+  return value;
+}
+
+const queryHashes = new Map<string, string>();
+
 /**
  * Seals page tokens with AES-256-GCM under a server key, so clients can
  * neither read nor forge them, and a token only works for the query that
- * produced it.
+ * produced it. A page asked for again within the same second gets the same
+ * token (same plaintext, same ciphertext: no nonce is reused for different
+ * text), and a token presented again is not decrypted again.
  */
 export class PageTokenSealer {
+  private readonly sealed = new Map<string, string>();
+  private readonly opened = new Map<string, PageTokenState>();
+
   constructor(
     private readonly key: Buffer,
     private readonly now: () => number = () => Date.now(),
@@ -36,11 +57,16 @@ export class PageTokenSealer {
 
   /** A stable short hash of the parameters that must not change between pages. */
   static queryHash(parts: unknown): string {
-    return createHash("sha256").update(JSON.stringify(parts)).digest("base64url").slice(0, 16);
+    const text = JSON.stringify(parts);
+    return memo(queryHashes, text, () => createHash("sha256").update(text).digest("base64url").slice(0, 16));
   }
 
   seal(after: Cursor, skipped: number, lastSkip: number, queryHash: string): string {
     const payload = JSON.stringify([after.key, after.uid, skipped, lastSkip, queryHash, Math.floor(this.now() / 1000)]);
+    return memo(this.sealed, payload, () => this.encrypt(payload));
+  }
+
+  private encrypt(payload: string): string {
     const iv = randomBytes(12);
     const cipher = createCipheriv("aes-256-gcm", this.key, iv);
     const body = Buffer.concat([cipher.update(payload, "utf8"), cipher.final()]);
@@ -48,8 +74,22 @@ export class PageTokenSealer {
   }
 
   open(token: string, queryHash: string): OpenResult {
+    // Only tokens we sealed are remembered: what a client makes up is not kept.
+    let state = this.opened.get(token);
+    if (state === undefined) {
+      const decrypted = this.decrypt(token);
+      if (decrypted === null) return { ok: false, reason: "invalid" };
+      state = memo(this.opened, token, () => decrypted);
+    }
+    if (Math.floor(this.now() / 1000) - state.issuedAt > PAGE_TOKEN_LIFETIME_SECONDS) return { ok: false, reason: "expired" };
+    if (state.queryHash !== queryHash) return { ok: false, reason: "mismatch" };
+    return { ok: true, state };
+  }
+
+  /** The state a token carries, or null when it is not one of ours. */
+  private decrypt(token: string): PageTokenState | null {
     const raw = Buffer.from(token, "base64url");
-    if (raw.length < 12 + 16 + 2 || raw.toString("base64url") !== token) return { ok: false, reason: "invalid" };
+    if (raw.length < 12 + 16 + 2 || raw.toString("base64url") !== token) return null;
     let parsed: unknown;
     try {
       const decipher = createDecipheriv("aes-256-gcm", this.key, raw.subarray(0, 12));
@@ -57,12 +97,10 @@ export class PageTokenSealer {
       const text = Buffer.concat([decipher.update(raw.subarray(12, raw.length - 16)), decipher.final()]).toString("utf8");
       parsed = JSON.parse(text);
     } catch {
-      return { ok: false, reason: "invalid" };
+      return null;
     }
-    if (!Array.isArray(parsed) || parsed.length !== 6) return { ok: false, reason: "invalid" };
+    if (!Array.isArray(parsed) || parsed.length !== 6) return null;
     const [key, uid, skipped, lastSkip, hash, issuedAt] = parsed as [string | number, string, number, number, string, number];
-    if (Math.floor(this.now() / 1000) - issuedAt > PAGE_TOKEN_LIFETIME_SECONDS) return { ok: false, reason: "expired" };
-    if (hash !== queryHash) return { ok: false, reason: "mismatch" };
-    return { ok: true, state: { after: { key, uid }, skipped, lastSkip, queryHash: hash, issuedAt } };
+    return Object.freeze({ after: Object.freeze({ key, uid }), skipped, lastSkip, queryHash: hash, issuedAt });
   }
 }

@@ -17,6 +17,7 @@ const TABLE: ListableTable<AdvisoryOrder> = {
   select:
     "uid, parent_uid, advisory_id, legacy_advisory_id, author, artifact_name, artifact_type, artifact_architecture, component_name, component_location, component_type, origin, aliases, severities, events, create_time, update_time, delete_time",
   orderColumns: { uid: "uid", advisory_id: "advisory_id", created_at: "create_time", updated_at: "update_time" },
+  writtenElsewhere: true,
 };
 
 /** The ReviewState number of an approved event: latestEventType looks at approved events only. */
@@ -167,15 +168,12 @@ function comparable(a: AdvisoryRecord): string {
 
 /**
  * AdvisoryStore over SQLite. The importer may write from another process
- * (the CLI shares the database file), so lists check SQLite's data_version
- * and drop cached counts when another connection has committed.
+ * (the CLI shares the database file); the ListRunner notices its commits.
  */
 export class SqliteAdvisoryStore implements AdvisoryStore {
   private readonly upsertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
-  private readonly dataVersionStmt: Statement;
-  private seenDataVersion = -1;
 
   constructor(
     private readonly db: Database,
@@ -199,7 +197,6 @@ export class SqliteAdvisoryStore implements AdvisoryStore {
     );
     this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM advisories WHERE uid = ?`);
     this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
-    this.dataVersionStmt = db.prepare("PRAGMA data_version").pluck();
   }
 
   get(uid: string): AdvisoryRecord | null {
@@ -208,11 +205,6 @@ export class SqliteAdvisoryStore implements AdvisoryStore {
   }
 
   list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): ListResult<AdvisoryRecord> {
-    const version = this.dataVersionStmt.get() as number;
-    if (version !== this.seenDataVersion) {
-      this.seenDataVersion = version;
-      this.lists.touched(TABLE.table);
-    }
     return this.lists.records(TABLE, query, filterClauses(query.filter), toRecord);
   }
 

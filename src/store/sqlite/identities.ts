@@ -137,6 +137,7 @@ export class SqliteIdentityStore implements IdentityStore {
    */
   touchLastSeen(uid: string, time: number): void {
     this.touchStmt.run(time, uid);
+    this.lists.touched(TABLE.table);
   }
 
   delete(uid: string): void {

@@ -1,6 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
 import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../store.js";
+import { QueryCache } from "./query-cache.js";
 
 /** A WHERE fragment with its positional parameters. */
 export interface Clause {
@@ -24,46 +25,56 @@ export interface ListableTable<TOrder extends string> {
    * still sees nothing.
    */
   rootsVisible?: boolean;
+  /**
+   * Other processes write this table (the CLI's advisory importer): lists check
+   * SQLite's data_version first, which costs a read transaction of its own.
+   */
+  writtenElsewhere?: boolean;
 }
 
-const COUNT_CACHE_LIMIT = 2048;
+/** Cached counts, by number of queries. */
+const COUNT_CACHE_ENTRIES = 2048;
+/** Cached pages, by bytes of row text (records take a small multiple of it). */
+const PAGE_CACHE_BYTES = 8 * 1024 * 1024;
 
 /**
  * Runs keyset-paged lists and counts against one connection. Statements are
  * prepared once per query shape (list-valued parameters travel as JSON, so
- * the SQL text depends only on which filters are present). Counts are cached
- * until the next write to the table.
+ * the SQL text depends only on which filters are present). Counts and pages
+ * are cached until the next write to their table: a page polled by many
+ * callers costs one query per change, not one per call.
  */
 export class ListRunner {
   private readonly statements = new Map<string, Statement>();
-  private readonly counts = new Map<string, number>();
+  private readonly counts = new QueryCache<number>(COUNT_CACHE_ENTRIES);
+  /** Pages as ListResults of frozen records, shared by every caller that asks the same query. */
+  readonly pages = new QueryCache<ListResult<unknown>>(PAGE_CACHE_BYTES);
   private readonly versions = new Map<string, number>();
   private readonly columns = new Map<string, readonly string[]>();
+  private readonly dataVersion: Statement;
+  private seenDataVersion = -1;
+  /** Moves on every commit of another connection seen by a list of a table written elsewhere. */
+  private externalVersion = 0;
 
-  constructor(private readonly db: Database) {}
+  constructor(private readonly db: Database) {
+    this.dataVersion = db.prepare("PRAGMA data_version").pluck();
+  }
 
-  /** Marks a table as written, so cached counts over it are not reused. */
+  /** Marks a table as written, so cached counts and pages over it are not reused. */
   touched(table: string): void {
     this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
   }
 
-  /** One page of records: run() with each row mapped to its record. */
+  /**
+   * One page of records, whether more follow, and the total count. Records
+   * are frozen: a cached page is shared by every caller that asks for it.
+   */
   records<TOrder extends string, TRow, TRecord>(
     spec: ListableTable<TOrder>,
     query: ListQuery<unknown, TOrder>,
     filters: Clause[],
     toRecord: (row: TRow) => TRecord,
   ): ListResult<TRecord> {
-    const { rows, hasMore, totalCount } = this.run(spec, query, filters);
-    return { items: (rows as unknown as TRow[]).map(toRecord), hasMore, totalCount };
-  }
-
-  /** Returns the rows of one page, whether more follow, and the total count. */
-  run<TOrder extends string>(
-    spec: ListableTable<TOrder>,
-    query: ListQuery<unknown, TOrder>,
-    filters: Clause[],
-  ): { rows: Record<string, unknown>[]; hasMore: boolean; totalCount: number } {
     const where = [...hierarchyClauses(query.hierarchy), ...filters];
     if (query.visibleWithin !== null) where.push(visibilityClause(query.visibleWithin, spec.rootsVisible === true));
     const column = spec.orderColumns[query.order.field];
@@ -71,8 +82,6 @@ export class ListRunner {
 
     const base = where.map((c) => `(${c.sql})`).join(" AND ") || "1";
     const baseParams = where.flatMap((c) => c.params);
-    const totalCount = this.count(spec.table, base, baseParams);
-
     let pageWhere = base;
     const pageParams = [...baseParams];
     if (query.after) {
@@ -80,21 +89,47 @@ export class ListRunner {
       pageWhere = `${base} AND ${keyset.sql}`;
       pageParams.push(...keyset.params);
     }
+    pageParams.push(query.limit + 1, query.offset);
     const order = column === "uid" ? `uid ${dir}` : `${column} ${dir}, uid ${dir}`;
     // Each row travels as one JSON array: better-sqlite3 spends ~0.4 µs on every
-    // value it hands to JavaScript, JSON.parse a fraction of that (see bench/).
+    // value it hands to JavaScript, JSON.parse a fraction of that.
     const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
-    const texts = this.prepare(sql, true).all(...pageParams, query.limit + 1, query.offset) as string[];
+
+    if (spec.writtenElsewhere) this.checkExternalWrites();
+    const key = this.cacheKey(spec.table, sql, pageParams);
+    const cached = this.pages.get(key);
+    if (cached) return cached as ListResult<TRecord>;
+
+    const totalCount = this.count(spec.table, base, baseParams);
+    const texts = this.prepare(sql, true).all(...pageParams) as string[];
     const hasMore = texts.length > query.limit;
     if (hasMore) texts.length = query.limit;
     const columns = this.columnsOf(spec.select);
-    const rows = texts.map((text) => {
+    let bytes = 0;
+    const items = texts.map((text) => {
+      bytes += text.length;
       const values = JSON.parse(text) as unknown[];
       const row: Record<string, unknown> = {};
       for (let i = 0; i < columns.length; i++) row[columns[i]!] = values[i];
-      return row;
+      return Object.freeze(toRecord(row as TRow));
     });
-    return { rows, hasMore, totalCount };
+    const result: ListResult<TRecord> = Object.freeze({ items: Object.freeze(items) as TRecord[], hasMore, totalCount });
+    // A result read inside an open transaction may include writes that roll back.
+    if (!this.db.inTransaction) this.pages.set(key, result, bytes + key.length);
+    return result;
+  }
+
+  private cacheKey(table: string, sql: string, params: unknown[]): string {
+    return `${this.externalVersion}.${this.versions.get(table) ?? 0}\u0000${sql}\u0000${JSON.stringify(params)}`;
+  }
+
+  /** Notices commits by other connections, which no touched() call announces. */
+  private checkExternalWrites(): void {
+    const version = this.dataVersion.get() as number;
+    if (version !== this.seenDataVersion) {
+      if (this.seenDataVersion !== -1) this.externalVersion++;
+      this.seenDataVersion = version;
+    }
   }
 
   /** The column names of a plain select list ("uid, parent_uid, ..."). */
@@ -110,14 +145,12 @@ export class ListRunner {
 
   private count(table: string, where: string, params: unknown[]): number {
     const sql = `SELECT count(*) AS n FROM ${table} AS t WHERE ${where}`;
-    const key = `${this.versions.get(table) ?? 0}\u0000${sql}\u0000${JSON.stringify(params)}`;
+    const key = this.cacheKey(table, sql, params);
     const cached = this.counts.get(key);
     if (cached !== undefined) return cached;
     const n = (this.prepare(sql).get(...params) as { n: number }).n;
     // A count taken inside an open transaction may include writes that roll back.
-    if (this.db.inTransaction) return n;
-    if (this.counts.size >= COUNT_CACHE_LIMIT) this.counts.clear();
-    this.counts.set(key, n);
+    if (!this.db.inTransaction) this.counts.set(key, n);
     return n;
   }
 
