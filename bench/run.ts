@@ -88,6 +88,7 @@ async function h2loadGrpc(name: string, port: number, uid: string, token: string
   const args = ["-D", String(DURATION), "-c", "4", "-m", "32", "-d", body, "--log-file", log,
     "-H", "content-type: application/grpc", "-H", "te: trailers", "-H", `authorization: Bearer ${token}`,
     `http://127.0.0.1:${port}/platform.iam.v2beta1.GroupsService/GetGroup`];
+  rmSync(log, { force: true }); // h2load appends to an existing log
   const okBefore = await grpcOkCount(port);
   await new Promise<void>((resolve, reject) => {
     const child = spawn(h2load, args, { stdio: "ignore" });

@@ -1,7 +1,7 @@
 /**
- * The SQLite list caches: a page asked again is served without a query until
- * its table is written (here, or by another connection to the same file), and
- * what is cached is frozen and bounded.
+ * The SQLite read caches: a page or a record asked again is served without a
+ * query until its table is written (here, or by another connection to the same
+ * file), and what is cached is frozen and bounded.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -78,6 +78,27 @@ test("a commit by another connection to the file is seen by the next list of a t
   const seen = lists.records(shared, query(10), [], toRecord);
   assert.equal(seen.totalCount, 2);
   assert.deepEqual(seen.items.map((t) => t.uid), ["a", "b"]);
+  db.close();
+});
+
+test("a record by uid is read once until its table is written, and frozen; misses are remembered too", () => {
+  const db = new Database(join(dir, "one.db"));
+  db.exec("CREATE TABLE things (uid TEXT PRIMARY KEY, parent_uid TEXT, label TEXT NOT NULL)");
+  db.prepare("INSERT INTO things VALUES ('a', NULL, 'thing a')").run();
+  const lists = new ListRunner(db);
+  const byUid = db.prepare("SELECT uid, parent_uid, label FROM things WHERE uid = ?");
+  const first = lists.one(TABLE, byUid, "a", toRecord);
+  assert.deepEqual(first, { uid: "a", label: "thing a" });
+  assert.equal(lists.one(TABLE, byUid, "a", toRecord), first);
+  assert.ok(Object.isFrozen(first));
+  assert.equal(lists.one(TABLE, byUid, "b", toRecord), null);
+  db.prepare("INSERT INTO things VALUES ('b', NULL, 'thing b')").run();
+  lists.touched("things");
+  assert.deepEqual(lists.one(TABLE, byUid, "b", toRecord), { uid: "b", label: "thing b" });
+  db.prepare("UPDATE things SET label = 'renamed' WHERE uid = 'a'").run();
+  lists.touched("things");
+  assert.equal(lists.one(TABLE, byUid, "a", toRecord)?.label, "renamed");
+  assert.equal(lists.byUid.hits, 1);
   db.close();
 });
 

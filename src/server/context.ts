@@ -17,10 +17,12 @@ export function lightContext(init: {
   url: string;
   requestHeader: Headers;
   values?: ContextValues;
-  signal?: AbortSignal;
+  /** The call's signal, or a function making it when a handler first asks (most never do). */
+  signal?: AbortSignal | (() => AbortSignal);
   timeoutMs?: number;
 }): HandlerContext & { setResponseHeaders(): Headers | undefined } {
   const deadline = init.timeoutMs === undefined ? undefined : Date.now() + init.timeoutMs;
+  let signal = init.signal;
   let responseHeader: Headers | undefined;
   let responseTrailer: Headers | undefined;
   return {
@@ -30,7 +32,10 @@ export function lightContext(init: {
     requestMethod: init.requestMethod,
     url: init.url,
     requestHeader: init.requestHeader,
-    signal: init.signal ?? NEVER,
+    get signal() {
+      if (typeof signal === "function") signal = signal();
+      return signal ?? NEVER;
+    },
     values: init.values ?? createContextValues(),
     timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
     get responseHeader() {

@@ -84,10 +84,18 @@ export function grpcService(
       // grpc-js ≥1.10 emits 'cancelled' at the end of every call, successful
       // ones included: only a call still running is really cancelled.
       let finished = false;
-      const abort = new AbortController();
+      let cancelled = false;
+      let abort: AbortController | undefined;
       call.on("cancelled", () => {
-        if (!finished) abort.abort();
+        if (finished) return;
+        cancelled = true;
+        abort?.abort();
       });
+      const signal = () => {
+        abort ??= new AbortController();
+        if (cancelled) abort.abort();
+        return abort.signal;
+      };
       const fail = (err: unknown) => {
         finished = true;
         callback(grpcError(toConnectError(err, domain, onInternal)));
@@ -106,7 +114,7 @@ export function grpcService(
         requestMethod: "POST",
         url: path,
         requestHeader: metadataHeaders(call.metadata),
-        signal: abort.signal,
+        signal,
         timeoutMs,
         values: createContextValues().set(requestIdKey, requestId),
       });

@@ -78,8 +78,7 @@ export class SqliteAccountAssociationStore implements AccountAssociationStore {
   }
 
   get(uid: string): AccountAssociationRecord | null {
-    const row = this.getStmt.get(uid) as AccountAssociationRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<AccountAssociationFilter, AccountAssociationOrder>): ListResult<AccountAssociationRecord> {

@@ -200,8 +200,7 @@ export class SqliteAdvisoryStore implements AdvisoryStore {
   }
 
   get(uid: string): AdvisoryRecord | null {
-    const row = this.getStmt.get(uid) as AdvisoryRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): ListResult<AdvisoryRecord> {

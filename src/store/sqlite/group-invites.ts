@@ -78,8 +78,7 @@ export class SqliteGroupInviteStore implements GroupInviteStore {
   }
 
   get(uid: string): GroupInviteRecord | null {
-    const row = this.getStmt.get(uid) as GroupInviteRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   findByKeyId(keyId: string): GroupInviteRecord | null {

@@ -83,8 +83,7 @@ export class SqliteGroupStore implements GroupStore {
   }
 
   get(uid: string): GroupRecord | null {
-    const row = this.getStmt.get(uid) as GroupRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<GroupFilter, GroupOrder>): ListResult<GroupRecord> {

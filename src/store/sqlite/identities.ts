@@ -102,8 +102,7 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   get(uid: string): IdentityRecord | null {
-    const row = this.getStmt.get(uid) as IdentityRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<IdentityFilter, IdentityOrder>): ListResult<IdentityRecord> {

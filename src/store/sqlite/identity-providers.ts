@@ -81,8 +81,7 @@ export class SqliteIdentityProviderStore implements IdentityProviderStore {
   }
 
   get(uid: string): IdentityProviderRecord | null {
-    const row = this.getStmt.get(uid) as IdentityProviderRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<IdentityProviderFilter, IdentityProviderOrder>): ListResult<IdentityProviderRecord> {

@@ -36,19 +36,25 @@ export interface ListableTable<TOrder extends string> {
 const COUNT_CACHE_ENTRIES = 2048;
 /** Cached pages, by bytes of row text (records take a small multiple of it). */
 const PAGE_CACHE_BYTES = 8 * 1024 * 1024;
+/** Cached single records, by bytes of their text columns. */
+const RECORD_CACHE_BYTES = 8 * 1024 * 1024;
 
 /**
  * Runs keyset-paged lists and counts against one connection. Statements are
  * prepared once per query shape (list-valued parameters travel as JSON, so
- * the SQL text depends only on which filters are present). Counts and pages
- * are cached until the next write to their table: a page polled by many
- * callers costs one query per change, not one per call.
+ * the SQL text depends only on which filters are present). Counts, pages and
+ * records by uid are cached until the next write to their table: a page or a
+ * resource polled by many callers costs one query per change, not one per
+ * call. Every store write calls touched() for each table it changes
+ * (cascades included); tables another process writes also check data_version.
  */
 export class ListRunner {
   private readonly statements = new Map<string, Statement>();
   private readonly counts = new QueryCache<number>(COUNT_CACHE_ENTRIES);
   /** Pages as ListResults of frozen records, shared by every caller that asks the same query. */
   readonly pages = new QueryCache<ListResult<unknown>>(PAGE_CACHE_BYTES);
+  /** Single records by uid (null for none), frozen like pages. */
+  readonly byUid = new QueryCache<{ record: unknown }>(RECORD_CACHE_BYTES);
   private readonly versions = new Map<string, number>();
   private readonly columns = new Map<string, readonly string[]>();
   private readonly dataVersion: Statement;
@@ -63,6 +69,25 @@ export class ListRunner {
   /** Marks a table as written, so cached counts and pages over it are not reused. */
   touched(table: string): void {
     this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
+  }
+
+  /**
+   * The record with this uid, or null: `stmt` selects spec.select by uid.
+   * Cached, and frozen, like pages until the table is written.
+   */
+  one<TRow, TRecord>(spec: ListableTable<string>, stmt: Statement, uid: string, toRecord: (row: TRow) => TRecord): TRecord | null {
+    if (spec.writtenElsewhere) this.checkExternalWrites();
+    const key = `${this.externalVersion}.${this.versions.get(spec.table) ?? 0}\u0000${spec.table}\u0000${uid}`;
+    const cached = this.byUid.get(key);
+    if (cached) return cached.record as TRecord | null;
+    const row = stmt.get(uid) as TRow | undefined;
+    const record = row === undefined ? null : Object.freeze(toRecord(row));
+    if (!this.db.inTransaction) {
+      let bytes = key.length;
+      for (const value of Object.values(row ?? {})) if (typeof value === "string") bytes += value.length;
+      this.byUid.set(key, { record }, bytes);
+    }
+    return record;
   }
 
   /**

@@ -91,8 +91,7 @@ export class SqliteRepoStore implements RepoStore {
   }
 
   get(uid: string): RepoRecord | null {
-    const row = this.getStmt.get(uid) as RepoRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RepoFilter, RepoOrder>): ListResult<RepoRecord> {

@@ -81,8 +81,7 @@ export class SqliteRoleBindingStore implements RoleBindingStore {
   }
 
   get(uid: string): RoleBindingRecord | null {
-    const row = this.getStmt.get(uid) as RoleBindingRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord> {

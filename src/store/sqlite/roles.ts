@@ -91,8 +91,7 @@ export class SqliteRoleStore implements RoleStore {
   }
 
   get(uid: string): RoleRecord | null {
-    const row = this.getStmt.get(uid) as RoleRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RoleFilter, RoleOrder>): ListResult<RoleRecord> {

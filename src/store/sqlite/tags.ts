@@ -86,8 +86,7 @@ export class SqliteTagStore implements TagStore {
   }
 
   get(uid: string): TagRecord | null {
-    const row = this.getStmt.get(uid) as TagRow | undefined;
-    return row ? toRecord(row) : null;
+    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord> {
