@@ -2,6 +2,7 @@ import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMet
 import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { invalidField } from "../domain/errors.js";
+import { encodeMessage } from "./binary.js";
 import { lightContext } from "./context.js";
 import { HeaderView } from "./header-view.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
@@ -26,7 +27,7 @@ export function methodDefinition(service: DescService, method: DescMethod): grpc
         return UNDECODABLE;
       }
     },
-    responseSerialize: (m: unknown) => toBuffer(toBinary(method.output, asMessage(method.output, m))),
+    responseSerialize: (m: unknown) => toBuffer(encodeMessage(method.output, asMessage(method.output, m))),
     responseDeserialize: (buf: Buffer) => fromBinary(method.output, buf),
     originalName: method.localName,
   };
@@ -42,19 +43,31 @@ function asMessage(schema: DescMessage, value: unknown): Message {
 
 /** Request metadata as fetch Headers (binary values base64, as the gRPC spec writes them; the first of repeated values). */
 export function metadataHeaders(metadata: grpc.Metadata): Headers {
-  const text = (value: string | Buffer) => (typeof value === "string" ? value : value.toString("base64"));
-  return new HeaderView(
-    (name) => {
-      let first: string | Buffer | undefined;
-      try {
-        first = metadata.get(name)[0];
-      } catch {
-        return null; // not a valid metadata key
-      }
-      return first === undefined ? null : text(first);
-    },
-    () => Object.entries(metadata.getMap()).map(([name, value]): [string, string] => [name, text(value)]),
-  );
+  return new MetadataHeaderView(metadata);
+}
+
+function metadataText(value: string | Buffer): string {
+  return typeof value === "string" ? value : value.toString("base64");
+}
+
+class MetadataHeaderView extends HeaderView {
+  constructor(private readonly metadata: grpc.Metadata) {
+    super();
+  }
+
+  protected lookup(name: string): string | null {
+    let first: string | Buffer | undefined;
+    try {
+      first = this.metadata.get(name)[0];
+    } catch {
+      return null; // not a valid metadata key
+    }
+    return first === undefined ? null : metadataText(first);
+  }
+
+  protected all(): Iterable<[string, string]> {
+    return Object.entries(this.metadata.getMap()).map(([name, value]): [string, string] => [name, metadataText(value)]);
+  }
 }
 
 /** The gRPC form of an error: code, message and google.rpc.Status in grpc-status-details-bin. */

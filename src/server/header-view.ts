@@ -5,30 +5,17 @@
  * name and value, was a measurable share of a cheap request. get() and has()
  * read the source; anything else builds a real Headers once and uses it.
  */
-export class HeaderView implements Headers {
+export abstract class HeaderView implements Headers {
   private real: Headers | undefined;
 
-  /**
-   * @param lookup one header's value by lower-case name, or null
-   * @param all every header, for the rare caller that iterates or changes them
-   */
-  constructor(
-    private readonly lookup: (lowerName: string) => string | null,
-    private readonly all: () => Iterable<[string, string]>,
-  ) {}
+  /** One header's value by lower-case name, or null. */
+  protected abstract lookup(lowerName: string): string | null;
+  /** Every header, for the rare caller that iterates or changes them. */
+  protected abstract all(): Iterable<[string, string]>;
 
   /** Node request headers (pseudo-headers left out; repeated values joined as fetch does). */
   static ofNode(headers: Record<string, string | string[] | undefined>): HeaderView {
-    const text = (value: string | string[] | undefined) => (value === undefined ? null : Array.isArray(value) ? value.join(", ") : value);
-    return new HeaderView(
-      (name) => (name.startsWith(":") ? null : text(headers[name])),
-      function* () {
-        for (const [name, value] of Object.entries(headers)) {
-          const v = text(value);
-          if (!name.startsWith(":") && v !== null) yield [name, v];
-        }
-      },
-    );
+    return new NodeHeaderView(headers);
   }
 
   get(name: string): string | null {
@@ -82,5 +69,26 @@ export class HeaderView implements Headers {
 
   [Symbol.iterator](): ReturnType<Headers["entries"]> {
     return this.materialized()[Symbol.iterator]();
+  }
+}
+
+function nodeHeaderText(value: string | string[] | undefined): string | null {
+  return value === undefined ? null : Array.isArray(value) ? value.join(", ") : value;
+}
+
+class NodeHeaderView extends HeaderView {
+  constructor(private readonly headers: Record<string, string | string[] | undefined>) {
+    super();
+  }
+
+  protected lookup(name: string): string | null {
+    return name.startsWith(":") ? null : nodeHeaderText(this.headers[name]);
+  }
+
+  protected *all(): Iterable<[string, string]> {
+    for (const [name, value] of Object.entries(this.headers)) {
+      const v = nodeHeaderText(value);
+      if (!name.startsWith(":") && v !== null) yield [name, v];
+    }
   }
 }
