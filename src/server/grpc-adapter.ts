@@ -97,16 +97,15 @@ export function grpcService(
       // grpc-js ≥1.10 emits 'cancelled' at the end of every call, successful
       // ones included: only a call still running is really cancelled.
       let finished = false;
-      let cancelled = false;
-      let abort: AbortController | undefined;
-      call.on("cancelled", () => {
-        if (finished) return;
-        cancelled = true;
-        abort?.abort();
-      });
+      // The abort signal, and the listener behind it, exist only once a handler asks.
       const signal = () => {
-        abort ??= new AbortController();
-        if (cancelled) abort.abort();
+        const abort = new AbortController();
+        if (call.cancelled && !finished) abort.abort();
+        else {
+          call.on("cancelled", () => {
+            if (!finished) abort.abort();
+          });
+        }
         return abort.signal;
       };
       const fail = (err: unknown) => {
