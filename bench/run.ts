@@ -4,7 +4,7 @@
  * same bytes (the ceiling for this stack on this machine), so runs on
  * different or busy machines stay comparable. Targets run in child processes.
  *
- * Environment: BENCH_ROUNDS (3), BENCH_DURATION seconds per row (4),
+ * Environment: BENCH_ROUNDS (5), BENCH_DURATION seconds per row (4),
  * BENCH_GROUPS (100000), BENCH_ONLY=<scenario key substring>, and
  * BENCH_CPU_PROF=<dir> for one V8 CPU profile of the server per scenario.
  */
@@ -23,7 +23,7 @@ import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { grpcClient } from "../test/support/grpc.js";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 4);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
 /** BENCH_CPU_PROF=<dir>: the server target writes one V8 CPU profile per scenario there, <n>.cpuprofile (open in Chrome DevTools). */
