@@ -40,7 +40,7 @@ const PAGE_CACHE_BYTES = 8 * 1024 * 1024;
 const RECORD_CACHE_BYTES = 8 * 1024 * 1024;
 
 /**
- * Runs keyset-paged lists and counts against one connection. Statements are
+ * Runs keyset-paged lists, counts and reads by uid against one connection. Statements are
  * prepared once per query shape (list-valued parameters travel as JSON, so
  * the SQL text depends only on which filters are present). Counts, pages and
  * records by uid are cached until the next write to their table: a page or a
@@ -66,7 +66,7 @@ export class ListRunner {
     this.dataVersion = db.prepare("PRAGMA data_version").pluck();
   }
 
-  /** Marks a table as written, so cached counts and pages over it are not reused. */
+  /** Marks a table as written, so cached counts, pages and records of it are not reused. */
   touched(table: string): void {
     this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
   }
@@ -77,7 +77,7 @@ export class ListRunner {
    */
   one<TRow, TRecord>(spec: ListableTable<string>, stmt: Statement, uid: string, toRecord: (row: TRow) => TRecord): TRecord | null {
     if (spec.writtenElsewhere) this.checkExternalWrites();
-    const key = `${this.externalVersion}.${this.versions.get(spec.table) ?? 0}\u0000${spec.table}\u0000${uid}`;
+    const key = `${this.versionOf(spec.table)}\u0000${spec.table}\u0000${uid}`;
     const cached = this.byUid.get(key);
     if (cached) return cached.record as TRecord | null;
     const row = stmt.get(uid) as TRow | undefined;
@@ -144,8 +144,13 @@ export class ListRunner {
     return result;
   }
 
+  /** Where a table's data stands: cache keys carry it, so a write makes every older entry unreachable. */
+  private versionOf(table: string): string {
+    return `${this.externalVersion}.${this.versions.get(table) ?? 0}`;
+  }
+
   private cacheKey(table: string, sql: string, params: unknown[]): string {
-    return `${this.externalVersion}.${this.versions.get(table) ?? 0}\u0000${sql}\u0000${JSON.stringify(params)}`;
+    return `${this.versionOf(table)}\u0000${sql}\u0000${JSON.stringify(params)}`;
   }
 
   /** Notices commits by other connections, which no touched() call announces. */
