@@ -38,7 +38,6 @@ interface Row {
   rps: number;
   p50: number;
   p99: number;
-  note?: string;
   /** CPU time the target process spent per request, in µs (Linux /proc only). */
   cpuPerRequest?: number;
 }
@@ -100,7 +99,7 @@ async function h2loadGrpc(name: string, port: number, uid: string, token: string
   if (ok < micros.length) throw new Error(`${name}: h2load saw ${micros.length} responses, the server answered ${ok} with OK`);
   micros.sort((a, b) => a - b);
   const at = (q: number) => Math.round(micros[Math.floor(q * (micros.length - 1))]! / 1000);
-  return { name, rps: micros.length / DURATION, p50: at(0.5), p99: at(0.99), note: "h2load -c4 -m32" };
+  return { name, rps: micros.length / DURATION, p50: at(0.5), p99: at(0.99) };
 }
 
 /** platform_requests_total of OK gRPC GetGroup calls, from the server's /metrics. */
@@ -126,7 +125,7 @@ async function grpcLoad(name: string, port: number, uid: string, token: string):
   client.close();
   latencies.sort((a, b) => a - b);
   const at = (q: number) => Math.round(latencies[Math.floor(q * (latencies.length - 1))]!);
-  return { name, rps: latencies.length / DURATION, p50: at(0.5), p99: at(0.99), note: "grpc-js client in the bench process" };
+  return { name, rps: latencies.length / DURATION, p50: at(0.5), p99: at(0.99) };
 }
 
 /** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction; returns an admin token. */

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import { metadataHeaders } from "../src/server/grpc-adapter.js";
 import { HeaderView } from "../src/server/header-view.js";
 
 test("a view of node request headers reads like fetch Headers, without pseudo-headers", () => {
@@ -30,7 +29,7 @@ test("gRPC metadata reads as Headers: first value, binary values base64", () => 
   md.add("x-multi", "one");
   md.add("x-multi", "two");
   md.add("trace-bin", Buffer.from([1, 2, 3]));
-  const h = metadataHeaders(md);
+  const h = HeaderView.ofGrpcMetadata(md);
   assert.equal(h.get("Authorization"), "Bearer y");
   assert.equal(h.get("x-multi"), "one");
   assert.equal(h.get("trace-bin"), "AQID");

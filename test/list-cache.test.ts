@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import Database from "better-sqlite3";
 import { ListRunner, type ListableTable } from "../src/store/sqlite/list.js";
-import { QueryCache } from "../src/store/sqlite/query-cache.js";
+import { QueryCache } from "../src/store/query-cache.js";
 import type { ListQuery } from "../src/store/store.js";
 
 const dir = mkdtempSync(join(tmpdir(), "platform-list-cache-"));

@@ -41,35 +41,6 @@ function asMessage(schema: DescMessage, value: unknown): Message {
   return isMessage(value, schema) ? value : create(schema, value as never);
 }
 
-/** Request metadata as fetch Headers (binary values base64, as the gRPC spec writes them; the first of repeated values). */
-export function metadataHeaders(metadata: grpc.Metadata): Headers {
-  return new MetadataHeaderView(metadata);
-}
-
-function metadataText(value: string | Buffer): string {
-  return typeof value === "string" ? value : value.toString("base64");
-}
-
-class MetadataHeaderView extends HeaderView {
-  constructor(private readonly metadata: grpc.Metadata) {
-    super();
-  }
-
-  protected lookup(name: string): string | null {
-    let first: string | Buffer | undefined;
-    try {
-      first = this.metadata.get(name)[0];
-    } catch {
-      return null; // not a valid metadata key
-    }
-    return first === undefined ? null : metadataText(first);
-  }
-
-  protected all(): Iterable<[string, string]> {
-    return Object.entries(this.metadata.getMap()).map(([name, value]): [string, string] => [name, metadataText(value)]);
-  }
-}
-
 /** The gRPC form of an error: code, message and google.rpc.Status in grpc-status-details-bin. */
 export function grpcError(err: ConnectError): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
@@ -125,7 +96,7 @@ export function grpcService(
         protocolName: "grpc",
         requestMethod: "POST",
         url: path,
-        requestHeader: metadataHeaders(call.metadata),
+        requestHeader: HeaderView.ofGrpcMetadata(call.metadata),
         signal,
         timeoutMs,
         values: createContextValues().set(requestIdKey, requestId),

@@ -1,3 +1,5 @@
+import type { Metadata } from "@grpc/grpc-js";
+
 /**
  * fetch Headers over header values a transport has already parsed (node's
  * IncomingHttpHeaders, grpc-js Metadata). Handlers mostly read one or two
@@ -16,6 +18,11 @@ export abstract class HeaderView implements Headers {
   /** Node request headers (pseudo-headers left out; repeated values joined as fetch does). */
   static ofNode(headers: Record<string, string | string[] | undefined>): HeaderView {
     return new NodeHeaderView(headers);
+  }
+
+  /** gRPC request metadata (binary values base64, as the gRPC spec writes them; the first of repeated values). */
+  static ofGrpcMetadata(metadata: Metadata): HeaderView {
+    return new MetadataHeaderView(metadata);
   }
 
   get(name: string): string | null {
@@ -90,5 +97,29 @@ class NodeHeaderView extends HeaderView {
       const v = nodeHeaderText(value);
       if (!name.startsWith(":") && v !== null) yield [name, v];
     }
+  }
+}
+
+function metadataText(value: string | Buffer): string {
+  return typeof value === "string" ? value : value.toString("base64");
+}
+
+class MetadataHeaderView extends HeaderView {
+  constructor(private readonly metadata: Metadata) {
+    super();
+  }
+
+  protected lookup(name: string): string | null {
+    let first: string | Buffer | undefined;
+    try {
+      first = this.metadata.get(name)[0];
+    } catch {
+      return null; // not a valid metadata key
+    }
+    return first === undefined ? null : metadataText(first);
+  }
+
+  protected all(): Iterable<[string, string]> {
+    return Object.entries(this.metadata.getMap()).map(([name, value]): [string, string] => [name, metadataText(value)]);
   }
 }

@@ -41,7 +41,7 @@ const NEEDS_ESCAPE = /[\u0000-\u001f"\\\ud800-\udfff]/;
 
 /** JSON.stringify(text) for a string; plain text skips the call, 4x faster on the short strings resources hold. */
 function jsonString(text: string): string {
-  return NEEDS_ESCAPE.test(text) ? JSON.stringify(text) : `"${text}"`;
+  return NEEDS_ESCAPE.test(text) ? JSON.stringify(text) : quote(text);
 }
 
 const DAY_MS = 86_400_000;

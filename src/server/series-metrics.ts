@@ -43,31 +43,29 @@ abstract class SeriesMetric<S> {
   }
 }
 
-/** A counter: inc(...labelValues). */
-export class SeriesCounter extends SeriesMetric<{ n: number }> {
-  readonly type = "counter";
+/** One number per series: the shared body of counters and gauges. */
+abstract class SeriesNumber extends SeriesMetric<{ n: number }> {
   protected fresh() {
     return { n: 0 };
-  }
-  inc(...values: string[]): void {
-    this.at(values).n++;
   }
   protected render(labels: Record<string, string>, state: { n: number }) {
     return [{ value: state.n, labels }];
   }
 }
 
-/** A gauge moved up and down: add(delta, ...labelValues). */
-export class SeriesGauge extends SeriesMetric<{ n: number }> {
-  readonly type = "gauge";
-  protected fresh() {
-    return { n: 0 };
+/** A counter: inc(...labelValues). */
+export class SeriesCounter extends SeriesNumber {
+  readonly type = "counter";
+  inc(...values: string[]): void {
+    this.at(values).n++;
   }
+}
+
+/** A gauge moved up and down: add(delta, ...labelValues). */
+export class SeriesGauge extends SeriesNumber {
+  readonly type = "gauge";
   add(delta: number, ...values: string[]): void {
     this.at(values).n += delta;
-  }
-  protected render(labels: Record<string, string>, state: { n: number }) {
-    return [{ value: state.n, labels }];
   }
 }
 

@@ -1,4 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
+import { QueryCache } from "./query-cache.js";
 import type { Cursor } from "./store.js";
 
 /** What a page token carries between requests. */
@@ -21,21 +22,10 @@ export type OpenResult = { ok: true; state: PageTokenState } | { ok: false; reas
 /** Tokens older than this are treated as absent (spec §4.6 rule 7). */
 export const PAGE_TOKEN_LIFETIME_SECONDS = 3 * 24 * 3600;
 
-/** Entries each memo keeps before it starts over. */
-const MEMO_LIMIT = 4096;
+/** Entries each of the sealer's caches keeps. */
+const CACHE_ENTRIES = 4096;
 
-/** A bounded memo: cleared whole when full (its keys are cheap to recompute). */
-function memo<V>(map: Map<string, V>, key: string, compute: () => V): V {
-  let value = map.get(key);
-  if (value === undefined) {
-    value = compute();
-    if (map.size >= MEMO_LIMIT) map.clear();
-    map.set(key, value);
-  }
-  return value;
-}
-
-const queryHashes = new Map<string, string>();
+const queryHashes = new QueryCache<string>(CACHE_ENTRIES);
 
 /**
  * Seals page tokens with AES-256-GCM under a server key, so clients can
@@ -45,8 +35,8 @@ const queryHashes = new Map<string, string>();
  * text), and a token presented again is not decrypted again.
  */
 export class PageTokenSealer {
-  private readonly sealed = new Map<string, string>();
-  private readonly opened = new Map<string, PageTokenState>();
+  private readonly sealed = new QueryCache<string>(CACHE_ENTRIES);
+  private readonly opened = new QueryCache<PageTokenState>(CACHE_ENTRIES);
 
   constructor(
     private readonly key: Buffer,
@@ -58,12 +48,12 @@ export class PageTokenSealer {
   /** A stable short hash of the parameters that must not change between pages. */
   static queryHash(parts: unknown): string {
     const text = JSON.stringify(parts);
-    return memo(queryHashes, text, () => createHash("sha256").update(text).digest("base64url").slice(0, 16));
+    return queryHashes.getOrSet(text, () => createHash("sha256").update(text).digest("base64url").slice(0, 16));
   }
 
   seal(after: Cursor, skipped: number, lastSkip: number, queryHash: string): string {
     const payload = JSON.stringify([after.key, after.uid, skipped, lastSkip, queryHash, Math.floor(this.now() / 1000)]);
-    return memo(this.sealed, payload, () => this.encrypt(payload));
+    return this.sealed.getOrSet(payload, () => this.encrypt(payload));
   }
 
   private encrypt(payload: string): string {
@@ -75,12 +65,10 @@ export class PageTokenSealer {
 
   open(token: string, queryHash: string): OpenResult {
     // Only tokens we sealed are remembered: what a client makes up is not kept.
-    let state = this.opened.get(token);
-    if (state === undefined) {
-      const decrypted = this.decrypt(token);
-      if (decrypted === null) return { ok: false, reason: "invalid" };
-      state = memo(this.opened, token, () => decrypted);
-    }
+    const known = this.opened.get(token);
+    const state = known ?? this.decrypt(token);
+    if (state === null) return { ok: false, reason: "invalid" };
+    if (known === undefined) this.opened.set(token, state);
     if (Math.floor(this.now() / 1000) - state.issuedAt > PAGE_TOKEN_LIFETIME_SECONDS) return { ok: false, reason: "expired" };
     if (state.queryHash !== queryHash) return { ok: false, reason: "mismatch" };
     return { ok: true, state };

@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
 import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { QueryCache } from "./query-cache.js";
+import { QueryCache } from "../query-cache.js";
 
 /** A WHERE fragment with its positional parameters. */
 export interface Clause {

@@ -1,8 +1,8 @@
 /**
- * Results of read queries over this process's connection. Keys carry the
- * table's write version, so a result is never served after a write to its
- * table; stale entries just age out. Bounded by total weight (entries, or
- * bytes of row text), least recently used first out.
+ * A bounded cache of derived values: least recently used first out, bounded
+ * by total weight (entries, or bytes). The SQLite reads key their entries with
+ * the table's write version, so nothing is served after a write; page tokens
+ * keep what they sealed and opened.
  */
 export class QueryCache<T> {
   private readonly entries = new Map<string, { value: T; weight: number }>();
@@ -23,6 +23,16 @@ export class QueryCache<T> {
     this.entries.delete(key);
     this.entries.set(key, entry);
     return entry.value;
+  }
+
+  /** The value for key, computed and kept on a miss. */
+  getOrSet(key: string, compute: () => T): T {
+    let value = this.get(key);
+    if (value === undefined) {
+      value = compute();
+      this.set(key, value);
+    }
+    return value;
   }
 
   set(key: string, value: T, weight = 1): void {
