@@ -22,6 +22,25 @@ export interface Config {
   userAudiences: string[];
   /** Browser origins allowed to call the API (PLATFORM_CORS_ORIGINS; "*" for any; default none). */
   corsOrigins: string[];
+  /**
+   * Largest request message accepted on every protocol, counted after
+   * decompression (PLATFORM_MAX_MESSAGE_BYTES; default 4 MiB).
+   */
+  maxMessageBytes: number;
+  /**
+   * Development and tests only: issuers that users supply (identity claim
+   * matches, identity providers) may be http or https on a loopback address
+   * (PLATFORM_ALLOW_LOOPBACK_ISSUERS; default false).
+   */
+  allowLoopbackIssuers: boolean;
+  /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
+  metricsToken: string;
+  /**
+   * Start even when the data directory or database is group- or
+   * world-accessible, for operators who manage permissions themselves
+   * (PLATFORM_SKIP_PERMISSION_CHECK; default false).
+   */
+  skipPermissionCheck: boolean;
 }
 
 /** Thrown when the environment holds invalid settings; lists every problem. */
@@ -58,6 +77,14 @@ function url(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: s
   }
 }
 
+function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
+  if (raw === "true" || raw === "1") return true;
+  problems.push(`${name}=${raw}: must be true or false`);
+  return false;
+}
+
 /** A comma-separated list, blanks dropped. */
 function list(raw: string | undefined): string[] {
   return (raw ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
@@ -91,6 +118,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     userIssuers,
     userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
     corsOrigins,
+    maxMessageBytes: integer(env, "PLATFORM_MAX_MESSAGE_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024, problems),
+    allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
+    metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
+    skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

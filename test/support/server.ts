@@ -45,6 +45,8 @@ export async function startTestServer(
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: "silent",
     PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    // The test issuers (test/support/oidc-issuer.ts) listen on http://127.0.0.1.
+    PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
     ...opts.env,
   });
   const store = openSqliteStore({ dataDir });
