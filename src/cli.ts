@@ -5,7 +5,9 @@ import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
 import { isUidp } from "./domain/uidp.js";
 import { startServer } from "./server/app.js";
+import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
+import type { Store } from "./store/store.js";
 
 interface Command {
   summary: string;
@@ -27,13 +29,18 @@ function config(): Config {
   }
 }
 
+/** The store in the configured data directory, with its permission check unless the operator opted out. */
+function openStore(cfg: Config): Store {
+  return openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
+}
+
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: "start the server (the default command)",
     help: "Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web. SIGTERM or SIGINT stops it gracefully.",
     async run() {
       const cfg = config();
-      const server = await startServer({ config: cfg, store: openSqliteStore({ dataDir: cfg.dataDir }) });
+      const server = await startServer({ config: cfg, store: openStore(cfg) });
       const stop = (signal: string) => {
         server.app.log.info({ signal }, "shutting down");
         server.close().then(
@@ -54,7 +61,7 @@ const COMMANDS: Record<string, Command> = {
     help: `Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the key in PLATFORM_DATA_DIR. ${ENVIRONMENT}\n\n  TOKEN=$(npx platform-api admin-token)`,
     async run() {
       const cfg = config();
-      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      const store = openStore(cfg);
       try {
         const tokens = await TokenService.open(store.keys, { issuer: cfg.authUrl, audience: cfg.baseUrl });
         process.stdout.write(`${(await tokens.mint(adminSubject(store.keys))).token}\n`);
@@ -69,7 +76,7 @@ const COMMANDS: Record<string, Command> = {
     help: `Adds a new signing key to PLATFORM_DATA_DIR. New tokens are signed with it (a running server picks it up within a minute); tokens signed by older keys keep verifying until they expire. ${ENVIRONMENT}`,
     async run() {
       const cfg = config();
-      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      const store = openStore(cfg);
       try {
         if (store.keys.signingKeys().length === 0) await addSigningKey(store.keys);
         const kid = await addSigningKey(store.keys);
@@ -92,7 +99,7 @@ Reads OSV JSON records (each file given, and every *.json below each directory g
         return 2;
       }
       const cfg = config();
-      const store = openSqliteStore({ dataDir: cfg.dataDir });
+      const store = openStore(cfg);
       try {
         if (!store.groups.get(parsed.group)) {
           process.stderr.write(`group ${parsed.group} does not exist\n`);
@@ -165,5 +172,12 @@ export async function runCli(argv: string[]): Promise<number> {
     process.stdout.write(`platform-api ${name}: ${command.summary}\n\n${command.help}\n`);
     return 0;
   }
-  return command.run(rest);
+  try {
+    return await command.run(rest);
+  } catch (err) {
+    // A data directory we must not use is the operator's to fix: one line, no stack.
+    if (!(err instanceof DataDirPermissionError)) throw err;
+    process.stderr.write(`platform-api: ${err.message}\n`);
+    return 2;
+  }
 }

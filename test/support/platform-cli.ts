@@ -14,11 +14,11 @@ export interface CliRun {
  * Runs the real `platform-api` command (bin/platform-api.js) in a child
  * process from the repository root, over dataDir, as a user would.
  */
-export function platformCli(dataDir: string, args: readonly string[]): Promise<CliRun> {
+export function platformCli(dataDir: string, args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["bin/platform-api.js", ...args], {
       cwd: ROOT,
-      env: { ...process.env, PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent" },
+      env: { ...process.env, PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

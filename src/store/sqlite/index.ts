@@ -1,9 +1,8 @@
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import Database from "better-sqlite3";
 import type { Store } from "../store.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
+import { prepareDataDir } from "./data-dir.js";
 import { SqliteGroupInviteStore } from "./group-invites.js";
 import { SqliteGroupStore, type ChildKind } from "./groups.js";
 import { SqliteIdentityStore } from "./identities.js";
@@ -18,8 +17,13 @@ import { SqliteTagStore } from "./tags.js";
 
 /** Options for opening the SQLite store. */
 export interface SqliteStoreOptions {
-  /** Directory holding platform.db; created if missing. ":memory:" keeps everything in memory. */
+  /** Directory holding platform.db; created 0700 if missing. ":memory:" keeps everything in memory. */
   dataDir: string;
+  /**
+   * Refuse (DataDirPermissionError) a directory or database file that the
+   * group or others can access. Default true.
+   */
+  checkPermissions?: boolean;
 }
 
 /** Kinds of record that live below a group, checked before the group may be deleted. */
@@ -41,10 +45,7 @@ const GROUP_CHILD_KINDS: readonly ChildKind[] = [
  */
 export function openSqliteStore(opts: SqliteStoreOptions): Store {
   let file = ":memory:";
-  if (opts.dataDir !== ":memory:") {
-    mkdirSync(opts.dataDir, { recursive: true });
-    file = join(opts.dataDir, "platform.db");
-  }
+  if (opts.dataDir !== ":memory:") file = prepareDataDir(opts.dataDir, opts.checkPermissions ?? true);
   const db = new Database(file);
   const journal = db.pragma("journal_mode = WAL", { simple: true });
   db.pragma("synchronous = FULL");
