@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
+import http2 from "node:http2";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,7 +15,9 @@ import { loadConfig } from "../src/config.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
 import { startServer } from "../src/server/app.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { startServerProcess } from "../scripts/support/cli-server.js";
 import { grpcClient } from "./support/grpc.js";
+import { grpcPrefix, rawH2 } from "./support/raw-h2.js";
 import { mintAdminToken, rest, setDefaultToken } from "./support/server.js";
 
 /** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
@@ -152,4 +155,37 @@ test("graceful shutdown: NOT_SERVING first, 50 REST and 20 gRPC calls in flight 
 
 test("graceful shutdown: gRPC calls alone in flight complete before the store closes", async () => {
   await shutdownWithCallsInFlight(0, 20);
+});
+
+test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the grace period is over", async (t) => {
+  const GRACE_S = 2; // scripts/support/cli-server.ts runs servers with PLATFORM_SHUTDOWN_GRACE_MS=2000
+  const dataDir = mkdtempSync(join(tmpdir(), "platform-sigterm-"));
+  const srv = await startServerProcess(dataDir);
+  // A raw client that never acknowledges, never answers GOAWAY, never closes its end.
+  const silent = await rawH2(srv.port);
+  // A node:http2 client with a call whose request never ends.
+  const stuck = http2.connect(srv.url);
+  stuck.on("error", () => {});
+  let exited = false;
+  void srv.exited.then(() => (exited = true));
+  try {
+    await within(5000, silent.waitFor(() => true, 5000, "server SETTINGS"), "the raw client is connected");
+    await within(5000, once(stuck, "remoteSettings"), "the node:http2 client is connected");
+    const call = stuck.request({ ":method": "POST", ":path": "/platform.iam.v2beta1.GroupsService/GetGroup", "content-type": "application/grpc" });
+    call.on("error", () => {});
+    call.write(grpcPrefix(1024));
+
+    const start = performance.now();
+    process.kill(srv.pid, "SIGTERM");
+    const exit = await within(15_000, srv.exited, "the process exits");
+    const seconds = (performance.now() - start) / 1000;
+    t.diagnostic(`exited ${exit.signal ?? exit.code} ${seconds.toFixed(2)} s after SIGTERM (grace ${GRACE_S} s)`);
+    assert.equal(exit.code, 0, srv.logTail());
+    assert.ok(seconds < GRACE_S + 3, `${seconds.toFixed(2)} s`);
+  } finally {
+    silent.close();
+    stuck.destroy();
+    if (!exited) process.kill(srv.pid, "SIGKILL");
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 });

@@ -3,7 +3,6 @@ import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { create, createRegistry, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type * as grpc from "@grpc/grpc-js";
 import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
@@ -23,6 +22,7 @@ import { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
 import { clientErrorHandler } from "./client-errors.js";
+import { connectPlugin } from "./connect-plugin.js";
 import { installDocs } from "./docs.js";
 import { openApiDocument } from "./openapi.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
@@ -33,7 +33,7 @@ import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-t
 import { installCors } from "./cors.js";
 import { loggerOptions } from "./logging.js";
 import { HeaderView } from "./header-view.js";
-import { instrumentStore, Metrics } from "./metrics.js";
+import { instrumentStore, metricsTokenMatches, Metrics } from "./metrics.js";
 import { nextRequestId, requestIdFrom } from "./request-id.js";
 import { requestIdKey, wrapService, type CallObserver, type WrappedService } from "./wrap.js";
 
@@ -71,7 +71,6 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-const BODY_LIMIT = 1024 * 1024;
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 /** Builds every part and starts listening on the one port. */
@@ -128,7 +127,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     [...CONTRACT_FILES, ...[Health, ServerReflection, ServerReflectionV1alpha].map((s) => s.file)],
     [...apiNames, ...SYSTEM_SERVICES],
   );
-  const grpcServer = createGrpcServer(wrapped, health, reflection, onInternalError);
+  const grpcServer = createGrpcServer(wrapped, health, reflection, {
+    maxMessageBytes: config.maxMessageBytes,
+    idleMs: opts.timeouts?.http2Idle,
+    onInternal: onInternalError,
+  });
 
   let front: OnePortServer | undefined;
   const app: FastifyInstance = Fastify({
@@ -136,7 +139,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     // Calls are logged once each, by the wrapper, on every protocol.
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
-    bodyLimit: BODY_LIMIT,
+    bodyLimit: config.maxMessageBytes,
     return503OnClosing: true,
     // Closing "idle" keep-alive sockets on shutdown resets a request the client
     // has already sent on them; instead, queued requests get 503 + Connection: close.
@@ -155,15 +158,22 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     done();
   });
   installCors(app, config.corsOrigins);
-  installRest(app, transcoder);
-  await app.register(fastifyConnectPlugin, {
+  installRest(app, transcoder, config.maxMessageBytes);
+  await app.register(connectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
-    contextValues: (req) => createContextValues().set(requestIdKey, String((req as unknown as { id?: string }).id ?? nextRequestId())),
+    contextValues: (req) => createContextValues().set(requestIdKey, String(req.id ?? nextRequestId())),
     shutdownTimeoutMs: config.shutdownGraceMs,
+    maxMessageBytes: config.maxMessageBytes,
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
-  app.get("/metrics", async (_req, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()));
-  installDocs(app, openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }));
+  app.get("/metrics", async (req, reply) => {
+    if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
+      reply.header("www-authenticate", 'Bearer realm="metrics"');
+      return sendError(reply, new ApiError(Code.Unauthenticated, "UNAUTHENTICATED", "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>"));
+    }
+    return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
+  });
+  installDocs(app, openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }), config.baseUrl);
   app.get("/.well-known/openid-configuration", async (_req, reply) =>
     reply.header("cache-control", "public, max-age=300").send({
       issuer: config.authUrl,
@@ -267,13 +277,21 @@ function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyR
 }
 
 /** The REST side: JSON and form parsing, the generic transcoder route, and error rendering. */
-function installRest(app: FastifyInstance, transcoder: RestTranscoder): void {
+function installRest(app: FastifyInstance, transcoder: RestTranscoder, bodyLimit: number): void {
   // Our parsers live in their own scope: the Connect plugin registers its own.
   void app.register(async (scope) => installTranscoderRoute(scope, transcoder));
-  installErrorHandlers(app);
+  installErrorHandlers(app, bodyLimit);
 }
 
 function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder): void {
+  // REST bodies are read as they come; a compressed one would only fail as
+  // "not valid JSON", so say what is wrong before reading it.
+  app.addHook("onRequest", async (req, reply) => {
+    const coding = req.headers["content-encoding"]?.trim().toLowerCase();
+    if (coding === undefined || coding === "" || coding === "identity") return;
+    const err = new ApiError(Code.InvalidArgument, "UNSUPPORTED_CONTENT_ENCODING", `Content-Encoding ${coding} is not supported here: send the body uncompressed`);
+    return sendError(reply, err, 415);
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = (body as string).trim();
@@ -311,13 +329,13 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
   });
 }
 
-function installErrorHandlers(app: FastifyInstance): void {
+function installErrorHandlers(app: FastifyInstance, bodyLimit: number): void {
   app.setNotFoundHandler((req, reply) => notFound(reply, req.method, []));
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, _req, reply) => {
     if (err instanceof ApiError || err instanceof ConnectError) return sendError(reply, err);
     const status = err.statusCode ?? 500;
     if (status === 413) {
-      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${BODY_LIMIT} bytes`), 413);
+      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${bodyLimit} bytes`), 413);
     }
     if (status === 415) return sendError(reply, invalidField("Content-Type", "must be application/json"), 415);
     if (status >= 400 && status < 500) return sendError(reply, invalidField("request", "is malformed"), status);

@@ -43,15 +43,45 @@ const INIT = `window.ui = SwaggerUIBundle({
 `;
 
 /**
+ * The page holds a pasted token, so nothing but the server's own files may
+ * run in it and no other site may frame it (clickjacking). Swagger UI needs
+ * inline style attributes and data: images (its icons); "try it out" calls
+ * the documented API URL, which may be another origin than the page's.
+ */
+function contentSecurityPolicy(apiUrl: string): string {
+  return [
+    "default-src 'self'",
+    "img-src 'self' data:",
+    "style-src 'self' 'unsafe-inline'",
+    `connect-src 'self' ${new URL(apiUrl).origin}`,
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join("; ");
+}
+
+/**
  * Serves the OpenAPI document at /openapi.json and an interactive page at
  * /docs (swagger-ui-dist, served from node_modules) where a user pastes a
- * token and tries calls.
+ * token and tries calls against apiUrl.
  */
-export function installDocs(app: FastifyInstance, document: object): void {
+export function installDocs(app: FastifyInstance, document: object, apiUrl: string): void {
   const root = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
   const files = new Map(Object.entries(ASSETS).map(([name, type]) => [name, { type, bytes: readFileSync(join(root, name)) }]));
   const json = JSON.stringify(document);
+  const csp = contentSecurityPolicy(apiUrl);
+  app.register(async (docs) => {
+    docs.addHook("onSend", async (_req, reply, payload) => {
+      reply.header("content-security-policy", csp).header("x-frame-options", "DENY");
+      return payload;
+    });
+    installPages(docs, files);
+  });
   app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(json));
+}
+
+function installPages(app: FastifyInstance, files: Map<string, { type: string; bytes: Buffer }>): void {
   app.get("/docs", async (_req, reply) => reply.type("text/html; charset=utf-8").send(PAGE));
   app.get("/docs/init.js", async (_req, reply) => reply.type("text/javascript; charset=utf-8").send(INIT));
   app.get("/docs/:file", async (req, reply) => {

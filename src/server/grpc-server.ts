@@ -8,6 +8,7 @@ import {
 } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection, type ServerReflectionRequest } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { methodDefinition, grpcService } from "./grpc-adapter.js";
+import { limitGrpcHttp2 } from "./grpc-http2.js";
 import type { InternalErrorSink } from "./errors.js";
 import type { HealthState } from "./health.js";
 import { Reflector, type ReflectionSchema } from "./reflection.js";
@@ -18,6 +19,21 @@ const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
 /** Names of the system services served next to the API on the gRPC side. */
 export const SYSTEM_SERVICES = [Health.typeName, ServerReflection.typeName, REFLECTION_V1ALPHA];
 
+/** How the gRPC side is limited. */
+export interface GrpcServerOptions {
+  /** The largest request message, counted after decompression. */
+  maxMessageBytes: number;
+  /** An HTTP/2 connection with no stream open this long is closed (default 5 minutes). */
+  idleMs?: number;
+  onInternal?: InternalErrorSink;
+}
+
+/** Streams one HTTP/2 connection may have open at once (advertised in SETTINGS, enforced by nghttp2). */
+export const MAX_CONCURRENT_STREAMS = 100;
+/** The header-list limit, the same 16 KiB as HTTP/1.1 headers on this port. */
+export const MAX_HEADER_LIST_BYTES = 16 * 1024;
+const DEFAULT_IDLE_MS = 5 * 60_000;
+
 /**
  * The native gRPC side: a grpc-js server (never bound to a port; the one-port
  * listener injects its h2c connections) serving every wrapped service, health
@@ -27,14 +43,21 @@ export function createGrpcServer(
   services: readonly WrappedService[],
   health: HealthState,
   reflection: ReflectionSchema,
-  onInternal?: InternalErrorSink,
+  opts: GrpcServerOptions,
 ): grpc.Server {
   const server = new grpc.Server({
-    "grpc.max_receive_message_length": 4 * 1024 * 1024,
+    "grpc.max_receive_message_length": opts.maxMessageBytes,
+    "grpc.max_concurrent_streams": MAX_CONCURRENT_STREAMS,
+    "grpc.max_connection_idle_ms": opts.idleMs ?? DEFAULT_IDLE_MS,
     "grpc.keepalive_permit_without_calls": 1,
   });
+  limitGrpcHttp2(server, {
+    maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
+    // Two messages of the largest size in flight at once, and never less than 16 MiB.
+    unfinishedBytesPerConnection: Math.max(16 * 1024 * 1024, 2 * opts.maxMessageBytes),
+  });
   for (const svc of services) {
-    const { definition, implementation } = grpcService(svc, onInternal);
+    const { definition, implementation } = grpcService(svc, opts.onInternal);
     server.addService(definition, implementation);
   }
   addHealth(server, health);

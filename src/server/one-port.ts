@@ -12,6 +12,8 @@ export interface OnePortTimeouts {
   keepAlive: number;
   headers: number;
   request: number;
+  /** An HTTP/2 connection with no stream open this long is closed (default: the gRPC server's, 5 minutes). */
+  http2Idle?: number;
 }
 
 export const DEFAULT_TIMEOUTS: OnePortTimeouts = { firstBytes: 10_000, keepAlive: 5_000, headers: 10_000, request: 30_000 };
@@ -19,6 +21,7 @@ export const DEFAULT_TIMEOUTS: OnePortTimeouts = { firstBytes: 10_000, keepAlive
 /** The front listener plus the hooks fastify and our shutdown call. */
 export interface OnePortServer extends net.Server {
   closeIdleConnections(): void;
+  /** Destroys every connection, HTTP/1.1 and HTTP/2 alike. */
   closeAllConnections(): void;
   closeHttp2Sessions(): void;
   /** Sends GOAWAY on every gRPC connection; they close once their calls finish or after graceMs. */
@@ -49,6 +52,15 @@ export function createOnePortServer(
     handler,
   );
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const h2Sockets = new Set<net.Socket>();
+  const trackHttp2 = (socket: net.Socket) => {
+    h2Sockets.add(socket);
+    // grpc-js closes an idle or drained session politely: GOAWAY, our FIN,
+    // then it waits for the peer's. A peer that never sends one would hold
+    // the socket, and a shutdown, forever: it gets keepAlive ms to do so.
+    socket.once("finish", () => setTimeout(() => socket.destroy(), timeouts.keepAlive).unref());
+    socket.once("close", () => h2Sockets.delete(socket));
+  };
 
   const front = net.createServer((socket) => {
     let buf = Buffer.alloc(0);
@@ -73,8 +85,10 @@ export function createOnePortServer(
         // buffer, so the unshifted preface reaches nghttp2 on the native
         // handle (no JSStreamSocket wrapper, which cost ~10% and lost the peer
         // address). test/one-port.test.ts guards a preface split across writes.
+        trackHttp2(socket);
         injector.injectConnection(socket);
       } else {
+        lingerOnClose(socket, timeouts.keepAlive);
         h1.emit("connection", socket);
       }
     };
@@ -91,11 +105,39 @@ export function createOnePortServer(
     else socket.destroy();
   });
   front.closeIdleConnections = () => h1.closeIdleConnections();
-  front.closeAllConnections = () => h1.closeAllConnections();
+  front.closeAllConnections = () => {
+    h1.closeAllConnections();
+    for (const socket of h2Sockets) socket.destroy();
+  };
   // fastify calls this on close, right after shutdown's drainGrpc(graceMs).
   // drain(0) here would cut the in-flight calls that grace period protects;
   // the request timeout only bounds a close() made without drainGrpc.
   front.closeHttp2Sessions = () => injector.drain(timeouts.request);
   front.drainGrpc = (graceMs) => injector.drain(graceMs);
   return front;
+}
+
+/**
+ * Lingering close, as nginx and Apache do it. A response that closes the
+ * connection while the client is still sending its body (a 413 from the
+ * Content-Length alone) must not be followed at once by a close: the client's
+ * kernel would get an RST for the bytes still arriving and drop our answer
+ * unread (the client sees EPIPE or ECONNRESET, not the 413). Node closes such
+ * a socket through destroySoon; here that ends our side, reads and drops
+ * whatever still arrives, and destroys the socket when the client closes its
+ * side or after ms at most.
+ */
+function lingerOnClose(socket: net.Socket, ms: number): void {
+  socket.destroySoon = function lingeringClose(this: net.Socket): void {
+    if (this.writable) this.end();
+    if (this.readableEnded) {
+      if (this.writableFinished) this.destroy();
+      else this.once("finish", () => this.destroy());
+      return;
+    }
+    const timer = setTimeout(() => this.destroy(), ms).unref();
+    this.once("close", () => clearTimeout(timer));
+    this.once("end", () => this.destroy());
+    this.resume();
+  };
 }

@@ -1,0 +1,156 @@
+import http2 from "node:http2";
+import { Code } from "@connectrpc/connect";
+import type * as grpc from "@grpc/grpc-js";
+import { ApiError } from "../domain/errors.js";
+import { DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "./errors.js";
+import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "./message-limit.js";
+
+/** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
+export interface Http2Limits {
+  /** SETTINGS_MAX_HEADER_LIST_SIZE: larger header blocks are refused (the stream is reset). */
+  maxHeaderListBytes: number;
+  /** Bytes of request messages not yet complete that one connection may hold, over all its streams. */
+  unfinishedBytesPerConnection: number;
+}
+
+/** ErrorInfo.reason of a stream refused because its connection holds too many unfinished bytes. */
+export const CONNECTION_BUDGET_EXCEEDED = "CONNECTION_BUDGET_EXCEEDED";
+
+/** The grpc-js internal this module relies on, checked at start-up. */
+interface Http2ServerFactory {
+  createHttp2Server(credentials: grpc.ServerCredentials): http2.Http2Server;
+}
+
+/**
+ * grpc-js creates the HTTP/2 server behind a connection injector itself and
+ * offers no option for the header-list size, no hook on its streams and no
+ * per-connection memory bound. This wraps its (private) createHttp2Server
+ * to reach that server and to run before grpc-js on every stream: refuse a
+ * header list over the limit, give every error status grpc-js writes on its
+ * own a google.rpc.Status, and bound the unfinished request bytes per
+ * connection. Throws at start-up when a grpc-js upgrade removed the method,
+ * rather than serving without these limits.
+ */
+export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
+  const factory = server as unknown as Http2ServerFactory;
+  const create = factory.createHttp2Server;
+  if (typeof create !== "function") throw new Error("@grpc/grpc-js has no Server.createHttp2Server: the HTTP/2 limits cannot be applied");
+  factory.createHttp2Server = (credentials) => {
+    const h2 = create.call(server, credentials);
+    h2.updateSettings({ maxHeaderListSize: limits.maxHeaderListBytes });
+    const accounts = new WeakMap<http2.Http2Session, { unfinished: number }>();
+    const grpcListeners = h2.listeners("stream") as ((...args: unknown[]) => void)[];
+    h2.removeAllListeners("stream");
+    h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
+      // A stream reset with an error code emits 'error'; its 'close' tells grpc-js all it needs.
+      stream.on("error", () => {});
+      // nghttp2 applies the advertised limit only once the client has
+      // acknowledged it (until then, 64 KiB); this holds before that too.
+      if (headerListSize(rawHeaders) > limits.maxHeaderListBytes) return stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      addStatusDetails(stream);
+      const session = stream.session;
+      if (session) {
+        let account = accounts.get(session);
+        if (!account) accounts.set(session, (account = { unfinished: 0 }));
+        boundUnfinished(stream, account, limits.unfinishedBytesPerConnection);
+      }
+      for (const listener of grpcListeners) listener.call(h2, stream, headers, flags, rawHeaders);
+    });
+    return h2;
+  };
+}
+
+/** The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it: name and value octets plus 32 per field. */
+function headerListSize(rawHeaders: string[]): number {
+  let size = 0;
+  for (const field of rawHeaders) size += Buffer.byteLength(field);
+  return size + 16 * rawHeaders.length;
+}
+
+/**
+ * Counts the stream's bytes of unfinished messages into its connection's
+ * account; a stream that takes the account over budget is answered
+ * RESOURCE_EXHAUSTED and reset, which frees what grpc-js buffered for it.
+ * (grpc-js reads every stream eagerly, so HTTP/2 flow control bounds nothing.)
+ */
+function boundUnfinished(stream: http2.ServerHttp2Stream, account: { unfinished: number }, budget: number): void {
+  const envelopes = new EnvelopeTracker();
+  let counted = 0;
+  const settle = () => {
+    account.unfinished += envelopes.unfinished - counted;
+    counted = envelopes.unfinished;
+  };
+  const onData = (chunk: Buffer) => {
+    envelopes.feed(chunk);
+    settle();
+    if (account.unfinished <= budget) return;
+    stream.off("data", onData);
+    envelopes.unfinished = 0;
+    settle();
+    refuse(stream, `This connection holds more than ${budget} bytes of unfinished request messages; retry the call`);
+  };
+  stream.on("data", onData);
+  stream.once("close", () => {
+    envelopes.unfinished = 0;
+    settle();
+  });
+}
+
+/** Ends a stream with RESOURCE_EXHAUSTED (trailers-only when nothing was sent yet) and stops its upload. */
+function refuse(stream: http2.ServerHttp2Stream, message: string): void {
+  const answered = !stream.headersSent;
+  if (answered) {
+    const err = toConnectError(new ApiError(Code.ResourceExhausted, CONNECTION_BUDGET_EXCEEDED, message), DEFAULT_ERROR_DOMAIN);
+    stream.respond(
+      {
+        ":status": 200,
+        "content-type": "application/grpc+proto",
+        "grpc-status": String(Code.ResourceExhausted),
+        "grpc-message": encodeURI(message),
+        "grpc-status-details-bin": Buffer.from(grpcStatusDetails(err)).toString("base64"),
+      },
+      { endStream: true },
+    );
+  }
+  // The reset tells the client to stop sending (RFC 9113 §8.1 suggests
+  // NO_ERROR, but Node sends no RST_STREAM(NO_ERROR) on a stream it has
+  // ended, so CANCEL). Once headers were out before, ENHANCE_YOUR_CALM
+  // (which gRPC clients read as RESOURCE_EXHAUSTED) is all there is to say.
+  stream.close(answered ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+/**
+ * grpc-js writes some statuses itself, before or around our handlers: an
+ * unknown method (UNIMPLEMENTED), a message over the limit
+ * (RESOURCE_EXHAUSTED), a bad grpc-timeout, a failed decompression. Those
+ * carry no grpc-status-details-bin; add one with the same google.rpc.Status
+ * and single ErrorInfo as every other error. Statuses our handlers send
+ * already have it and pass unchanged.
+ */
+function addStatusDetails(stream: http2.ServerHttp2Stream): void {
+  const respond = stream.respond.bind(stream);
+  const sendTrailers = stream.sendTrailers.bind(stream);
+  stream.respond = (headers, options) => respond(headers && withStatusDetails(headers), options);
+  stream.sendTrailers = (headers) => sendTrailers(withStatusDetails(headers));
+}
+
+function withStatusDetails(headers: http2.OutgoingHttpHeaders): http2.OutgoingHttpHeaders {
+  const code = Number(headers["grpc-status"] ?? 0);
+  if (!(code > 0) || headers["grpc-status-details-bin"] !== undefined) return headers;
+  const message = decodeMessage(headers["grpc-message"]);
+  // The only RESOURCE_EXHAUSTED grpc-js raises on a server without a send
+  // limit is a request message over grpc.max_receive_message_length.
+  const reason = code === Code.ResourceExhausted ? MESSAGE_TOO_LARGE : reasonOf(code as Code);
+  const err = toConnectError(new ApiError(code as Code, reason, message), DEFAULT_ERROR_DOMAIN);
+  return { ...headers, "grpc-status-details-bin": Buffer.from(grpcStatusDetails(err)).toString("base64") };
+}
+
+/** grpc-message is percent-encoded (grpc-js uses encodeURI). */
+function decodeMessage(value: http2.OutgoingHttpHeaders[string]): string {
+  const text = String(value ?? "");
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
