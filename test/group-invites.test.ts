@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
-import { randomBytes, randomInt } from "node:crypto";
+import { createHash, randomBytes, randomInt } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
 import { AuthService } from "../gen/platform/auth/v1/auth_pb.js";
+import { INVITE_ADDRESS_FAILURE_LIMIT } from "../src/services/auth/auth.js";
 import { GroupInvitesService, type GroupInvite } from "../gen/platform/iam/v2beta1/group_invites_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
+import { requestFrom } from "./support/from-address.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";
 import { assertPagedWalks } from "./support/paged-walk.js";
@@ -58,16 +60,22 @@ async function createInvite(group: string, body: object, headers?: Record<string
   return created;
 }
 
-/** POST /auth/v1/register as caller; the raw body text too, for byte comparisons. */
-async function register(caller: Caller, code: string): Promise<RestResult & { text: string }> {
-  const res = await fetch(`${srv.url}/auth/v1/register`, {
+/** A loopback address of the caller's own (127.x.y.z from its uid), so per-address limits count each caller apart. */
+const addressOf = (caller: Caller) => {
+  const h = createHash("sha256").update(caller.uid).digest();
+  return `127.${h[0]}.${h[1]}.${1 + (h[2]! % 254)}`;
+};
+
+/** POST /auth/v1/register as caller, from its own address unless `from` names one; the raw body text too, for byte comparisons. */
+async function register(caller: Caller, code: string, from = addressOf(caller)): Promise<RestResult & { text: string }> {
+  const res = await requestFrom(from, `${srv.url}/auth/v1/register`, {
     method: "POST",
     headers: { authorization: `Bearer ${caller.token}`, "content-type": "application/json" },
     body: JSON.stringify({ code }),
   });
-  const text = await res.text();
-  seen.push(text);
-  return { status: res.status, body: JSON.parse(text), headers: res.headers, text };
+  seen.push(res.text);
+  const headers = new Headers(Object.entries(res.headers).map(([k, v]) => [k, String(v)] as [string, string]));
+  return { status: res.status, body: JSON.parse(res.text), headers, text: res.text };
 }
 
 /** Asserts the one INVITE_INVALID refusal; returns the body text. */
@@ -457,6 +465,39 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     const later = await register(await remint(guesser), inv.code);
     assert.equal(later.status, 200, later.text);
     assert.deepEqual(await bindingsOf(guesser.uid), [[org.uid, viewer]]);
+  });
+
+  test("failures are limited per client address too: 30 from one address, over fresh identities, block it on REST, Connect and gRPC", async () => {
+    const inv = await createInvite(org.uid, invite(viewer));
+    // gRPC clients here connect from 127.0.0.1, so the blocked address is that one.
+    const from = "127.0.0.1";
+    for (let i = 0; i < INVITE_ADDRESS_FAILURE_LIMIT; i++) {
+      const fresh = await createCaller(srv, org.uid, `address guesser ${i}`, null);
+      assertRefused(await register(fresh, `${inv.keyId}.${randomBytes(32).toString("base64url")}`, from));
+    }
+    // A fresh identity with the valid code, from that address: refused on every protocol.
+    const newcomer = await createCaller(srv, org.uid, "address newcomer", null);
+    assertRestError(await register(newcomer, inv.code, from), 429, 8, "RESOURCE_EXHAUSTED");
+    const connect = await requestFrom(from, `${srv.url}/${AuthService.typeName}/Register`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${newcomer.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ code: inv.code }),
+    });
+    assert.equal(connect.status, 429, connect.text);
+    assert.equal(JSON.parse(connect.text).code, "resource_exhausted");
+    const client = grpcClient(AuthService, srv.port, { token: newcomer.token });
+    try {
+      const err = await client.call("register", { code: inv.code }).then(() => assert.fail("expected RESOURCE_EXHAUSTED"), (e: ServiceError) => e);
+      assert.equal(err.code, 8);
+    } finally {
+      client.close();
+    }
+    assert.deepEqual(await bindingsOf(newcomer.uid), []);
+    // Another address is not limited; the blocked one is free again after the window.
+    assert.equal((await register(newcomer, inv.code, "127.0.0.2")).status, 200);
+    await moveClock(10 * 60 * 1000);
+    const later = await createCaller(srv, org.uid, "address later", null);
+    assert.equal((await register(later, inv.code, from)).status, 200);
   });
 
   test("brute force: 10,000 random codes from 1,000 callers are all refused; replays and expired codes too", async () => {

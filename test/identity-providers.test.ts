@@ -405,7 +405,7 @@ describe("sign-in through an organization's identity provider", () => {
 
   const exchange = (idToken: string, providerUid: string, extra = "") =>
     call("GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity_provider=${providerUid}${extra}`, undefined, { authorization: `Bearer ${idToken}` });
-  const personUid = (sub: string, p = idp) => providerUserUid({ uid: p.uid, parentUid: org.uid, oidc: { issuer: A.url } }, sub);
+  const personUid = (sub: string, p = idp) => providerUserUid({ uid: p.uid, parentUid: org.uid, oidc: { issuer: A.url, clientId: CLIENT_ID } }, sub);
   const bindingsOf = async (uid: string) => (await ok(call("GET", `/iam/v2beta1/roleBindings?identity=${uid}`))).roleBindings as { group: { uid: string }; role: { uid: string } }[];
 
   test("first sign-in registers the person in the org with the default role; the second adds nothing", async () => {

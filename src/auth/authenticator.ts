@@ -15,8 +15,14 @@ export function adminSubject(keys: KeyStore): string {
 
 const BEARER = /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i;
 
-/** Authenticates `Authorization: Bearer <API token>` with tokens this server issued. */
-export function createBearerAuthenticator(tokens: TokenService, admin: string): Authenticator {
+/**
+ * Authenticates `Authorization: Bearer <API token>` with tokens this server
+ * issued, for identities that still exist: a deleted identity's token stops
+ * working at once, not when it expires. identityExists is the store's cached
+ * lookup (invalidated when an identity is deleted); the administrator is no
+ * stored identity and is exempt.
+ */
+export function createBearerAuthenticator(tokens: TokenService, admin: string, identityExists: (uid: string) => boolean): Authenticator {
   return {
     async authenticate(headers: Headers): Promise<Principal> {
       const header = headers.get("authorization");
@@ -24,6 +30,9 @@ export function createBearerAuthenticator(tokens: TokenService, admin: string): 
       const m = BEARER.exec(header.trim());
       if (!m) throw new UnauthenticatedError("Unauthenticated: the Authorization header must be Bearer <API token>");
       const t = await tokens.verify(m[1]!);
+      if (t.subject !== admin && !identityExists(t.subject)) {
+        throw new UnauthenticatedError("Unauthenticated: the identity this API token was issued to no longer exists");
+      }
       return {
         subject: t.subject,
         admin: t.subject === admin,

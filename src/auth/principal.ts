@@ -21,3 +21,9 @@ export interface Authenticator {
   /** Returns the principal, or throws UnauthenticatedError. */
   authenticate(headers: Headers): Principal | Promise<Principal>;
 }
+
+/**
+ * Context value carrying the peer's IP address ("" when unknown), set by each
+ * entry point; per-address limits key on it (see addressKey in rate-limit.ts).
+ */
+export const clientAddressKey = createContextKey<string>("", { description: "client address" });

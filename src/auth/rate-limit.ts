@@ -59,3 +59,20 @@ export function createFailureLimiter(opts: FailureLimiterOptions): FailureLimite
     },
   };
 }
+
+/**
+ * The key a per-address limit counts under: an IPv4 address as it is (also
+ * when written IPv4-mapped), an IPv6 address by its /64 prefix, since one
+ * subscriber commonly holds a whole /64 and could otherwise rotate through it.
+ */
+export function addressKey(peer: string): string {
+  const address = peer.split("%")[0]!;
+  const v4 = /^(?:::ffff:)?(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
+  if (v4) return v4[1]!;
+  if (!address.includes(":")) return address;
+  const [head = "", tail = ""] = address.split("::");
+  const left = head === "" ? [] : head.split(":");
+  const right = tail === "" ? [] : tail.split(":");
+  const groups = address.includes("::") ? [...left, ...Array<string>(8 - left.length - right.length).fill("0"), ...right] : left;
+  return `${groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, "").toLowerCase()).join(":")}::/64`;
+}

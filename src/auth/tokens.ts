@@ -23,6 +23,23 @@ export interface VerifiedToken {
   expiresAt: number;
 }
 
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * True for three dot-separated parts, each canonical unpadded base64url: a
+ * decoder ignores the unused low bits of a part's last character, so "…Q"
+ * and "…R" can decode to the same bytes; only the spelling we would encode
+ * counts (RFC 7515 §2 and RFC 4648 §3.5). Without this, a token with its
+ * last character changed kept verifying.
+ */
+export function isCanonicalCompactJws(token: string): boolean {
+  const parts = token.split(".");
+  return (
+    parts.length === 3 &&
+    parts.every((part) => BASE64URL.test(part) && part.length % 4 !== 1 && Buffer.from(part, "base64url").toString("base64url") === part)
+  );
+}
+
 /** An issued token and when it expires (ms since the epoch). */
 export interface IssuedToken {
   token: string;
@@ -105,6 +122,8 @@ export class TokenService {
 
   /** Verifies a token we issued; throws UnauthenticatedError for anything else. */
   async verify(token: string): Promise<VerifiedToken> {
+    // Before the cache: a token is one exact string, never a lenient re-spelling of it.
+    if (!isCanonicalCompactJws(token)) throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
     const now = this.now();
     const hit = this.verified.get(token);
     if (hit) {

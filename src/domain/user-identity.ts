@@ -12,11 +12,15 @@ export function userIdentityUid(issuer: string, subject: string): string {
 /**
  * The uid a person signing in through an organization's identity provider
  * gets: an identity in the provider's group, derived deterministically from
- * the provider and the token's subject, so every later sign-in finds it.
+ * the provider, its issuer and client and the token's subject, so every later
+ * sign-in finds it.
  */
-export function providerUserUid(provider: { uid: string; parentUid: string; oidc: { issuer: string } }, subject: string): string {
-  // The issuer is part of the key: re-pointing the provider at another issuer
-  // must not let that issuer's subjects become the people already signed in.
-  const segment = createHash("sha256").update(`idp\u0000${provider.uid}\u0000${provider.oidc.issuer}\u0000${subject}`).digest("hex").slice(0, 16);
+export function providerUserUid(provider: { uid: string; parentUid: string; oidc: { issuer: string; clientId: string } }, subject: string): string {
+  // Issuer and client are part of the key: re-pointing the provider at
+  // another issuer, or at another application of the same (multi-tenant)
+  // issuer whose subjects someone else controls, must not let those subjects
+  // become the people already signed in; they are new people.
+  const key = ["idp", provider.uid, provider.oidc.issuer, provider.oidc.clientId, subject].join("\u0000");
+  const segment = createHash("sha256").update(key).digest("hex").slice(0, 16);
   return `${provider.parentUid}/${segment}`;
 }

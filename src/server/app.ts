@@ -9,7 +9,7 @@ import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
-import type { Authenticator } from "../auth/principal.js";
+import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { createAuthorizer } from "../auth/authorizer.js";
 import { TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
@@ -88,7 +88,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     onCache: (hit) => metrics.tokenCache.inc(hit ? "hit" : "miss"),
   });
   const admin = adminSubject(store.keys);
-  const bearer = createBearerAuthenticator(tokens, admin);
+  const bearer = createBearerAuthenticator(tokens, admin, (uid) => store.identities.get(uid) !== null);
   const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
   const allCapabilities = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
   const authorizer = createAuthorizer(store, allCapabilities);
@@ -161,7 +161,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   installRest(app, transcoder, config.maxMessageBytes);
   await app.register(connectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
-    contextValues: (req) => createContextValues().set(requestIdKey, String(req.id ?? nextRequestId())),
+    contextValues: (req) =>
+      createContextValues()
+        .set(requestIdKey, String(req.id ?? nextRequestId()))
+        .set(clientAddressKey, req.socket.remoteAddress ?? ""),
     shutdownTimeoutMs: config.shutdownGraceMs,
     maxMessageBytes: config.maxMessageBytes,
   });
@@ -314,6 +317,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
         // Handlers run synchronously against the store: no cancellation signal to wire.
         const res = await transcoder.handle({
           requestId: req.id,
+          clientAddress: req.socket.remoteAddress ?? "",
           method: req.method,
           url: req.url,
           headers: HeaderView.ofNode(req.headers),

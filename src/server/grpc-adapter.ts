@@ -8,6 +8,7 @@ import { HeaderView } from "./header-view.js";
 import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
 import { requestIdFrom } from "./request-id.js";
 import { errorDomainOf, requestIdKey, type WrappedService } from "./wrap.js";
+import { clientAddressKey } from "../auth/principal.js";
 
 /** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
 const UNDECODABLE = Symbol("undecodable");
@@ -99,7 +100,7 @@ export function grpcService(
         requestHeader: HeaderView.ofGrpcMetadata(call.metadata),
         signal,
         timeoutMs,
-        values: createContextValues().set(requestIdKey, requestId),
+        values: createContextValues().set(requestIdKey, requestId).set(clientAddressKey, peerAddress(call.getPeer())),
       });
       const headers = new grpc.Metadata();
       headers.set("x-request-id", requestId);
@@ -111,4 +112,9 @@ export function grpcService(
     };
   }
   return { definition, implementation };
+}
+
+/** The IP address of a grpc-js peer string ("<address>:<port>", IPv6 unbracketed, or "unknown"); "" when unknown. */
+export function peerAddress(peer: string): string {
+  return peer === "unknown" ? "" : peer.replace(/:\d+$/, "");
 }

@@ -11,6 +11,7 @@ import {
   type Registry,
 } from "@bufbuild/protobuf";
 import { createContextValues } from "@connectrpc/connect";
+import { clientAddressKey } from "../auth/principal.js";
 import { lightContext } from "./context.js";
 import { http } from "../../gen/google/api/annotations_pb.js";
 import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
@@ -84,6 +85,8 @@ export interface RestRequest {
   signal?: AbortSignal;
   /** Carried to the handler (requestIdKey) for logs. */
   requestId: string;
+  /** The peer's IP address (clientAddressKey), for per-address limits. */
+  clientAddress?: string;
 }
 
 const SCALAR_JSON_NUMBER = new Set([ScalarType.INT32, ScalarType.UINT32, ScalarType.SINT32, ScalarType.FIXED32, ScalarType.SFIXED32]);
@@ -290,7 +293,7 @@ export class RestTranscoder {
       url: req.url,
       requestHeader: req.headers,
       signal: req.signal,
-      values: createContextValues().set(requestIdKey, req.requestId),
+      values: createContextValues().set(requestIdKey, req.requestId).set(clientAddressKey, req.clientAddress ?? ""),
     });
     const result = await route.handler(request, ctx);
     return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.setResponseHeaders() };

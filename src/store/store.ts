@@ -244,13 +244,15 @@ export interface RoleBindingStore {
   /**
    * Inserts bindings atomically (all or none). Throws NotFoundError naming the
    * first missing group, identity or role; AlreadyExistsError for a taken uid.
+   * A root-level identity uid (a person's, see LookupIdentity) need not exist
+   * yet: the binding waits for the person's first sign-in.
    */
   create(bindings: readonly RoleBindingRecord[]): void;
   /** Returns the binding, or null when absent. */
   get(uid: string): RoleBindingRecord | null;
   /** Returns one page of bindings. */
   list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord>;
-  /** Changes the identity and/or role; throws NotFoundError for a missing binding, identity or role. */
+  /** Changes the identity and/or role; throws NotFoundError for a missing binding, identity (but a person's) or role. */
   update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): RoleBindingRecord;
   /** Deletes the binding; returns false when it did not exist (delete is idempotent). */
   delete(uid: string): boolean;
@@ -477,10 +479,12 @@ export interface TagFilter {
 export interface TagStore {
   /**
    * Creates the tag, or updates the repo's tag of the same name (keeping its
-   * uid). NotFoundError for a missing repo. Returns the stored tag and whether
-   * it was created.
+   * uid). NotFoundError for a missing repo. With mayUpdate false, an existing
+   * tag of that name is left alone and PermissionDeniedError thrown (decided
+   * in the same transaction as the write, so a racing create cannot slip by).
+   * Returns the stored tag and whether it was created.
    */
-  put(tag: TagRecord): { tag: TagRecord; created: boolean };
+  put(tag: TagRecord, opts?: { mayUpdate?: boolean }): { tag: TagRecord; created: boolean };
   /** Returns the tag, or null when absent. */
   get(uid: string): TagRecord | null;
   /** Returns one page of tags. */

@@ -336,9 +336,9 @@ export function iamConformance(getStore: () => Store): void {
       assert.deepEqual(bindingUids({}), sorted(batch.map((b) => b.uid)));
     });
 
-    test("a missing group, identity or role throws NotFoundError naming its kind, and creates nothing", () => {
+    test("a missing group, group identity or role throws NotFoundError naming its kind, and creates nothing", () => {
       const missingGroup = `${C}/${"7".repeat(16)}`;
-      const missingIdentity = `${"8".repeat(40)}`;
+      const missingIdentity = `${A}/${"8".repeat(16)}`;
       const missingRole = `${A}/${"e".repeat(16)}`;
       assertNotFound(() => store.roleBindings.create([binding(bindingUid(missingGroup, 1), missingGroup, P1, VIEWER)]), "group", missingGroup);
       assertNotFound(() => store.roleBindings.create([binding(bindingUid(A, 1), A, missingIdentity, VIEWER)]), "identity", missingIdentity);
@@ -347,8 +347,22 @@ export function iamConformance(getStore: () => Store): void {
       assert.deepEqual(bindingUids({}), []);
     });
 
-    test("a batch with one missing identity creates none of its bindings", () => {
-      const missing = `${"8".repeat(40)}`;
+    test("a person's root-level uid need not exist: the binding waits for sign-up, and goes when the person is deleted", () => {
+      const person = "8".repeat(40);
+      const waiting = binding(bindingUid(A, 1), A, person, VIEWER);
+      store.roleBindings.create([waiting]);
+      assert.deepEqual(store.roleBindings.forIdentity(person), [waiting]);
+      assert.deepEqual(store.roleBindings.update(waiting.uid, { identityUid: "6".repeat(40) }), { ...waiting, identityUid: "6".repeat(40) });
+      store.roleBindings.update(waiting.uid, { identityUid: person });
+      store.identities.create(identity(person, null, "late comer"));
+      assert.deepEqual(store.roleBindings.forIdentity(person), [waiting]);
+      store.identities.delete(person);
+      assert.deepEqual(store.roleBindings.forIdentity(person), []);
+      assert.deepEqual(bindingUids({}), []);
+    });
+
+    test("a batch with one missing group identity creates none of its bindings", () => {
+      const missing = `${A}/${"8".repeat(16)}`;
       assertNotFound(
         () =>
           store.roleBindings.create([
@@ -394,7 +408,7 @@ export function iamConformance(getStore: () => Store): void {
       assert.deepEqual(store.roleBindings.forIdentity(P1), []);
       assert.deepEqual(store.roleBindings.forIdentity(SA), [withBoth]);
 
-      assertNotFound(() => store.roleBindings.update(b.uid, { identityUid: P1.replace(/9$/, "7") }), "identity", P1.replace(/9$/, "7"));
+      assertNotFound(() => store.roleBindings.update(b.uid, { identityUid: `${A1}/${"7".repeat(16)}` }), "identity", `${A1}/${"7".repeat(16)}`);
       assertNotFound(() => store.roleBindings.update(b.uid, { roleUid: OWNER }), "role", OWNER);
       assert.throws(() => store.roleBindings.update(bindingUid(A1, 2), { roleUid: RA }), NotFoundError);
       assert.deepEqual(store.roleBindings.get(b.uid), withBoth);

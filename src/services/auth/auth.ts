@@ -4,10 +4,11 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platform/auth/v1/auth_pb.js";
 import { CapabilitySchema, name as capabilityNameOption } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-import { createFailureLimiter } from "../../auth/rate-limit.js";
+import { clientAddressKey } from "../../auth/principal.js";
+import { addressKey, createFailureLimiter } from "../../auth/rate-limit.js";
 import { NotFoundError, ResourceExhaustedError } from "../../domain/errors.js";
 import { InviteInvalidError, inviteSecretMatches, parseInviteCode } from "../../domain/invite-code.js";
-import { newChildUid } from "../../domain/uidp.js";
+import { isAtOrBelow, newChildUid } from "../../domain/uidp.js";
 import type { GroupRecord, IdentityRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { groupMessage } from "../iam/groups.js";
@@ -16,6 +17,11 @@ import { identityMessage } from "../iam/identity-messages.js";
 /** Failed invite codes a caller may try within the window before it is refused outright. */
 export const INVITE_FAILURE_LIMIT = 10;
 export const INVITE_FAILURE_WINDOW_MS = 10 * 60_000;
+/**
+ * Failed invite codes one client address (an IPv4 address, an IPv6 /64) may
+ * send within the window: identities are free to mint, addresses are not.
+ */
+export const INVITE_ADDRESS_FAILURE_LIMIT = 30;
 
 /** A capability's human name ("repo.list"), as v1 roles and WhoAmI write it. */
 export function capabilityHumanName(c: number): string {
@@ -40,6 +46,21 @@ function v1Role(r: RoleRecord) {
 export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthService> {
   const { store } = deps;
   const inviteFailures = createFailureLimiter({ limit: INVITE_FAILURE_LIMIT, windowMs: INVITE_FAILURE_WINDOW_MS, now: deps.now });
+  const addressFailures = createFailureLimiter({ limit: INVITE_ADDRESS_FAILURE_LIMIT, windowMs: INVITE_FAILURE_WINDOW_MS, now: deps.now });
+
+  /**
+   * Whether the person's email may stand for them before an email-bound
+   * invite to groupUid: only when an issuer vouched for it that the invite's
+   * side trusts. That is an issuer the operator lists (a person signed in at
+   * the root), or an identity provider of the invite's group or one of its
+   * ancestors (a person registered in that provider's group). An org's own
+   * provider can claim any email, so it vouches only inside its own tree.
+   */
+  function emailVouchedFor(person: IdentityRecord, groupUid: string): boolean {
+    if (person.email === "" || person.relationship.kind !== "claimMatch") return false;
+    if (person.parentUid === null) return deps.signIn.issuers.includes(person.relationship.claimMatch.issuer);
+    return isAtOrBelow(person.parentUid, groupUid);
+  }
 
   /**
    * Accepts an invite code for identity: binds the invite's role at its group
@@ -54,7 +75,9 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     const matches = parsed !== null && inviteSecretMatches(parsed.secret, invite?.codeHash ?? null);
     const now = deps.now();
     if (!invite || !matches || invite.expirationTime <= now) throw new InviteInvalidError();
-    if (invite.email !== "" && invite.email.toLowerCase() !== identity.email.toLowerCase()) throw new InviteInvalidError();
+    if (invite.email !== "" && (invite.email.toLowerCase() !== identity.email.toLowerCase() || !emailVouchedFor(identity, invite.groupUid))) {
+      throw new InviteInvalidError();
+    }
     return store.transaction(() => {
       if (invite.singleUse && !store.groupInvites.consume(invite.uid)) throw new InviteInvalidError();
       const group = store.groups.get(invite.groupUid);
@@ -93,15 +116,21 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       const identity = store.identities.get(principal.subject);
       if (!identity) throw new NotFoundError("identity", principal.subject);
       if (req.code === "") return { identity: identityMessage(identity), group: undefined };
-      // Invite codes are guessable only by brute force: cap failures per caller.
-      if (inviteFailures.blocked(identity.uid)) {
+      // Invite codes are guessable only by brute force: cap failures per
+      // caller, and per client address (identities are free to mint).
+      const peer = ctx.values.get(clientAddressKey);
+      const address = peer === "" ? null : addressKey(peer);
+      if (inviteFailures.blocked(identity.uid) || (address !== null && addressFailures.blocked(address))) {
         throw new ResourceExhaustedError("Resource exhausted: too many invalid invite codes; try again later");
       }
       try {
         const group = acceptInvite(identity, req.code);
         return { identity: identityMessage(identity), group: groupMessage(group) };
       } catch (err) {
-        if (err instanceof InviteInvalidError) inviteFailures.recordFailure(identity.uid);
+        if (err instanceof InviteInvalidError) {
+          inviteFailures.recordFailure(identity.uid);
+          if (address !== null) addressFailures.recordFailure(address);
+        }
         throw err;
       }
     },

@@ -42,8 +42,11 @@ export function roleBindingMessage(b: RoleBindingRecord, refs: BindingRefs): Rol
 /**
  * A hydrator for one response: looks each referenced record up once, so a
  * page of bindings sharing a group or role costs one read per distinct record.
+ * An identity's own fields (name, email, issuer, subject) are shown only where
+ * mayReadIdentity allows; elsewhere the view has its uid alone, the same
+ * whether or not that identity exists.
  */
-export function createHydrator(store: Store): (b: RoleBindingRecord) => RoleBinding {
+export function createHydrator(store: Store, mayReadIdentity: (uid: string) => boolean): (b: RoleBindingRecord) => RoleBinding {
   const memo = <T>(get: (uid: string) => T | null) => {
     const seen = new Map<string, T | null>();
     return (uid: string): T | null => {
@@ -51,7 +54,7 @@ export function createHydrator(store: Store): (b: RoleBindingRecord) => RoleBind
       return seen.get(uid)!;
     };
   };
-  const identity = memo((uid) => store.identities.get(uid));
+  const identity = memo((uid) => (mayReadIdentity(uid) ? store.identities.get(uid) : null));
   const group = memo((uid) => store.groups.get(uid));
   const role = memo((uid) => store.roles.get(uid));
   return (b) => roleBindingMessage(b, { identity: identity(b.identityUid), group: group(b.groupUid), role: role(b.roleUid) });

@@ -11,7 +11,7 @@ import { requireNoEscalation } from "../../domain/capabilities.js";
 import { InvalidArgumentError, invalidField, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { isAtOrBelow, isUidp, newChildUid } from "../../domain/uidp.js";
+import { isAtOrBelow, isUidp, newChildUid, parentOf } from "../../domain/uidp.js";
 import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
@@ -39,12 +39,19 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
 
   // A missing reference and one the caller may not see give the same NOT_FOUND,
   // so a binding request never reveals what exists in another organization.
-  function bindableIdentity(principal: Principal, uid: string): IdentityRecord {
+  // A person (a root-level uid, as LookupIdentity predicts it) is bindable
+  // whether or not they have signed up, with the same answer either way: the
+  // record is returned for hydration, which shows it only to callers who may
+  // read it. A group's identity is bindable only where the caller can list it.
+  function bindableIdentity(principal: Principal, uid: string): IdentityRecord | null {
     const identity = store.identities.get(uid);
-    // A person (root-level identity) is always bindable; a group's identity only where the caller can list it.
-    if (identity && (identity.parentUid === null || authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], identity.uid))) return identity;
+    if (parentOf(uid) === null) return identity;
+    if (identity && authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], identity.uid)) return identity;
     throw new NotFoundError("identity", uid);
   }
+
+  /** GetIdentity's rule: an identity's own fields are for itself and for holders of CAP_IAM_IDENTITY_LIST at it. */
+  const readableBy = (principal: Principal) => (uid: string) => principal.subject === uid || authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], uid);
 
   function bindableRole(uid: string, group: string): RoleRecord {
     const role = store.roles.get(uid);
@@ -61,7 +68,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
     const role = bindableRole(roleUid, group);
     requireNoEscalation(role.capabilities, authz.capabilitiesAt(principal, group), group);
     const record: RoleBindingRecord = { uid: newChildUid(group), groupUid: group, identityUid, roleUid, createTime: now };
-    const refs: BindingRefs = { group: groupRecord, identity, role };
+    const refs: BindingRefs = { group: groupRecord, identity: identity && readableBy(principal)(identityUid) ? identity : null, role };
     return { record, refs };
   }
 
@@ -110,11 +117,11 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       };
     },
 
-    getRoleBinding(req) {
+    getRoleBinding(req, ctx) {
       const uid = requireUidp("uid", req.uid);
       const binding = store.roleBindings.get(uid);
       if (!binding) throw new NotFoundError("role binding", uid);
-      return createHydrator(store)(binding);
+      return createHydrator(store, readableBy(principalOf(ctx)))(binding);
     },
 
     listRoleBindings(req, ctx): ListRoleBindingsResponse {
@@ -132,11 +139,12 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       }
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const plan = planPage(req, PAGING, deps.pageTokens, ["roleBindings", hierarchy, filter]);
-      const visibleWithin = authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLE_BINDINGS_LIST);
+      const principal = principalOf(ctx);
+      const visibleWithin = authz.visibleWithin(principal, Capability.CAP_IAM_ROLE_BINDINGS_LIST);
       const result = store.roleBindings.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse",
-        roleBindings: result.items.map(createHydrator(store)),
+        roleBindings: result.items.map(createHydrator(store, readableBy(principal))),
         ...pageEnvelope(plan, result, roleBindingCursor, deps.pageTokens),
       };
     },
@@ -152,15 +160,19 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const current = store.roleBindings.get(uid);
       if (!current) throw new NotFoundError("role binding", uid);
-      if (fields.size === 0) return createHydrator(store)(current);
       const principal = principalOf(ctx);
+      const hydrate = createHydrator(store, readableBy(principal));
+      if (fields.size === 0) return hydrate(current);
       const changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">> = {};
-      if (fields.has("identity_uid")) changes.identityUid = bindableIdentity(principal, input.identityUid).uid;
+      if (fields.has("identity_uid")) {
+        bindableIdentity(principal, input.identityUid);
+        changes.identityUid = input.identityUid;
+      }
       const role = fields.has("role_uid") ? bindableRole(input.roleUid, current.groupUid) : store.roles.get(current.roleUid);
       if (fields.has("role_uid")) changes.roleUid = input.roleUid;
       // Pointing a binding at a new identity grants the role afresh: the same no-escalation rule applies.
       requireNoEscalation(role?.capabilities ?? [], authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
-      return createHydrator(store)(store.roleBindings.update(uid, changes));
+      return hydrate(store.roleBindings.update(uid, changes));
     },
 
     deleteRoleBinding(req) {

@@ -34,11 +34,15 @@ export function tagCursor(t: TagRecord, field: TagOrder) {
   return { key, uid: t.uid };
 }
 
-/** TagsService: the tags of a repo; CreateTag creates or updates by name (contract §10). */
+/**
+ * TagsService: the tags of a repo; CreateTag creates or updates by name
+ * (contract §10). Creating needs CAP_TAG_CREATE (the method's rule);
+ * re-pointing a tag that exists needs CAP_TAG_UPDATE as well.
+ */
 export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsService> {
   const { store } = deps;
   return {
-    createTag(req) {
+    createTag(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.tag ?? create(TagSchema);
       const violations: FieldViolation[] = [
@@ -55,7 +59,7 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         deprecated: input.deprecated,
         bundles: input.bundles,
         updateTime: deps.now(),
-      });
+      }, { mayUpdate: deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) });
       return tagMessage(tag);
     },
 

@@ -67,6 +67,7 @@ export class SqliteIdentityStore implements IdentityStore {
   private readonly updateStmt: Statement;
   private readonly touchStmt: Statement;
   private readonly deleteStmt: Statement;
+  private readonly deleteBindingsStmt: Statement;
 
   constructor(
     private readonly db: Database,
@@ -88,6 +89,7 @@ export class SqliteIdentityStore implements IdentityStore {
     );
     this.touchStmt = db.prepare("UPDATE identities SET last_seen_time = ? WHERE uid = ?");
     this.deleteStmt = db.prepare("DELETE FROM identities WHERE uid = ?");
+    this.deleteBindingsStmt = db.prepare("DELETE FROM role_bindings WHERE identity_uid = ?");
   }
 
   create(identity: IdentityRecord): void {
@@ -143,6 +145,8 @@ export class SqliteIdentityStore implements IdentityStore {
     this.db.transaction(() => {
       if (!this.getStmt.get(uid)) throw new NotFoundError("identity", uid);
       this.deleteStmt.run(uid);
+      // No foreign key does this since bindings may name a person before sign-up.
+      this.deleteBindingsStmt.run(uid);
       this.lists.touched(TABLE.table);
       this.lists.touched("role_bindings");
       this.authzChanged();

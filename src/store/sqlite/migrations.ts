@@ -140,6 +140,27 @@ const MIGRATIONS: readonly string[] = [
   `,
   REGISTRY_SCHEMA,
   ADVISORIES_SCHEMA,
+  // 6: a binding may name a person (a root-level uid from LookupIdentity)
+  // before their first sign-in, so identity_uid loses its foreign key;
+  // deleting an identity deletes its bindings in the same transaction instead.
+  // Nothing references role_bindings, so the table is rebuilt in place.
+  `
+  CREATE TABLE role_bindings_v6 (
+    uid TEXT PRIMARY KEY,
+    parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    identity_uid TEXT NOT NULL,
+    role_uid TEXT NOT NULL REFERENCES roles(uid) ON DELETE RESTRICT,
+    create_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  INSERT INTO role_bindings_v6 (uid, parent_uid, identity_uid, role_uid, create_time)
+    SELECT uid, parent_uid, identity_uid, role_uid, create_time FROM role_bindings;
+  DROP TABLE role_bindings;
+  ALTER TABLE role_bindings_v6 RENAME TO role_bindings;
+  CREATE INDEX role_bindings_parent ON role_bindings(parent_uid, uid);
+  CREATE INDEX role_bindings_identity ON role_bindings(identity_uid);
+  CREATE INDEX role_bindings_role ON role_bindings(role_uid);
+  CREATE INDEX role_bindings_create_time ON role_bindings(create_time, uid);
+  `,
 ];
 
 /** Brings the database schema up to date inside one transaction per step. */

@@ -117,8 +117,9 @@ export class SqliteRoleBindingStore implements RoleBindingStore {
     return (this.forIdentityStmt.all(identityUid) as RoleBindingRow[]).map(toRecord);
   }
 
+  /** A group's identity must exist; a person's root-level uid may be one who has not signed up yet. */
   private requireIdentity(uid: string): void {
-    if (!this.identityExistsStmt.get(uid)) throw new NotFoundError("identity", uid);
+    if (uid.includes("/") && !this.identityExistsStmt.get(uid)) throw new NotFoundError("identity", uid);
   }
 
   private requireRole(uid: string): void {

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
-import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
 import type { Clause, ListRunner, ListableTable } from "./list.js";
 
@@ -63,13 +63,14 @@ export class SqliteTagStore implements TagStore {
     this.deleteStmt = db.prepare("DELETE FROM tags WHERE uid = ?");
   }
 
-  put(tag: TagRecord): { tag: TagRecord; created: boolean } {
+  put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): { tag: TagRecord; created: boolean } {
     return this.db.transaction(() => {
       if (!this.repoExistsStmt.get(tag.repoUid)) throw new NotFoundError("repo", tag.repoUid);
       const existing = this.byNameStmt.get(tag.repoUid, tag.name) as TagRow | undefined;
       const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
       const params = { ...stored, deprecated: stored.deprecated ? 1 : 0, bundles: JSON.stringify(stored.bundles) };
       if (existing) {
+        if (opts.mayUpdate === false) throw new PermissionDeniedError();
         this.updateStmt.run(params);
       } else {
         if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
