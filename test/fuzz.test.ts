@@ -289,21 +289,21 @@ describe("limits", () => {
   });
   after(() => lim.close());
 
-  const oneMiB = 1024 * 1024;
-  const bigBody = () => JSON.stringify({ name: "x", description: "d".repeat(oneMiB) });
+  // The message limit (PLATFORM_MAX_MESSAGE_BYTES, default 4 MiB) holds on REST bodies too.
+  const bigBody = () => JSON.stringify({ name: "x", description: "d".repeat(GRPC_MAX_MESSAGE) });
 
-  test("a body over 1 MiB is refused with 413 and RESOURCE_EXHAUSTED on every operation that takes a body", async () => {
+  test("a body over 4 MiB is refused with 413 and RESOURCE_EXHAUSTED on every operation that takes a body", async () => {
     const ops = lim.server.restOperations.filter((op) => op.body !== "");
     assert.ok(ops.length > 0);
     for (const op of ops) {
       const path = op.path.replace(/\{[^}]+\}/g, crowded);
       const res = await rest(lim.url, op.method, path, bigBody());
       const body = assertRestError(res, 413, 8, "BODY_TOO_LARGE");
-      assert.match(body.message, /1048576 bytes/, `${op.method} ${op.path}`);
+      assert.match(body.message, new RegExp(`${GRPC_MAX_MESSAGE} bytes`), `${op.method} ${op.path}`);
     }
   });
 
-  test("a chunked body over 1 MiB (no Content-Length) is refused the same way", async () => {
+  test("a chunked body over 4 MiB (no Content-Length) is refused the same way", async () => {
     const res = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const req = http.request({ host: "127.0.0.1", port: lim.port, method: "POST", path: `/iam/v2beta1/groups/${crowded}`, headers: { "content-type": "application/json", authorization: `Bearer ${lim.adminToken}` } }, (r) => {
         let text = "";
