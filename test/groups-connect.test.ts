@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, createClient, type Client } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { GroupsService, type Group } from "../gen/platform/iam/v2beta1/groups_pb.js";
 import { testTransport, type TestTransport, type TransportKind } from "./support/connect.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { connectError } from "./support/assertions.js";
 
 let srv: TestServer;
 before(async () => {
@@ -13,17 +14,6 @@ before(async () => {
 after(async () => {
   await srv.close();
 });
-
-/** Awaits a call that must fail and returns its ConnectError. */
-async function connectError(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (err) {
-    assert.ok(err instanceof ConnectError, `expected a ConnectError, got ${String(err)}`);
-    return err;
-  }
-  return assert.fail("the call succeeded");
-}
 
 const TRANSPORTS: { kind: TransportKind; label: string }[] = [
   { kind: "connect-h1", label: "Connect over HTTP/1.1" },

@@ -19,6 +19,7 @@ import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { CreateGroupRequestSchema, GroupSchema } from "../gen/platform/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { within } from "./support/assertions.js";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
@@ -39,19 +40,6 @@ function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), "platform-cli-"));
   dirs.push(dir);
   return dir;
-}
-
-/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
-async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** The environment of a child: ours without any setting the server reads, plus `env`. */

@@ -14,6 +14,7 @@ import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePort
 import type { UnaryHandler } from "../src/server/wrap.js";
 import { grpcClient } from "./support/grpc.js";
 import { startTestServer } from "./support/server.js";
+import { within } from "./support/assertions.js";
 
 // ---------------------------------------------------------------------------
 // Harness: the one-port listener with a trivial HTTP/1.1 handler and a tiny
@@ -21,19 +22,6 @@ import { startTestServer } from "./support/server.js";
 // ---------------------------------------------------------------------------
 
 const PEER_PATH = "/test.Probe/Peer";
-
-/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
-async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 const bytes = {
   requestSerialize: (b: Buffer) => b,

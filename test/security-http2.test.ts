@@ -26,25 +26,13 @@ import { checkGrpcResult, rawGrpcClient } from "./support/fuzz-grpc.js";
 import { grpcStatus } from "./support/grpc.js";
 import { encodeFrame, END_STREAM, FrameType, grpcPrefix, grpcRequestHeaders, headerBlock, rawH2 } from "./support/raw-h2.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { within } from "./support/assertions.js";
 
 const MiB = 1024 * 1024;
 const HEALTH_CHECK = "/grpc.health.v1.Health/Check";
 const GET_GROUP = "/platform.iam.v2beta1.GroupsService/GetGroup";
 const REFUSED_STREAM = 0x7;
 const ENHANCE_YOUR_CALM = 0xb;
-
-/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
-async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * An h2c session to the port, its SETTINGS received (and so acknowledged).

@@ -15,7 +15,7 @@ import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
-import { assertRestError } from "./support/assertions.js";
+import { assertRestError, connectError } from "./support/assertions.js";
 import { bombCompression, carrierTransport, memoryOf, zeroBomb, type BombCarrier, type Coding, type MemorySample } from "./support/bombs.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -25,17 +25,6 @@ const GiB = 1024 * MiB;
 const BURST = 4;
 /** How far the server's peak RSS may rise above its warmed-up peak while it refuses every bomb. */
 const PEAK_GROWTH_MiB = 100;
-
-/** Awaits a call that must fail and returns its ConnectError. */
-async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (err) {
-    assert.ok(err instanceof ConnectError, `expected a ConnectError, got ${String(err)}`);
-    return err;
-  }
-  return assert.fail("the call succeeded");
-}
 
 /** RESOURCE_EXHAUSTED with exactly one ErrorInfo, reason MESSAGE_TOO_LARGE. */
 function assertTooLarge(err: ConnectError, what: string): void {
@@ -203,14 +192,14 @@ describe("the limit is the configured one, on every protocol, and a refused call
         try {
           const groups = createClient(GroupsService, admin.transport);
           // Not authenticated: the size is refused before the missing token is noticed.
-          assertTooLarge(await refusal(createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) })), "anonymous");
-          assertTooLarge(await refusal(groups.getGroup({ uid: "a".repeat(LIMIT) })), "just over");
+          assertTooLarge(await connectError(createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) })), "anonymous");
+          assertTooLarge(await connectError(groups.getGroup({ uid: "a".repeat(LIMIT) })), "just over");
           // Under the limit the message reaches the handler, which finds the uid malformed.
-          const served = await refusal(groups.getGroup({ uid: "a".repeat(LIMIT - 100) }));
+          const served = await connectError(groups.getGroup({ uid: "a".repeat(LIMIT - 100) }));
           assert.equal(served.code, Code.InvalidArgument, served.message);
           if (carrier === "connect-get") return;
           const name = `${carrier} ${label} big`;
-          assertTooLarge(await refusal(groups.createGroup({ group: { name, description: "d".repeat(2 * LIMIT) } })), "create");
+          assertTooLarge(await connectError(groups.createGroup({ group: { name, description: "d".repeat(2 * LIMIT) } })), "create");
           const listed = await groups.listGroups({ name });
           assert.deepEqual(listed.groups, [], "the refused create made nothing");
         } finally {

@@ -19,19 +19,7 @@ import { startServerProcess } from "../scripts/support/cli-server.js";
 import { grpcClient } from "./support/grpc.js";
 import { grpcPrefix, rawH2 } from "./support/raw-h2.js";
 import { mintAdminToken, rest, setDefaultToken } from "./support/server.js";
-
-/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
-async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+import { within } from "./support/assertions.js";
 
 /**
  * An authenticator that holds every call inside the server until released:

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { ConnectError } from "@connectrpc/connect";
 import type { RestResult } from "./server.js";
 
 const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
@@ -35,3 +36,27 @@ export function preconditionViolations(body: { details: { "@type": string; viola
 
 /** RFC 3339 UTC with exactly three fractional digits. */
 export const MILLIS_TIMESTAMP = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+/** Awaits a call that must fail and returns its ConnectError. */
+export async function connectError(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (err) {
+    assert.ok(err instanceof ConnectError, `expected a ConnectError, got ${String(err)}`);
+    return err;
+  }
+  return assert.fail("the call succeeded");
+}
+
+/** Rejects when `promise` has not settled within `ms` (a liveness bound, not a timing assertion). */
+export async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
