@@ -41,6 +41,15 @@ export interface Config {
    * (PLATFORM_SKIP_PERMISSION_CHECK; default false).
    */
   skipPermissionCheck: boolean;
+  /**
+   * How long an idle HTTP/1.1 keep-alive connection stays open
+   * (PLATFORM_KEEP_ALIVE_TIMEOUT_MS; default 65 s). Behind a load balancer it
+   * must outlive the balancer's own idle timeout (AWS ALB: 60 s), or the
+   * balancer reuses a connection the server is closing and answers 502.
+   */
+  keepAliveTimeoutMs: number;
+  /** An HTTP/2 connection with no stream open this long is closed (PLATFORM_HTTP2_IDLE_TIMEOUT_MS; default 5 minutes). */
+  http2IdleTimeoutMs: number;
 }
 
 /** Thrown when the environment holds invalid settings; lists every problem. */
@@ -122,6 +131,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
+    keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),
+    http2IdleTimeoutMs: integer(env, "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", 300_000, 1_000, 86_400_000, problems),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

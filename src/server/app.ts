@@ -27,7 +27,7 @@ import { installDocs } from "./docs.js";
 import { openApiDocument } from "./openapi.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
 import { HealthState, ServingStatus } from "./health.js";
-import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
+import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
 import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-transcoder.js";
 import { installCors } from "./cors.js";
@@ -127,9 +127,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     [...CONTRACT_FILES, ...[Health, ServerReflection, ServerReflectionV1alpha].map((s) => s.file)],
     [...apiNames, ...SYSTEM_SERVICES],
   );
+  const timeouts = opts.timeouts ?? timeoutsFor(config.keepAliveTimeoutMs, config.http2IdleTimeoutMs);
   const grpcServer = createGrpcServer(wrapped, health, reflection, {
     maxMessageBytes: config.maxMessageBytes,
-    idleMs: opts.timeouts?.http2Idle,
+    idleMs: timeouts.http2Idle,
     onInternal: onInternalError,
   });
 
@@ -149,7 +150,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     frameworkErrors: (err, _req, reply) =>
       void sendError(reply as FastifyReply, err.code === "FST_ERR_BAD_URL" ? invalidField("path", "is not validly percent-encoded") : err),
     serverFactory: (handler) => {
-      front = createOnePortServer(handler, grpcServer, opts.timeouts ?? DEFAULT_TIMEOUTS);
+      front = createOnePortServer(handler, grpcServer, timeouts);
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
     },
   });

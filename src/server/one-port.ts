@@ -9,14 +9,31 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 export interface OnePortTimeouts {
   /** A connection must send its first bytes within this time. */
   firstBytes: number;
+  /** An idle HTTP/1.1 keep-alive connection is closed after this long. */
   keepAlive: number;
+  /** A request's headers must be complete this long after its first byte; longer than keepAlive (see timeoutsFor). */
   headers: number;
+  /** A whole request must arrive within this time. */
   request: number;
   /** An HTTP/2 connection with no stream open this long is closed (default: the gRPC server's, 5 minutes). */
   http2Idle?: number;
 }
 
-export const DEFAULT_TIMEOUTS: OnePortTimeouts = { firstBytes: 10_000, keepAlive: 5_000, headers: 10_000, request: 30_000 };
+/** A closing connection may linger this long at most for its peer's close (see lingerOnClose). */
+const MAX_LINGER_MS = 5_000;
+
+/**
+ * The listener's timeouts for the configured keep-alive and HTTP/2 idle
+ * timeouts. The headers timeout stays above the keep-alive timeout (the
+ * usual advice for Node behind a load balancer) and the request timeout
+ * above both.
+ */
+export function timeoutsFor(keepAliveMs: number, http2IdleMs: number): OnePortTimeouts {
+  const headers = keepAliveMs + 1_000;
+  return { firstBytes: 10_000, keepAlive: keepAliveMs, headers, request: Math.max(120_000, headers + 1_000), http2Idle: http2IdleMs };
+}
+
+export const DEFAULT_TIMEOUTS: OnePortTimeouts = timeoutsFor(65_000, 300_000);
 
 /** The front listener plus the hooks fastify and our shutdown call. */
 export interface OnePortServer extends net.Server {
@@ -52,13 +69,14 @@ export function createOnePortServer(
     handler,
   );
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const linger = Math.min(timeouts.keepAlive, MAX_LINGER_MS);
   const h2Sockets = new Set<net.Socket>();
   const trackHttp2 = (socket: net.Socket) => {
     h2Sockets.add(socket);
     // grpc-js closes an idle or drained session politely: GOAWAY, our FIN,
     // then it waits for the peer's. A peer that never sends one would hold
-    // the socket, and a shutdown, forever: it gets keepAlive ms to do so.
-    socket.once("finish", () => setTimeout(() => socket.destroy(), timeouts.keepAlive).unref());
+    // the socket, and a shutdown, forever: it gets `linger` ms to do so.
+    socket.once("finish", () => setTimeout(() => socket.destroy(), linger).unref());
     socket.once("close", () => h2Sockets.delete(socket));
   };
 
@@ -88,7 +106,7 @@ export function createOnePortServer(
         trackHttp2(socket);
         injector.injectConnection(socket);
       } else {
-        lingerOnClose(socket, timeouts.keepAlive);
+        lingerOnClose(socket, linger);
         h1.emit("connection", socket);
       }
     };
