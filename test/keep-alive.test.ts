@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import http from "node:http";
+import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { test } from "node:test";
 import { startTestServer } from "./support/server.js";
@@ -15,7 +16,7 @@ interface Sent {
   body: string;
   reused: boolean;
   keepAlive: string | undefined;
-  socket: import("node:net").Socket;
+  socket: Socket;
 }
 
 function send(agent: http.Agent, url: string, method: string, token: string, body?: unknown): Promise<Sent> {
