@@ -13,6 +13,21 @@ export default tseslint.config(
     },
   },
   {
+    // The store and everything above it are asynchronous: a promise nobody
+    // awaits is a check that never happens (an authorization, a write).
+    files: ["src/**/*.ts", "test/**/*.ts", "scripts/**/*.ts", "bench/**/*.ts"],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      // node:test's test() and describe() return promises the runner awaits itself.
+      "@typescript-eslint/no-floating-promises": [
+        "error",
+        { allowForKnownSafeCalls: [{ from: "package", package: "node:test", name: ["test", "describe", "it", "suite", "before", "after", "beforeEach", "afterEach"] }] },
+      ],
+      "@typescript-eslint/await-thenable": "error",
+      "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: false }],
+    },
+  },
+  {
     files: ["bench/**", "scripts/**", "bin/**"],
     rules: { "no-console": "off" },
   },

@@ -132,17 +132,17 @@ async function grpcLoad(name: string, port: number, uid: string, token: string):
 async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; token: string }> {
   const store = openSqliteStore({ dataDir });
   const tokens = await TokenService.open(store.keys, { issuer: "http://bench.local", audience: "http://bench.local" });
-  const token = (await tokens.mint(adminSubject(store.keys))).token;
+  const token = (await tokens.mint(await adminSubject(store.keys))).token;
   const now = Date.now();
   let first = "";
   let org = "";
-  store.transaction(() => {
+  await store.transaction(async (tx) => {
     for (let i = 0; i < GROUPS; i++) {
       const isOrg = i % 100 === 0;
       const uid = isOrg ? randomBytes(20).toString("hex") : `${org}/${randomBytes(8).toString("hex")}`;
       if (isOrg) org = uid;
       first ||= uid;
-      store.groups.create({
+      await tx.groups.create({
         uid,
         parentUid: isOrg ? null : org,
         name: `group ${i}`,
@@ -154,7 +154,7 @@ async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; tok
       });
     }
   });
-  store.close();
+  await store.close();
   return { uid: first, orgUid: first, token };
 }
 

@@ -4,10 +4,11 @@ import { adminSubject } from "./auth/authenticator.js";
 import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
 import { isUidp } from "./domain/uidp.js";
-import { startServer } from "./server/app.js";
+import { prepareStore, startServer } from "./server/app.js";
 import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
 import type { Store } from "./store/store.js";
+import { isWorker, runPrimary } from "./workers.js";
 
 interface Command {
   summary: string;
@@ -30,17 +31,27 @@ function config(): Config {
 }
 
 /** The store in the configured data directory, with its permission check unless the operator opted out. */
-function openStore(cfg: Config): Store {
+async function openStore(cfg: Config): Promise<Store> {
   return openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
 }
 
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: "start the server (the default command)",
-    help: "Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web. SIGTERM or SIGINT stops it gracefully.",
+    help: "Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully.",
     async run() {
       const cfg = config();
-      const server = await startServer({ config: cfg, store: openStore(cfg) });
+      if (cfg.workers > 1 && !isWorker()) {
+        // The schema is migrated and the keys made once, here, before the workers start, so they never race to.
+        const store = await openStore(cfg);
+        try {
+          await prepareStore(store, Date.now());
+        } finally {
+          await store.close();
+        }
+        return runPrimary(cfg.workers);
+      }
+      const server = await startServer({ config: cfg, store: await openStore(cfg) });
       const stop = (signal: string) => {
         server.app.log.info({ signal }, "shutting down");
         server.close().then(
@@ -61,12 +72,12 @@ const COMMANDS: Record<string, Command> = {
     help: `Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the key in PLATFORM_DATA_DIR. ${ENVIRONMENT}\n\n  TOKEN=$(npx platform-api admin-token)`,
     async run() {
       const cfg = config();
-      const store = openStore(cfg);
+      const store = await openStore(cfg);
       try {
         const tokens = await TokenService.open(store.keys, { issuer: cfg.authUrl, audience: cfg.baseUrl });
-        process.stdout.write(`${(await tokens.mint(adminSubject(store.keys))).token}\n`);
+        process.stdout.write(`${(await tokens.mint(await adminSubject(store.keys))).token}\n`);
       } finally {
-        store.close();
+        await store.close();
       }
       return 0;
     },
@@ -76,13 +87,13 @@ const COMMANDS: Record<string, Command> = {
     help: `Adds a new signing key to PLATFORM_DATA_DIR. New tokens are signed with it (a running server picks it up within a minute); tokens signed by older keys keep verifying until they expire. ${ENVIRONMENT}`,
     async run() {
       const cfg = config();
-      const store = openStore(cfg);
+      const store = await openStore(cfg);
       try {
-        if (store.keys.signingKeys().length === 0) await addSigningKey(store.keys);
+        if ((await store.keys.signingKeys()).length === 0) await addSigningKey(store.keys);
         const kid = await addSigningKey(store.keys);
         process.stdout.write(`added signing key ${kid}\n`);
       } finally {
-        store.close();
+        await store.close();
       }
       return 0;
     },
@@ -99,13 +110,13 @@ Reads OSV JSON records (each file given, and every *.json below each directory g
         return 2;
       }
       const cfg = config();
-      const store = openStore(cfg);
+      const store = await openStore(cfg);
       try {
-        if (!store.groups.get(parsed.group)) {
+        if (!(await store.groups.get(parsed.group))) {
           process.stderr.write(`group ${parsed.group} does not exist\n`);
           return 1;
         }
-        const result = importAdvisories(store, parsed.group, parsed.paths, Date.now());
+        const result = await importAdvisories(store, parsed.group, parsed.paths, Date.now());
         for (const p of result.problems) process.stderr.write(`${p.file}: ${p.id ?? "?"}: ${p.problem}\n`);
         process.stdout.write(
           `imported ${result.records} of ${result.records + result.skipped} OSV records into group ${parsed.group}\n` +
@@ -117,7 +128,7 @@ Reads OSV JSON records (each file given, and every *.json below each directory g
         process.stderr.write(`${err.message}\n`);
         return 2;
       } finally {
-        store.close();
+        await store.close();
       }
     },
   },

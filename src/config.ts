@@ -1,3 +1,4 @@
+import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 
 /** The server's configuration, read once at start from the environment. */
@@ -50,6 +51,8 @@ export interface Config {
   keepAliveTimeoutMs: number;
   /** An HTTP/2 connection with no stream open this long is closed (PLATFORM_HTTP2_IDLE_TIMEOUT_MS; default 5 minutes). */
   http2IdleTimeoutMs: number;
+  /** Worker processes serving the one port (PLATFORM_WORKERS: a number, or "auto" for one per core; default 1). */
+  workers: number;
 }
 
 /** Thrown when the environment holds invalid settings; lists every problem. */
@@ -133,6 +136,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),
     http2IdleTimeoutMs: integer(env, "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", 300_000, 1_000, 86_400_000, problems),
+    workers: env.PLATFORM_WORKERS === "auto" ? availableParallelism() : integer(env, "PLATFORM_WORKERS", 1, 1, 256, problems),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -101,8 +101,8 @@ before(async () => {
   assert.deepEqual(await importInto(orgB, join(DATA, "ghsa")), { created: 2, updated: 0, unchanged: 0, skipped: 0 });
   const second = openSqliteStore({ dataDir: srv.dataDir });
   hand = handMade(orgA);
-  assert.deepEqual(second.advisories.upsert([hand]), ["created"]);
-  second.close();
+  assert.deepEqual(await second.advisories.upsert([hand]), ["created"]);
+  await second.close();
   all = (await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgA}&page_size=200`))).advisories;
   grpc = grpcClient(AdvisoriesService, srv.port);
 });

@@ -46,19 +46,19 @@ before(async () => {
   fx = await buildAuthzFixture(srv);
   ownerA = fx.A.owner;
   beforeB = await snapshot(srv, fx.B.org.uid);
-  bAdvisory = writeAdvisoryOfB();
+  bAdvisory = await writeAdvisoryOfB();
 });
 /** Writes B's advisory through a second connection to the server's database: advisories have no create RPC. */
-function writeAdvisoryOfB(): string {
+async function writeAdvisoryOfB(): Promise<string> {
   const uid = `${fx.B.folder.uid}/${"a".repeat(16)}`;
   const store = openSqliteStore({ dataDir: srv.dataDir });
   const t = Date.now();
   const names = { artifactName: "b-lib", componentName: "b-lib", origin: "b-lib", artifactType: "library", componentType: "go", artifactArchitecture: "", componentLocation: "" };
   const detection = { uid: `${uid}/${"1".repeat(16)}`, createTime: t, author: "b", reviewer: "", reviewState: 2, issue: null, type: "detection", data: { manual: {} } };
-  store.advisories.upsert([
+  await store.advisories.upsert([
     { uid, parentUid: fx.B.folder.uid, advisoryId: "CGA-bbbb-bbbb-bbbb", legacyAdvisoryId: "", author: "b", ...names, aliases: ["CVE-2099-0002"], severities: [], events: [detection], createTime: t, updateTime: t, deleteTime: null },
   ]);
-  store.close();
+  await store.close();
   return uid;
 }
 after(async () => {
@@ -619,9 +619,9 @@ describe("prefix confusion", () => {
     const now = Date.now();
     const group = (uid: string, parentUid: string | null, name: string) =>
       store.groups.create({ uid, parentUid, name, description: "", verified: false, resourceLimits: {}, createTime: now, updateTime: now });
-    group(nearOrg, null, "near org");
-    group(nearFolder, fx.A.org.uid, "near folder");
-    store.close();
+    await group(nearOrg, null, "near org");
+    await group(nearFolder, fx.A.org.uid, "near folder");
+    await store.close();
     // A write through the server itself, so nothing it cached predates the insert.
     await adminOk(srv, "POST", `/iam/v2beta1/groups/${fx.A.sibling.uid}`, { name: "cache buster" });
   });

@@ -129,4 +129,4 @@ describe("GroupsService via Connect GET (useHttpGet) over HTTP/1.1", () => {
   });
 });
 
-test.skip("Connect over h2c: not served; h2c on this port is gRPC-only by design (Connect uses HTTP/1.1)");
+void test.skip("Connect over h2c: not served; h2c on this port is gRPC-only by design (Connect uses HTTP/1.1)");

@@ -24,7 +24,7 @@ function send(agent: http.Agent, url: string, method: string, token: string, bod
     const req = http.request(url, { method, agent, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } }, (res) => {
       let text = "";
       res.on("data", (c: Buffer) => (text += c.toString("utf8")));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text, reused: req.reusedSocket, keepAlive: res.headers["keep-alive"], socket: req.socket! }));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text, reused: req.reusedSocket, keepAlive: res.headers["keep-alive"] as string | undefined, socket: req.socket! }));
     });
     req.on("error", reject);
     req.end(body === undefined ? undefined : JSON.stringify(body));

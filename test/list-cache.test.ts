@@ -29,7 +29,7 @@ const query = (limit: number): ListQuery<unknown, Order> => ({
 });
 const toRecord = (row: { uid: string; label: string }) => ({ uid: row.uid, label: row.label });
 
-test("a page is queried once until its table is written; results are frozen", () => {
+test("a page is queried once until its table is written; results are frozen", async () => {
   const db = new Database(join(dir, "runner.db"));
   db.exec("CREATE TABLE things (uid TEXT PRIMARY KEY, parent_uid TEXT, label TEXT NOT NULL)");
   const insert = db.prepare("INSERT INTO things VALUES (?, NULL, ?)");
@@ -61,7 +61,7 @@ test("a page is queried once until its table is written; results are frozen", ()
   db.close();
 });
 
-test("a commit by another connection to the file is seen by the next list of a table written elsewhere", () => {
+test("a commit by another connection to the file is seen by the next list of a table written elsewhere", async () => {
   const file = join(dir, "shared.db");
   const db = new Database(file);
   db.pragma("journal_mode = WAL");
@@ -81,7 +81,7 @@ test("a commit by another connection to the file is seen by the next list of a t
   db.close();
 });
 
-test("a record by uid is read once until its table is written, and frozen; misses are remembered too", () => {
+test("a record by uid is read once until its table is written, and frozen; misses are remembered too", async () => {
   const db = new Database(join(dir, "one.db"));
   db.exec("CREATE TABLE things (uid TEXT PRIMARY KEY, parent_uid TEXT, label TEXT NOT NULL)");
   db.prepare("INSERT INTO things VALUES ('a', NULL, 'thing a')").run();
@@ -102,7 +102,7 @@ test("a record by uid is read once until its table is written, and frozen; misse
   db.close();
 });
 
-test("the cache keeps within its budget, dropping the least recently used", () => {
+test("the cache keeps within its budget, dropping the least recently used", async () => {
   const cache = new QueryCache<string>(10);
   cache.set("a", "A", 4);
   cache.set("b", "B", 4);

@@ -86,12 +86,12 @@ test("PLATFORM_SKIP_PERMISSION_CHECK=true lets operators who manage permissions 
   assert.match(allowed.stdout, /^ey[\w-]+\.[\w-]+\.[\w-]+\n$/);
 });
 
-test("the store refuses a shared directory before opening the database", () => {
+test("the store refuses a shared directory before opening the database", async () => {
   const dir = join(root, "library");
-  openSqliteStore({ dataDir: dir }).close();
+  await openSqliteStore({ dataDir: dir }).close();
   chmodSync(dir, 0o777);
   assert.throws(() => openSqliteStore({ dataDir: dir }), DataDirPermissionError);
-  openSqliteStore({ dataDir: dir, checkPermissions: false }).close();
+  await openSqliteStore({ dataDir: dir, checkPermissions: false }).close();
   assert.equal(modeOf(dir), 0o777);
 });
 

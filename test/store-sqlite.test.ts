@@ -23,7 +23,7 @@ function freshDir(): string {
   tempDirs.push(dir);
   return dir;
 }
-after(() => {
+after(async () => {
   for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -107,7 +107,7 @@ function record(uid: string, parentUid: string | null, name: string): GroupRecor
 }
 
 describe("sqlite store on disk", () => {
-  test("the database file is in WAL mode", () => {
+  test("the database file is in WAL mode", async () => {
     const dir = freshDir();
     const store = openSqliteStore({ dataDir: dir });
     try {
@@ -118,24 +118,24 @@ describe("sqlite store on disk", () => {
         other.close();
       }
     } finally {
-      store.close();
+      await store.close();
     }
   });
 
-  test("data written, closed and reopened is still there; reopening migrates idempotently", () => {
+  test("data written, closed and reopened is still there; reopening migrates idempotently", async () => {
     const dir = freshDir();
     const first = openSqliteStore({ dataDir: dir });
-    first.groups.create(record(ROOT, null, "durable org"));
-    first.groups.create(record(CHILD, ROOT, "durable team"));
-    const key = first.keys.secret("page-token-key", () => Buffer.alloc(32, 7));
-    first.identities.create(PERSON);
-    first.roles.create(ROLE);
-    first.roleBindings.create([BINDING]);
-    first.keys.addSigningKey(SIGNING_KEY);
-    first.identityProviders.create(PROVIDER);
-    first.accountAssociations.create(ASSOCIATION);
-    first.groupInvites.create(INVITE);
-    first.close();
+    await first.groups.create(record(ROOT, null, "durable org"));
+    await first.groups.create(record(CHILD, ROOT, "durable team"));
+    const key = await first.keys.secret("page-token-key", () => Buffer.alloc(32, 7));
+    await first.identities.create(PERSON);
+    await first.roles.create(ROLE);
+    await first.roleBindings.create([BINDING]);
+    await first.keys.addSigningKey(SIGNING_KEY);
+    await first.identityProviders.create(PROVIDER);
+    await first.accountAssociations.create(ASSOCIATION);
+    await first.groupInvites.create(INVITE);
+    await first.close();
 
     const versionAfterFirst = userVersion(dir);
     assert.ok(versionAfterFirst >= 1);
@@ -144,9 +144,9 @@ describe("sqlite store on disk", () => {
       const again = openSqliteStore({ dataDir: dir });
       try {
         assert.equal(again.ready(), true);
-        assert.deepEqual(again.groups.get(ROOT), record(ROOT, null, "durable org"));
-        assert.deepEqual(again.groups.get(CHILD), record(CHILD, ROOT, "durable team"));
-        const listed = again.groups.list({
+        assert.deepEqual(await again.groups.get(ROOT), record(ROOT, null, "durable org"));
+        assert.deepEqual(await again.groups.get(CHILD), record(CHILD, ROOT, "durable team"));
+        const listed = await again.groups.list({
           hierarchy: { descendantsOf: ROOT },
           filter: {},
           order: { field: "uid", desc: false },
@@ -159,28 +159,28 @@ describe("sqlite store on disk", () => {
         assert.equal(listed.totalCount, 1);
         // Secrets survive restarts, so page tokens issued before a restart still open.
         assert.deepEqual(
-          again.keys.secret("page-token-key", () => Buffer.alloc(32, 9)),
+          await again.keys.secret("page-token-key", () => Buffer.alloc(32, 9)),
           key,
         );
-        assert.deepEqual(again.identities.get(PERSON.uid), PERSON);
-        assert.deepEqual(again.roles.get(ROLE.uid), ROLE);
-        assert.deepEqual(again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
-        assert.deepEqual(again.keys.signingKeys(), [SIGNING_KEY]);
-        assert.deepEqual(again.identityProviders.get(PROVIDER.uid), PROVIDER);
-        assert.deepEqual(again.accountAssociations.get(CHILD), ASSOCIATION);
-        assert.deepEqual(again.groupInvites.findByKeyId("key-1"), INVITE);
+        assert.deepEqual(await again.identities.get(PERSON.uid), PERSON);
+        assert.deepEqual(await again.roles.get(ROLE.uid), ROLE);
+        assert.deepEqual(await again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
+        assert.deepEqual(await again.keys.signingKeys(), [SIGNING_KEY]);
+        assert.deepEqual(await again.identityProviders.get(PROVIDER.uid), PROVIDER);
+        assert.deepEqual(await again.accountAssociations.get(CHILD), ASSOCIATION);
+        assert.deepEqual(await again.groupInvites.findByKeyId("key-1"), INVITE);
       } finally {
-        again.close();
+        await again.close();
       }
       assert.equal(userVersion(dir), versionAfterFirst);
     }
   });
 
-  test("a database at schema version 1 is migrated in place, keeping its groups", () => {
+  test("a database at schema version 1 is migrated in place, keeping its groups", async () => {
     const dir = freshDir();
     const first = openSqliteStore({ dataDir: dir });
-    first.groups.create(record(ROOT, null, "old org"));
-    first.close();
+    await first.groups.create(record(ROOT, null, "old org"));
+    await first.close();
     // Turn the file back into what a version-1 server left: no IAM tables.
     const db = new Database(join(dir, "platform.db"));
     db.exec(
@@ -192,25 +192,25 @@ describe("sqlite store on disk", () => {
 
     const again = openSqliteStore({ dataDir: dir });
     try {
-      assert.deepEqual(again.groups.get(ROOT), record(ROOT, null, "old org"));
-      again.identities.create(PERSON);
-      assert.deepEqual(again.identities.get(PERSON.uid), PERSON);
-      assert.deepEqual(again.keys.signingKeys(), []);
+      assert.deepEqual(await again.groups.get(ROOT), record(ROOT, null, "old org"));
+      await again.identities.create(PERSON);
+      assert.deepEqual(await again.identities.get(PERSON.uid), PERSON);
+      assert.deepEqual(await again.keys.signingKeys(), []);
     } finally {
-      again.close();
+      await again.close();
     }
     assert.ok(userVersion(dir) >= 2);
   });
 
-  test("a database at schema version 2 is migrated in place, keeping its IAM records", () => {
+  test("a database at schema version 2 is migrated in place, keeping its IAM records", async () => {
     const dir = freshDir();
     const first = openSqliteStore({ dataDir: dir });
-    first.groups.create(record(ROOT, null, "old org"));
-    first.groups.create(record(CHILD, ROOT, "old team"));
-    first.identities.create(PERSON);
-    first.roles.create(ROLE);
-    first.roleBindings.create([BINDING]);
-    first.close();
+    await first.groups.create(record(ROOT, null, "old org"));
+    await first.groups.create(record(CHILD, ROOT, "old team"));
+    await first.identities.create(PERSON);
+    await first.roles.create(ROLE);
+    await first.roleBindings.create([BINDING]);
+    await first.close();
     // Turn the file back into what a version-2 server left: no providers, associations or invites.
     const db = new Database(join(dir, "platform.db"));
     db.exec(`${LATER_THAN_3} DROP TABLE group_invites; DROP TABLE account_associations; DROP TABLE identity_providers;`);
@@ -219,24 +219,24 @@ describe("sqlite store on disk", () => {
 
     const again = openSqliteStore({ dataDir: dir });
     try {
-      assert.deepEqual(again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
-      again.identityProviders.create(PROVIDER);
-      again.accountAssociations.create(ASSOCIATION);
-      again.groupInvites.create(INVITE);
-      assert.deepEqual(again.identityProviders.get(PROVIDER.uid), PROVIDER);
-      assert.deepEqual(again.accountAssociations.get(CHILD), ASSOCIATION);
-      assert.deepEqual(again.groupInvites.get(INVITE.uid), INVITE);
+      assert.deepEqual(await again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
+      await again.identityProviders.create(PROVIDER);
+      await again.accountAssociations.create(ASSOCIATION);
+      await again.groupInvites.create(INVITE);
+      assert.deepEqual(await again.identityProviders.get(PROVIDER.uid), PROVIDER);
+      assert.deepEqual(await again.accountAssociations.get(CHILD), ASSOCIATION);
+      assert.deepEqual(await again.groupInvites.get(INVITE.uid), INVITE);
     } finally {
-      again.close();
+      await again.close();
     }
     assert.ok(userVersion(dir) >= 3);
   });
 
-  test("a database at schema version 3 is migrated in place, gaining repos and tags", () => {
+  test("a database at schema version 3 is migrated in place, gaining repos and tags", async () => {
     const dir = freshDir();
     const first = openSqliteStore({ dataDir: dir });
-    first.groups.create(record(ROOT, null, "old org"));
-    first.close();
+    await first.groups.create(record(ROOT, null, "old org"));
+    await first.close();
     const db = new Database(join(dir, "platform.db"));
     db.exec(LATER_THAN_3);
     db.pragma("user_version = 3");
@@ -245,19 +245,19 @@ describe("sqlite store on disk", () => {
     const again = openSqliteStore({ dataDir: dir });
     try {
       const repo = { uid: `${ROOT}/${"5".repeat(16)}`, parentUid: ROOT, name: "nginx", description: "", catalogTier: 1, bundles: ["base"], aliases: [], activeTags: ["latest"], createTime: 1, updateTime: 2 };
-      again.repos.create(repo);
-      assert.deepEqual(again.repos.get(repo.uid), repo);
+      await again.repos.create(repo);
+      assert.deepEqual(await again.repos.get(repo.uid), repo);
       const tag = { uid: `${repo.uid}/${"7".repeat(16)}`, repoUid: repo.uid, name: "latest", digest: `sha256:${"a".repeat(64)}`, deprecated: false, bundles: [], updateTime: 3 };
-      assert.deepEqual(again.tags.put(tag), { tag, created: true });
+      assert.deepEqual(await again.tags.put(tag), { tag, created: true });
     } finally {
-      again.close();
+      await again.close();
     }
     assert.ok(userVersion(dir) >= 4);
   });
 
-  test("a database from a newer server version is refused", () => {
+  test("a database from a newer server version is refused", async () => {
     const dir = freshDir();
-    openSqliteStore({ dataDir: dir }).close();
+    await openSqliteStore({ dataDir: dir }).close();
     const db = new Database(join(dir, "platform.db"));
     db.pragma("user_version = 999");
     db.close();

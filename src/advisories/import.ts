@@ -65,14 +65,14 @@ export function osvFiles(paths: readonly string[]): string[] {
  * NotFoundError when the group does not exist and ImportInputError when a
  * path cannot be read.
  */
-export function importAdvisories(store: Store, group: string, paths: readonly string[], importTime: number): ImportResult {
-  if (!store.groups.get(group)) throw new NotFoundError("group", group);
+export async function importAdvisories(store: Store, group: string, paths: readonly string[], importTime: number): Promise<ImportResult> {
+  if (!await store.groups.get(group)) throw new NotFoundError("group", group);
   const result: ImportResult = { records: 0, created: 0, updated: 0, unchanged: 0, skipped: 0, problems: [] };
   const fileOf = new Map<string, string>();
   let batch: AdvisoryRecord[] = [];
-  const flush = () => {
+  const flush = async () => {
     if (batch.length === 0) return;
-    for (const outcome of store.advisories.upsert(batch)) result[outcome]++;
+    for (const outcome of await store.advisories.upsert(batch)) result[outcome]++;
     batch = [];
   };
   const skip = (file: string, id: string | null, problems: string[]) => {
@@ -101,8 +101,8 @@ export function importAdvisories(store: Store, group: string, paths: readonly st
     fileOf.set(record.id, file);
     result.records++;
     batch.push(...advisoriesFromOsv(record, group, importTime));
-    if (batch.length >= BATCH_SIZE) flush();
+    if (batch.length >= BATCH_SIZE) await flush();
   }
-  flush();
+  await flush();
   return result;
 }

@@ -9,8 +9,8 @@ import type { TokenService } from "./tokens.js";
  * first start and kept in the store. Whoever can read the data directory can
  * mint tokens for it (the root of trust, like a database superuser).
  */
-export function adminSubject(keys: KeyStore): string {
-  return keys.secret("admin-subject", () => randomBytes(20)).toString("hex");
+export async function adminSubject(keys: KeyStore): Promise<string> {
+  return (await keys.secret("admin-subject", () => randomBytes(20))).toString("hex");
 }
 
 const BEARER = /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i;
@@ -22,7 +22,7 @@ const BEARER = /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i;
  * lookup (invalidated when an identity is deleted); the administrator is no
  * stored identity and is exempt.
  */
-export function createBearerAuthenticator(tokens: TokenService, admin: string, identityExists: (uid: string) => boolean): Authenticator {
+export function createBearerAuthenticator(tokens: TokenService, admin: string, identityExists: (uid: string) => Promise<boolean>): Authenticator {
   return {
     async authenticate(headers: Headers): Promise<Principal> {
       const header = headers.get("authorization");
@@ -30,7 +30,7 @@ export function createBearerAuthenticator(tokens: TokenService, admin: string, i
       const m = BEARER.exec(header.trim());
       if (!m) throw new UnauthenticatedError("Unauthenticated: the Authorization header must be Bearer <API token>");
       const t = await tokens.verify(m[1]!);
-      if (t.subject !== admin && !identityExists(t.subject)) {
+      if (t.subject !== admin && !(await identityExists(t.subject))) {
         throw new UnauthenticatedError("Unauthenticated: the identity this API token was issued to no longer exists");
       }
       return {

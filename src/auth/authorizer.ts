@@ -17,21 +17,21 @@ interface Grant {
  */
 export interface Authorizer {
   /** Every capability the principal holds at scope (a group or resource uid). */
-  capabilitiesAt(principal: Principal, scope: string): ReadonlySet<Capability>;
+  capabilitiesAt(principal: Principal, scope: string): Promise<ReadonlySet<Capability>>;
   /** True when the principal holds all of capabilities at scope. */
-  holds(principal: Principal, capabilities: readonly Capability[], scope: string): boolean;
+  holds(principal: Principal, capabilities: readonly Capability[], scope: string): Promise<boolean>;
   /**
    * Throws PermissionDeniedError unless the principal holds all of capabilities
    * at scope. Call it before looking the target up, so the answer is the same
    * whether or not the target exists.
    */
-  require(principal: Principal, capabilities: readonly Capability[], scope: string): void;
+  require(principal: Principal, capabilities: readonly Capability[], scope: string): Promise<void>;
   /**
    * The groups at or below which the principal holds capability, with no group
    * listed below another; null means everywhere (the administrator). A List
    * passes it to the store as visibleWithin.
    */
-  visibleWithin(principal: Principal, capability: Capability): readonly string[] | null;
+  visibleWithin(principal: Principal, capability: Capability): Promise<readonly string[] | null>;
 }
 
 const CACHE_LIMIT = 10_000;
@@ -42,13 +42,15 @@ export function createAuthorizer(store: Store, allCapabilities: readonly Capabil
   const all: ReadonlySet<Capability> = new Set(allCapabilities);
   const cache = new Map<string, { version: number; grants: Grant[] }>();
 
-  function grantsOf(subject: string): Grant[] {
+  async function grantsOf(subject: string): Promise<Grant[]> {
+    // The version is read before the data, so grants read after a write are
+    // never cached under the version from before it.
     const version = store.authzVersion();
     const hit = cache.get(subject);
     if (hit && hit.version === version) return hit.grants;
     const byGroup = new Map<string, Set<Capability>>();
-    for (const binding of store.roleBindings.forIdentity(subject)) {
-      const role = store.roles.get(binding.roleUid);
+    for (const binding of await store.roleBindings.forIdentity(subject)) {
+      const role = await store.roles.get(binding.roleUid);
       if (!role) continue;
       const caps = byGroup.get(binding.groupUid) ?? new Set<Capability>();
       for (const c of role.capabilities) caps.add(c as Capability);
@@ -61,25 +63,25 @@ export function createAuthorizer(store: Store, allCapabilities: readonly Capabil
   }
 
   const authorizer: Authorizer = {
-    capabilitiesAt(principal, scope) {
+    async capabilitiesAt(principal, scope) {
       if (principal.admin) return all;
       const out = new Set<Capability>();
-      for (const g of grantsOf(principal.subject)) {
+      for (const g of await grantsOf(principal.subject)) {
         if (isAtOrBelow(g.group, scope)) for (const c of g.capabilities) out.add(c);
       }
       return out.size === 0 ? NOTHING : out;
     },
-    holds(principal, capabilities, scope) {
+    async holds(principal, capabilities, scope) {
       if (principal.admin) return true;
-      const held = authorizer.capabilitiesAt(principal, scope);
+      const held = await authorizer.capabilitiesAt(principal, scope);
       return capabilities.every((c) => held.has(c));
     },
-    require(principal, capabilities, scope) {
-      if (!authorizer.holds(principal, capabilities, scope)) throw new PermissionDeniedError();
+    async require(principal, capabilities, scope) {
+      if (!(await authorizer.holds(principal, capabilities, scope))) throw new PermissionDeniedError();
     },
-    visibleWithin(principal, capability) {
+    async visibleWithin(principal, capability) {
       if (principal.admin) return null;
-      const groups = grantsOf(principal.subject)
+      const groups = (await grantsOf(principal.subject))
         .filter((g) => g.capabilities.has(capability))
         .map((g) => g.group)
         .sort();

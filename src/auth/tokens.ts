@@ -52,7 +52,7 @@ export async function addSigningKey(keys: KeyStore, now = Date.now()): Promise<s
   const kid = randomBytes(12).toString("base64url");
   const publicJwk = { ...(await exportJWK(publicKey)), kid, alg: ALGORITHM, use: "sig" };
   const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: ALGORITHM };
-  keys.addSigningKey({ kid, privateJwk: JSON.stringify(privateJwk), publicJwk: JSON.stringify(publicJwk), createTime: now });
+  await keys.addSigningKey({ kid, privateJwk: JSON.stringify(privateJwk), publicJwk: JSON.stringify(publicJwk), createTime: now });
   return kid;
 }
 
@@ -81,14 +81,14 @@ export class TokenService {
     keys: KeyStore,
     opts: { issuer: string; audience: string; now?: () => number; onCache?: (hit: boolean) => void },
   ): Promise<TokenService> {
-    if (keys.signingKeys().length === 0) await addSigningKey(keys);
+    if ((await keys.signingKeys()).length === 0) await addSigningKey(keys);
     const service = new TokenService(keys, opts.issuer, opts.audience, opts.now ?? Date.now, opts.onCache ?? (() => {}));
     await service.reload();
     return service;
   }
 
   private async reload(): Promise<void> {
-    const records = this.keys.signingKeys();
+    const records = await this.keys.signingKeys();
     const next = new Map<string, CryptoKey>();
     for (const r of records) next.set(r.kid, (await importJWK(JSON.parse(r.publicJwk) as JWK, ALGORITHM)) as CryptoKey);
     const newest = records[records.length - 1]!;
@@ -98,8 +98,8 @@ export class TokenService {
   }
 
   /** The public keys, as published at the JWKS endpoint. */
-  jwks(): { keys: JWK[] } {
-    return { keys: this.keys.signingKeys().map((r) => JSON.parse(r.publicJwk) as JWK) };
+  async jwks(): Promise<{ keys: JWK[] }> {
+    return { keys: (await this.keys.signingKeys()).map((r) => JSON.parse(r.publicJwk) as JWK) };
   }
 
   /** Mints a one-hour API token for subject. */

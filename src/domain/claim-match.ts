@@ -1,5 +1,6 @@
+import { userIssuerProblem, type IssuerPolicy } from "./issuer.js";
 import { RE2JS } from "re2js";
-import type { ClaimMatchRecord } from "../store/store.js";
+import type { ClaimMatchRecord } from "./claim-match-record.js";
 import type { FieldViolation } from "./errors.js";
 
 /** Longest pattern accepted; keeps compile time and memory bounded. */
@@ -38,8 +39,12 @@ export function checkPattern(field: string, pattern: string): FieldViolation[] {
  * subject / subjectPattern, at most one of audience / audiencePattern, valid
  * patterns throughout. Field names are given under prefix (e.g. "claim_match").
  */
-export function checkClaimMatch(prefix: string, m: ClaimMatchRecord): FieldViolation[] {
+export function checkClaimMatch(prefix: string, m: ClaimMatchRecord, policy: IssuerPolicy): FieldViolation[] {
   const out: FieldViolation[] = [];
+  if (m.issuer !== "") {
+    const problem = userIssuerProblem(m.issuer, policy);
+    if (problem !== undefined) out.push({ field: `${prefix}.issuer`, description: problem });
+  }
   const pair = (exact: string, pattern: string, exactName: string, patternName: string, required: boolean) => {
     if (exact !== "" && pattern !== "") out.push({ field: `${prefix}.${exactName}`, description: `set ${exactName} or ${patternName}, not both` });
     else if (required && exact === "" && pattern === "") out.push({ field: `${prefix}.${exactName}`, description: `${exactName} or ${patternName} is required` });

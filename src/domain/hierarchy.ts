@@ -1,5 +1,5 @@
 import type { UIDPFilter } from "../../gen/platform/common/v1/uidp_pb.js";
-import type { HierarchyFilter } from "../store/store.js";
+import type { HierarchyFilter } from "./hierarchy-filter.js";
 import { InvalidArgumentError, type FieldViolation } from "./errors.js";
 import { isUidp } from "./uidp.js";
 

@@ -11,7 +11,7 @@ import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/refl
 import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
 import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { createAuthorizer } from "../auth/authorizer.js";
-import { TokenService } from "../auth/tokens.js";
+import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import { CapabilitySchema, type Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
 import { seedBuiltinRoles } from "../store/seed.js";
@@ -73,22 +73,35 @@ export interface RunningServer {
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
+/**
+ * Brings a store to what every server process expects: the built-in roles,
+ * the first signing key, the page-token key and the administrator's uid.
+ * Idempotent; run once before several workers start, so they never race to
+ * create the first key (each would sign with its own).
+ */
+export async function prepareStore(store: Store, now: number): Promise<void> {
+  await seedBuiltinRoles(store, now);
+  if ((await store.keys.signingKeys()).length === 0) await addSigningKey(store.keys, now);
+  await store.keys.secret("page-token-key", () => randomBytes(32));
+  await adminSubject(store.keys);
+}
+
 /** Builds every part and starts listening on the one port. */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const { config } = opts;
   const metrics = new Metrics();
   const store = instrumentStore(opts.store, metrics);
   const now = opts.now ?? Date.now;
-  const pageTokens = new PageTokenSealer(store.keys.secret("page-token-key", () => randomBytes(32)), now);
-  seedBuiltinRoles(store, now());
+  await prepareStore(store, now());
+  const pageTokens = new PageTokenSealer(await store.keys.secret("page-token-key", () => randomBytes(32)), now);
   const tokens = await TokenService.open(store.keys, {
     issuer: config.authUrl,
     audience: config.baseUrl,
     now,
     onCache: (hit) => metrics.tokenCache.inc(hit ? "hit" : "miss"),
   });
-  const admin = adminSubject(store.keys);
-  const bearer = createBearerAuthenticator(tokens, admin, (uid) => store.identities.get(uid) !== null);
+  const admin = await adminSubject(store.keys);
+  const bearer = createBearerAuthenticator(tokens, admin, async (uid) => (await store.identities.get(uid)) !== null);
   const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
   const allCapabilities = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
   const authorizer = createAuthorizer(store, allCapabilities);
@@ -101,9 +114,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     pageTokens,
     now,
     tokens,
-    upstream: new UpstreamVerifier(now),
+    upstream: new UpstreamVerifier(now, { allowLoopback: config.allowLoopbackIssuers, operatorIssuers: config.userIssuers }),
     urls: { base: config.baseUrl, auth: config.authUrl },
     signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
+    issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
   const observer: CallObserver = {
@@ -118,7 +132,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       );
     },
   };
-  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, onInternalError, observer }));
+  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer }));
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
@@ -188,7 +202,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       id_token_signing_alg_values_supported: ["ES256"],
     }),
   );
-  app.get("/.well-known/jwks.json", async (_req, reply) => reply.header("cache-control", "public, max-age=300").send(tokens.jwks()));
+  app.get("/.well-known/jwks.json", async (_req, reply) => reply.header("cache-control", "public, max-age=300").send(await tokens.jwks()));
   app.get("/readyz", async (_req, reply) => {
     const ready = health.status("") === 1 && store.ready();
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
@@ -233,7 +247,7 @@ async function shutdown(
   const force = setTimeout(() => front.closeAllConnections(), graceMs);
   await Promise.all([app.close(), grpcDone]);
   clearTimeout(force);
-  store.close();
+  await store.close();
 }
 
 /**

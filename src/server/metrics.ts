@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Registry, collectDefaultMetrics } from "prom-client";
+import { decorateStore } from "../store/decorate.js";
 import type { Store } from "../store/store.js";
 import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";
 
@@ -58,42 +59,16 @@ export function metricsTokenMatches(authorization: string | undefined, token: st
 }
 
 /**
- * Wraps every store part so each call's duration lands in the store-time
- * histogram. Parts keep their interface; only functions are wrapped.
+ * The store observed: each part method's duration, until its promise
+ * settles, lands in the store-time histogram (inside transactions too).
  */
 export function instrumentStore(store: Store, metrics: Metrics): Store {
-  const parts = ["groups", "identities", "roles", "roleBindings", "identityProviders", "accountAssociations", "groupInvites", "repos", "tags", "advisories", "keys"] as const;
-  const out: Record<string, unknown> = { ...store };
-  for (const part of parts) {
-    const target = (store as unknown as Record<string, object | undefined>)[part];
-    if (target) out[part] = timedPart(part, target, metrics);
-  }
-  // Methods of the store itself keep their binding to the real store.
-  out.transaction = store.transaction.bind(store);
-  out.ready = store.ready.bind(store);
-  out.close = store.close.bind(store);
-  out.authzVersion = store.authzVersion.bind(store);
-  return out as unknown as Store;
-}
-
-/** The part with each of its methods timed; other properties read through to it. */
-function timedPart(part: string, target: object, metrics: Metrics): object {
-  const timed = Object.create(target) as Record<string, unknown>;
-  for (let proto = Object.getPrototypeOf(target) as object | null; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as object | null) {
-    for (const name of Object.getOwnPropertyNames(proto)) {
-      // Methods only (getters and fields read through); the most derived definition wins.
-      if (name === "constructor" || typeof Object.getOwnPropertyDescriptor(proto, name)?.value !== "function" || Object.hasOwn(timed, name)) continue;
-      // Read through the part itself, which may be a wrapper (a Proxy) of its own.
-      const method = (target as Record<string, unknown>)[name];
-      timed[name] = (...args: unknown[]) => {
-        const start = performance.now();
-        try {
-          return (method as (...a: unknown[]) => unknown).apply(target, args);
-        } finally {
-          metrics.storeTime.observe((performance.now() - start) / 1000, part, name);
-        }
-      };
+  return decorateStore(store, (part, method, original) => async (...args) => {
+    const start = performance.now();
+    try {
+      return await original(...args);
+    } finally {
+      metrics.storeTime.observe((performance.now() - start) / 1000, part, method);
     }
-  }
-  return timed;
+  });
 }

@@ -4,19 +4,11 @@ import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Authenticator } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { requireUidp } from "../domain/hierarchy.js";
+import type { ServiceBinding } from "../services/binding.js";
 import { toConnectError } from "./errors.js";
 
 /** A unary handler as every entry point calls it. */
 export type UnaryHandler = (request: unknown, context: HandlerContext) => Promise<unknown>;
-
-/** One service and its implementation, keyed by method localName. */
-export interface ServiceBinding {
-  service: DescService;
-  // The generated ServiceImpl types are not assignable across services; the
-  // wrapper only needs a callable per method.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  impl: Record<string, (request: any, context: HandlerContext) => unknown>;
-}
 
 /** A wrapped service: the only object the REST, Connect and gRPC entry points call. */
 export interface WrappedService {
@@ -50,6 +42,11 @@ export interface CallObserver {
 export interface WrapOptions {
   authenticator: Authenticator;
   authorizer: Authorizer;
+  /**
+   * Brings the store's view of other processes' writes up to date
+   * (Store.refresh); awaited before each call reads anything.
+   */
+  refresh?: () => Promise<void>;
   observer?: CallObserver;
   /** Receives each internal error's cause with the request id of its call. */
   onInternalError?: (err: unknown, requestId: string) => void;
@@ -94,10 +91,11 @@ function wrapMethod(
     opts.observer?.started(context.protocolName);
     let code: Code | 0 = 0;
     try {
+      await opts.refresh?.();
       if (rule.mode === "enabled") {
         const principal = await opts.authenticator.authenticate(context.requestHeader);
         context.values.set(principalKey, principal);
-        if (!rule.unscoped) opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
+        if (!rule.unscoped) await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
       }
       return await impl(request, context);
     } catch (err) {

@@ -1,6 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
 import type { TokenService } from "../auth/tokens.js";
+import type { IssuerPolicy } from "../domain/issuer.js";
 import type { UpstreamVerifier } from "../auth/upstream.js";
 import { principalKey, type Principal } from "../auth/principal.js";
 import { UnauthenticatedError } from "../domain/errors.js";
@@ -23,6 +24,8 @@ export interface ServiceDeps {
   urls: { base: string; auth: string };
   /** Who may sign in as a person: trusted issuers and the audiences their ID tokens must carry. */
   signIn: { issuers: readonly string[]; audiences: readonly string[] };
+  /** How issuers that users supply (identity claim matches, identity providers) are restricted. */
+  issuerPolicy: IssuerPolicy;
 }
 
 /** The principal the service wrapper set for this call. */

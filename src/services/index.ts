@@ -14,7 +14,7 @@ import { file_platform_registry_v1_registry, RegistryService } from "../../gen/p
 import { file_platform_registry_v2beta1_repos, ReposService } from "../../gen/platform/registry/v2beta1/repos_pb.js";
 import { file_platform_registry_v2beta1_tags, TagsService } from "../../gen/platform/registry/v2beta1/tags_pb.js";
 import { AdvisoriesService, file_platform_vulnerabilities_v2beta1_advisories } from "../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
-import type { ServiceBinding } from "../server/wrap.js";
+import { bind, type ServiceBinding } from "./binding.js";
 import type { ServiceDeps } from "./context.js";
 import { createGroupsV1Service } from "./iam-v1/groups.js";
 import { createAccountAssociationsService } from "./iam/account-associations.js";
@@ -53,19 +53,19 @@ export const CONTRACT_FILES: readonly DescFile[] = [
 /** The implemented services, each bound to its implementation. */
 export function createServiceBindings(deps: ServiceDeps): ServiceBinding[] {
   return [
-    { service: GroupsService, impl: createGroupsService(deps) },
-    { service: IdentitiesService, impl: createIdentitiesService(deps) },
-    { service: RolesService, impl: createRolesService(deps) },
-    { service: RoleBindingsService, impl: createRoleBindingsService(deps) },
-    { service: IdentityProvidersService, impl: createIdentityProvidersService(deps) },
-    { service: AccountAssociationsService, impl: createAccountAssociationsService(deps) },
-    { service: GroupInvitesService, impl: createGroupInvitesService(deps) },
-    { service: AdvisoriesService, impl: createAdvisoriesService(deps) },
-    { service: ReposService, impl: createReposService(deps) },
-    { service: TagsService, impl: createTagsService(deps) },
-    { service: GroupsV1Service, impl: createGroupsV1Service(deps) },
-    { service: RegistryService, impl: createRegistryV1Service(deps) },
-    { service: SecurityTokenService, impl: createStsService(deps) },
-    { service: AuthService, impl: createAuthService(deps) },
+    bind(GroupsService, createGroupsService(deps)),
+    bind(IdentitiesService, createIdentitiesService(deps)),
+    bind(RolesService, createRolesService(deps)),
+    bind(RoleBindingsService, createRoleBindingsService(deps)),
+    bind(IdentityProvidersService, createIdentityProvidersService(deps)),
+    bind(AccountAssociationsService, createAccountAssociationsService(deps)),
+    bind(GroupInvitesService, createGroupInvitesService(deps)),
+    bind(AdvisoriesService, createAdvisoriesService(deps)),
+    bind(ReposService, createReposService(deps)),
+    bind(TagsService, createTagsService(deps)),
+    bind(GroupsV1Service, createGroupsV1Service(deps)),
+    bind(RegistryService, createRegistryV1Service(deps)),
+    bind(SecurityTokenService, createStsService(deps)),
+    bind(AuthService, createAuthService(deps)),
   ];
 }

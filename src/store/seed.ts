@@ -5,16 +5,16 @@ import type { Store } from "./store.js";
  * Creates the built-in roles on first start, and brings their descriptions and
  * capabilities up to date after an upgrade. Idempotent.
  */
-export function seedBuiltinRoles(store: Store, now: number): void {
-  store.transaction(() => {
+export async function seedBuiltinRoles(store: Store, now: number): Promise<void> {
+  await store.transaction(async (tx) => {
     for (const def of BUILTIN_ROLES) {
       const uid = builtinRoleUid(def.name);
       const capabilities = normalizeCapabilities(def.capabilities);
-      const current = store.roles.get(uid);
+      const current = await tx.roles.get(uid);
       if (!current) {
-        store.roles.create({ uid, parentUid: null, name: def.name, description: def.description, capabilities, createTime: now, updateTime: now });
+        await tx.roles.create({ uid, parentUid: null, name: def.name, description: def.description, capabilities, createTime: now, updateTime: now });
       } else if (current.description !== def.description || current.capabilities.join() !== capabilities.join()) {
-        store.roles.update(uid, { description: def.description, capabilities }, now);
+        await tx.roles.update(uid, { description: def.description, capabilities }, now);
       }
     }
   });

@@ -1,27 +1,28 @@
 /**
  * The Store is the seam between the service layer and persistence. It speaks
  * domain records and typed errors (src/domain/errors.ts); it never sees a
- * protocol, and nothing outside src/store may assume SQLite.
+ * protocol, and nothing outside src/store knows which engine is behind it.
+ *
+ * Each part is written once, as the synchronous interface a synchronous
+ * driver implements (SyncGroupStore: better-sqlite3); the Store services use
+ * is its Async form, every method returning a promise, which an asynchronous
+ * driver (PostgreSQL) implements directly.
  */
+
+import type { ClaimMatchRecord } from "../domain/claim-match-record.js";
+import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
+
+export type { ClaimMatchRecord, HierarchyFilter };
+
+/** The asynchronous form of a store part: the same methods, each returning a promise. */
+export type Async<T> = {
+  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<Awaited<R>> : T[K];
+};
 
 /** A keyset position: the order column's value and the uid of the last item returned. */
 export interface Cursor {
   key: string | number;
   uid: string;
-}
-
-/** Hierarchy narrowing shared by every List (the UIDPFilter). Set fields combine with AND. */
-export interface HierarchyFilter {
-  /** Records whose uid is a proper ancestor of this uid. */
-  ancestorsOf?: string;
-  /** Records whose uid lies strictly below this uid. */
-  descendantsOf?: string;
-  /** Records exactly one level below this uid. */
-  childrenOf?: string;
-  /** Only root-level records. */
-  inRoot?: boolean;
-  /** Exactly these uids. */
-  ids?: readonly string[];
 }
 
 /** One page request against a store list. */
@@ -77,7 +78,7 @@ export interface GroupFilter {
 export type GroupChanges = Partial<Pick<GroupRecord, "name" | "description">>;
 
 /** Persistence of the group hierarchy. */
-export interface GroupStore {
+export interface SyncGroupStore {
   /**
    * Inserts a group. Throws NotFoundError when parentUid names no group, and
    * AlreadyExistsError when the uid is taken.
@@ -101,18 +102,6 @@ export interface GroupStore {
 
 /** Identity orderings the store supports. */
 export type IdentityOrder = "uid" | "name" | "created_at" | "updated_at";
-
-/** Match the claims of a third-party OIDC token. Empty strings mean "not set". */
-export interface ClaimMatchRecord {
-  issuer: string;
-  issuerPattern: string;
-  subject: string;
-  subjectPattern: string;
-  audience: string;
-  audiencePattern: string;
-  claims: Record<string, string>;
-  claimPatterns: Record<string, string>;
-}
 
 /** Pre-registered keys of an issuer that is not online. */
 export interface StaticKeysRecord {
@@ -157,7 +146,7 @@ export interface IdentityFilter {
 export type IdentityChanges = Partial<Pick<IdentityRecord, "name" | "description" | "company" | "relationship">>;
 
 /** Persistence of identities. */
-export interface IdentityStore {
+export interface SyncIdentityStore {
   /**
    * Inserts an identity. Throws NotFoundError when parentUid names no group,
    * AlreadyExistsError when the uid is taken.
@@ -199,7 +188,7 @@ export interface RoleFilter {
 export type RoleChanges = Partial<Pick<RoleRecord, "name" | "description" | "capabilities">>;
 
 /** Persistence of roles. */
-export interface RoleStore {
+export interface SyncRoleStore {
   /** Inserts a role; NotFoundError for a missing parent group, AlreadyExistsError for a taken uid. */
   create(role: RoleRecord): void;
   /** Returns the role, or null when absent. */
@@ -240,7 +229,7 @@ export interface RoleBindingFilter {
 }
 
 /** Persistence of role bindings. */
-export interface RoleBindingStore {
+export interface SyncRoleBindingStore {
   /**
    * Inserts bindings atomically (all or none). Throws NotFoundError naming the
    * first missing group, identity or role; AlreadyExistsError for a taken uid.
@@ -299,7 +288,7 @@ export interface IdentityProviderFilter {
 export type IdentityProviderChanges = Partial<Pick<IdentityProviderRecord, "name" | "description" | "defaultRole" | "oidc">>;
 
 /** Persistence of identity providers. */
-export interface IdentityProviderStore {
+export interface SyncIdentityProviderStore {
   /** Inserts a provider; NotFoundError for a missing group or default role, AlreadyExistsError for a taken uid. */
   create(provider: IdentityProviderRecord): void;
   /** Returns the provider, or null when absent. */
@@ -344,7 +333,7 @@ export interface AccountAssociationFilter {
 export type AccountAssociationChanges = Partial<Pick<AccountAssociationRecord, "name" | "description" | "providers">>;
 
 /** Persistence of account associations. */
-export interface AccountAssociationStore {
+export interface SyncAccountAssociationStore {
   /** Inserts the association of group uid; NotFoundError for a missing group, AlreadyExistsError when the group has one. */
   create(association: AccountAssociationRecord): void;
   /** Returns the association, or null when absent. */
@@ -383,7 +372,7 @@ export interface GroupInviteFilter {
 }
 
 /** Persistence of group invites. */
-export interface GroupInviteStore {
+export interface SyncGroupInviteStore {
   /** Inserts an invite; NotFoundError for a missing group or role, AlreadyExistsError for a taken uid or keyId. */
   create(invite: GroupInviteRecord): void;
   /** Returns the invite, or null when absent. */
@@ -431,7 +420,7 @@ export interface RepoFilter {
 export type RepoChanges = Partial<Pick<RepoRecord, "name" | "description" | "catalogTier" | "bundles" | "aliases" | "activeTags">>;
 
 /** Persistence of repos. */
-export interface RepoStore {
+export interface SyncRepoStore {
   /** Inserts a repo; NotFoundError for a missing group, AlreadyExistsError for a taken uid or a name taken in the group. */
   create(repo: RepoRecord): void;
   /** Returns the repo, or null when absent. */
@@ -476,7 +465,7 @@ export interface TagFilter {
 }
 
 /** Persistence of tags. */
-export interface TagStore {
+export interface SyncTagStore {
   /**
    * Creates the tag, or updates the repo's tag of the same name (keeping its
    * uid). NotFoundError for a missing repo. With mayUpdate false, an existing
@@ -570,7 +559,7 @@ export interface AdvisoryFilter {
 export type UpsertOutcome = "created" | "updated" | "unchanged";
 
 /** Persistence of advisories. Read-only over the API; written by the importer. */
-export interface AdvisoryStore {
+export interface SyncAdvisoryStore {
   /** Returns the advisory, or null when absent. */
   get(uid: string): AdvisoryRecord | null;
   /** Returns one page of advisories. */
@@ -594,7 +583,7 @@ export interface SigningKeyRecord {
 }
 
 /** Server secrets that must survive restarts (page-token and signing keys). */
-export interface KeyStore {
+export interface SyncKeyStore {
   /**
    * Returns the secret stored under name, creating it with make() on first use.
    * Concurrent first uses agree on one value.
@@ -606,8 +595,20 @@ export interface KeyStore {
   addSigningKey(key: SigningKeyRecord): void;
 }
 
-/** The whole persistence layer, composed of role-named parts. */
-export interface Store {
+export type GroupStore = Async<SyncGroupStore>;
+export type IdentityStore = Async<SyncIdentityStore>;
+export type RoleStore = Async<SyncRoleStore>;
+export type RoleBindingStore = Async<SyncRoleBindingStore>;
+export type IdentityProviderStore = Async<SyncIdentityProviderStore>;
+export type AccountAssociationStore = Async<SyncAccountAssociationStore>;
+export type GroupInviteStore = Async<SyncGroupInviteStore>;
+export type RepoStore = Async<SyncRepoStore>;
+export type TagStore = Async<SyncTagStore>;
+export type AdvisoryStore = Async<SyncAdvisoryStore>;
+export type KeyStore = Async<SyncKeyStore>;
+
+/** The parts of a store, by role. */
+export interface StoreParts {
   readonly groups: GroupStore;
   readonly identities: IdentityStore;
   readonly roles: RoleStore;
@@ -619,15 +620,30 @@ export interface Store {
   readonly tags: TagStore;
   readonly advisories: AdvisoryStore;
   readonly keys: KeyStore;
+}
+
+/** The whole persistence layer, composed of role-named parts. */
+export interface Store extends StoreParts {
   /**
-   * A number that changes whenever identities, roles or role bindings change,
-   * in this process: authorization caches are valid while it stays the same.
+   * A number that changes whenever identities, roles or role bindings change:
+   * authorization caches are valid while it stays the same. It is current as
+   * of the last refresh().
    */
   authzVersion(): number;
-  /** Runs fn in one transaction: all of its writes commit together or none do. */
-  transaction<T>(fn: () => T): T;
+  /**
+   * Brings what this process knows of other processes' writes up to date
+   * (the versions caches are checked against); called once per request
+   * before anything is read, so a write acknowledged anywhere is seen.
+   */
+  refresh(): Promise<void>;
+  /**
+   * Runs fn in one transaction: all of its writes commit together or none do.
+   * fn must do its reads and writes through tx, and must have no effects
+   * outside it: an engine may run it again after a serialization failure.
+   */
+  transaction<T>(fn: (tx: StoreParts) => Promise<T>): Promise<T>;
   /** True when the store can serve requests. */
   ready(): boolean;
-  /** Flushes the write-ahead log into the main file and closes; idempotent. */
-  close(): void;
+  /** Flushes what it must and closes; idempotent. */
+  close(): Promise<void>;
 }

@@ -15,14 +15,14 @@ export interface ServerKey {
  * Whoever can read the data directory holds the root of trust; tests use it
  * to sign tokens that are correct in every respect but one.
  */
-export function readServerKey(dataDir: string): ServerKey {
+export async function readServerKey(dataDir: string): Promise<ServerKey> {
   const store = openSqliteStore({ dataDir });
   try {
-    const newest = store.keys.signingKeys().at(-1)!;
+    const newest = (await store.keys.signingKeys()).at(-1)!;
     const privateKey = createPrivateKey({ key: JSON.parse(newest.privateJwk) as JWK & { kty: string }, format: "jwk" });
     return { kid: newest.kid, privateKey, publicKey: createPublicKey(privateKey), publicJwk: JSON.parse(newest.publicJwk) as JWK };
   } finally {
-    store.close();
+    await store.close();
   }
 }
 

@@ -132,42 +132,42 @@ export function advisoryConformance(getStore: () => Store): void {
 function upsertContracts(getStore: () => Store): void {
   let store: Store;
   let x1: AdvisoryRecord;
-  beforeEach(() => {
+  beforeEach(async () => {
     store = getStore();
-    for (const g of hierarchyFixture()) store.groups.create(g);
+    for (const g of hierarchyFixture()) await store.groups.create(g);
     x1 = filterFixture()[0]!;
   });
 
-  test("a new advisory is created and read back exactly; get returns null when absent", () => {
-    assert.deepEqual(store.advisories.upsert([x1]), ["created"]);
-    assert.deepEqual(store.advisories.get(X1), x1);
-    assert.equal(store.advisories.get(X2), null);
+  test("a new advisory is created and read back exactly; get returns null when absent", async () => {
+    assert.deepEqual(await store.advisories.upsert([x1]), ["created"]);
+    assert.deepEqual(await store.advisories.get(X1), x1);
+    assert.equal(await store.advisories.get(X2), null);
   });
 
-  test("an advisory equal but for its and its events' times is unchanged, and keeps its stored times", () => {
-    store.advisories.upsert([x1]);
+  test("an advisory equal but for its and its events' times is unchanged, and keeps its stored times", async () => {
+    await store.advisories.upsert([x1]);
     const retimed = { ...x1, createTime: 9_000_000, updateTime: 9_000_001, events: x1.events.map((e) => ({ ...e, createTime: 7 })) };
-    assert.deepEqual(store.advisories.upsert([retimed]), ["unchanged"]);
-    assert.deepEqual(store.advisories.get(X1), x1);
+    assert.deepEqual(await store.advisories.upsert([retimed]), ["unchanged"]);
+    assert.deepEqual(await store.advisories.get(X1), x1);
   });
 
-  test("the key order of event data is not a change; a dropped data field is", () => {
+  test("the key order of event data is not a change; a dropped data field is", async () => {
     const withData = (data: Record<string, unknown>) => ({ ...x1, events: [x1.events[0]!, { ...x1.events[1]!, data }] });
-    store.advisories.upsert([withData({ fixedVersion: "3.0.1", note: "upstream" })]);
-    assert.deepEqual(store.advisories.upsert([withData({ note: "upstream", fixedVersion: "3.0.1" })]), ["unchanged"]);
-    assert.deepEqual(store.advisories.upsert([withData({ fixedVersion: "3.0.1" })]), ["updated"]);
-    assert.deepEqual(store.advisories.get(X1), withData({ fixedVersion: "3.0.1" }));
+    await store.advisories.upsert([withData({ fixedVersion: "3.0.1", note: "upstream" })]);
+    assert.deepEqual(await store.advisories.upsert([withData({ note: "upstream", fixedVersion: "3.0.1" })]), ["unchanged"]);
+    assert.deepEqual(await store.advisories.upsert([withData({ fixedVersion: "3.0.1" })]), ["updated"]);
+    assert.deepEqual(await store.advisories.get(X1), withData({ fixedVersion: "3.0.1" }));
   });
 
-  test("a change is updated: the new fields and update time, with the first create time", () => {
-    store.advisories.upsert([x1]);
+  test("a change is updated: the new fields and update time, with the first create time", async () => {
+    await store.advisories.upsert([x1]);
     const changed = { ...x1, aliases: [...x1.aliases, "CVE-2025-9999"], createTime: 5, updateTime: 1_800_000_000_000 };
-    assert.deepEqual(store.advisories.upsert([changed]), ["updated"]);
-    assert.deepEqual(store.advisories.get(X1), { ...changed, createTime: x1.createTime });
+    assert.deepEqual(await store.advisories.upsert([changed]), ["updated"]);
+    assert.deepEqual(await store.advisories.get(X1), { ...changed, createTime: x1.createTime });
   });
 
-  test("every kind of field change counts, withdrawal and its reversal included", () => {
-    store.advisories.upsert([x1]);
+  test("every kind of field change counts, withdrawal and its reversal included", async () => {
+    await store.advisories.upsert([x1]);
     const e1 = x1.events[1]!;
     const changes: [string, Partial<AdvisoryRecord>][] = [
       ["author", { author: "someone else" }],
@@ -185,154 +185,154 @@ function upsertContracts(getStore: () => Store): void {
     let current = x1;
     for (const [what, change] of changes) {
       current = { ...current, ...change };
-      assert.deepEqual(store.advisories.upsert([current]), ["updated"], what);
-      assert.deepEqual(store.advisories.get(X1), current, what);
+      assert.deepEqual(await store.advisories.upsert([current]), ["updated"], what);
+      assert.deepEqual(await store.advisories.get(X1), current, what);
     }
     current = { ...current, deleteTime: null };
-    assert.deepEqual(store.advisories.upsert([current]), ["updated"], "deleteTime cleared");
-    assert.equal(store.advisories.get(X1)?.deleteTime, null);
+    assert.deepEqual(await store.advisories.upsert([current]), ["updated"], "deleteTime cleared");
+    assert.equal((await store.advisories.get(X1))?.deleteTime, null);
   });
 
-  test("a batch reports one outcome per advisory, in order", () => {
+  test("a batch reports one outcome per advisory, in order", async () => {
     const [a1, a2, a3] = filterFixture();
-    store.advisories.upsert([a1!, a2!]);
-    const outcomes = store.advisories.upsert([a3!, a1!, { ...a2!, author: "changed" }, { ...a3!, origin: "" }]);
+    await store.advisories.upsert([a1!, a2!]);
+    const outcomes = await store.advisories.upsert([a3!, a1!, { ...a2!, author: "changed" }, { ...a3!, origin: "" }]);
     assert.deepEqual(outcomes, ["created", "unchanged", "updated", "updated"]);
-    assert.equal(store.advisories.get(X3)?.origin, "");
+    assert.equal((await store.advisories.get(X3))?.origin, "");
   });
 
-  test("an advisory in a missing group throws NotFoundError and the whole batch stores nothing", () => {
+  test("an advisory in a missing group throws NotFoundError and the whole batch stores nothing", async () => {
     const orphanGroup = `${C}/${"7".repeat(16)}`;
     const orphan = advisory(`${orphanGroup}/${"1".repeat(16)}`, orphanGroup);
-    assertNotFound(() => store.advisories.upsert([x1, orphan]), "group", orphanGroup);
-    assert.equal(store.advisories.get(X1), null);
-    assert.equal(store.advisories.get(orphan.uid), null);
-    assert.equal(store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({})).totalCount, 0);
+    await assertNotFound(async () => store.advisories.upsert([x1, orphan]), "group", orphanGroup);
+    assert.equal(await store.advisories.get(X1), null);
+    assert.equal(await store.advisories.get(orphan.uid), null);
+    assert.equal((await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({}))).totalCount, 0);
   });
 
-  test("lists and counts see every upsert", () => {
-    const list = () => store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ filter: { aliases: ["CVE-2025-9999"] } }));
-    assert.equal(list().totalCount, 0);
-    store.advisories.upsert([x1]);
-    assert.equal(list().totalCount, 0);
-    store.advisories.upsert([{ ...x1, aliases: ["CVE-2025-9999"] }]);
-    assert.deepEqual(list().items.map((a) => a.uid), [X1]);
-    assert.equal(list().totalCount, 1);
+  test("lists and counts see every upsert", async () => {
+    const list = async () => store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ filter: { aliases: ["CVE-2025-9999"] } }));
+    assert.equal((await list()).totalCount, 0);
+    await store.advisories.upsert([x1]);
+    assert.equal((await list()).totalCount, 0);
+    await store.advisories.upsert([{ ...x1, aliases: ["CVE-2025-9999"] }]);
+    assert.deepEqual((await list()).items.map((a) => a.uid), [X1]);
+    assert.equal((await list()).totalCount, 1);
   });
 
-  test("a group holding advisories cannot be deleted (RESOURCE_NOT_EMPTY naming advisories)", () => {
+  test("a group holding advisories cannot be deleted (RESOURCE_NOT_EMPTY naming advisories)", async () => {
     const leaf = advisory(`${A1X}/${"1".repeat(16)}`, A1X);
-    store.advisories.upsert([leaf]);
-    assertPrecondition(() => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, /advisories/);
-    assert.equal(store.groups.get(A1X)?.uid, A1X);
+    await store.advisories.upsert([leaf]);
+    await assertPrecondition(async () => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, /advisories/);
+    assert.equal((await store.groups.get(A1X))?.uid, A1X);
   });
 }
 
 function filterContracts(getStore: () => Store): void {
   let store: Store;
-  beforeEach(() => {
+  beforeEach(async () => {
     store = getStore();
-    for (const g of hierarchyFixture()) store.groups.create(g);
-    store.advisories.upsert(filterFixture());
+    for (const g of hierarchyFixture()) await store.groups.create(g);
+    await store.advisories.upsert(filterFixture());
   });
 
-  const uidsOf = (filter: AdvisoryFilter, hierarchy: HierarchyFilter = {}, visibleWithin: readonly string[] | null = null) => {
-    const r = store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ filter, hierarchy, visibleWithin }));
+  const uidsOf = async (filter: AdvisoryFilter, hierarchy: HierarchyFilter = {}, visibleWithin: readonly string[] | null = null) => {
+    const r = await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ filter, hierarchy, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length);
     return r.items.map((a) => a.uid);
   };
   const ALL = sorted([X1, X2, X3, X4, X5]);
 
-  test("no filter, empty lists and an empty query list everything, exactly as stored", () => {
-    assert.deepEqual(uidsOf({}), ALL);
-    assert.deepEqual(uidsOf({ advisoryIds: [], aliases: [], eventTypes: [], excludeEventAuthors: [], query: "" }), ALL);
-    const listed = store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({})).items;
+  test("no filter, empty lists and an empty query list everything, exactly as stored", async () => {
+    assert.deepEqual(await uidsOf({}), ALL);
+    assert.deepEqual(await uidsOf({ advisoryIds: [], aliases: [], eventTypes: [], excludeEventAuthors: [], query: "" }), ALL);
+    const listed = (await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({}))).items;
     assert.deepEqual(listed, [...filterFixture()].sort((x, y) => compareText(x.uid, y.uid)));
   });
 
-  test("exact lists match any of their values, and only whole values", () => {
-    assert.deepEqual(uidsOf({ advisoryIds: ["CGA-0001", "GO-2024-0003", "CGA-9999"] }), sorted([X1, X3]));
-    assert.deepEqual(uidsOf({ advisoryIds: ["CGA-000"] }), []);
-    assert.deepEqual(uidsOf({ legacyAdvisoryIds: ["LEG-1"] }), [X1]);
-    assert.deepEqual(uidsOf({ artifactNames: ["openssl-dev", "golang.org/x/net"] }), sorted([X2, X3]));
-    assert.deepEqual(uidsOf({ artifactTypes: ["apk"] }), sorted([X1, X2]));
-    assert.deepEqual(uidsOf({ artifactArchitectures: ["aarch64"] }), [X2]);
-    assert.deepEqual(uidsOf({ componentNames: ["libssl3", "pure"] }), sorted([X1, X4]));
-    assert.deepEqual(uidsOf({ componentTypes: ["pypi", "go"] }), sorted([X3, X4, X5]));
-    assert.deepEqual(uidsOf({ componentLocations: ["./PKGINFO"] }), sorted([X1, X2]));
+  test("exact lists match any of their values, and only whole values", async () => {
+    assert.deepEqual(await uidsOf({ advisoryIds: ["CGA-0001", "GO-2024-0003", "CGA-9999"] }), sorted([X1, X3]));
+    assert.deepEqual(await uidsOf({ advisoryIds: ["CGA-000"] }), []);
+    assert.deepEqual(await uidsOf({ legacyAdvisoryIds: ["LEG-1"] }), [X1]);
+    assert.deepEqual(await uidsOf({ artifactNames: ["openssl-dev", "golang.org/x/net"] }), sorted([X2, X3]));
+    assert.deepEqual(await uidsOf({ artifactTypes: ["apk"] }), sorted([X1, X2]));
+    assert.deepEqual(await uidsOf({ artifactArchitectures: ["aarch64"] }), [X2]);
+    assert.deepEqual(await uidsOf({ componentNames: ["libssl3", "pure"] }), sorted([X1, X4]));
+    assert.deepEqual(await uidsOf({ componentTypes: ["pypi", "go"] }), sorted([X3, X4, X5]));
+    assert.deepEqual(await uidsOf({ componentLocations: ["./PKGINFO"] }), sorted([X1, X2]));
   });
 
-  test("aliases match when any alias equals any value", () => {
-    assert.deepEqual(uidsOf({ aliases: ["CVE-2024-0001"] }), sorted([X1, X3]));
-    assert.deepEqual(uidsOf({ aliases: ["GHSA-aaaa-bbbb-cccc", "PYSEC-2024-1"] }), sorted([X1, X5]));
-    assert.deepEqual(uidsOf({ aliases: ["CVE-2024"] }), []);
+  test("aliases match when any alias equals any value", async () => {
+    assert.deepEqual(await uidsOf({ aliases: ["CVE-2024-0001"] }), sorted([X1, X3]));
+    assert.deepEqual(await uidsOf({ aliases: ["GHSA-aaaa-bbbb-cccc", "PYSEC-2024-1"] }), sorted([X1, X5]));
+    assert.deepEqual(await uidsOf({ aliases: ["CVE-2024"] }), []);
   });
 
-  test("origin selects its artifacts, replaces artifactNames, and combines with the other filters", () => {
-    assert.deepEqual(uidsOf({ origin: "openssl" }), sorted([X1, X2]));
-    assert.deepEqual(uidsOf({ origin: "openssl", artifactNames: ["golang.org/x/net"] }), sorted([X1, X2]));
-    assert.deepEqual(uidsOf({ artifactNames: ["golang.org/x/net"] }), [X3]);
-    assert.deepEqual(uidsOf({ origin: "openssl", componentNames: ["libssl3"] }), [X1]);
-    assert.deepEqual(uidsOf({ origin: "nothing" }), []);
+  test("origin selects its artifacts, replaces artifactNames, and combines with the other filters", async () => {
+    assert.deepEqual(await uidsOf({ origin: "openssl" }), sorted([X1, X2]));
+    assert.deepEqual(await uidsOf({ origin: "openssl", artifactNames: ["golang.org/x/net"] }), sorted([X1, X2]));
+    assert.deepEqual(await uidsOf({ artifactNames: ["golang.org/x/net"] }), [X3]);
+    assert.deepEqual(await uidsOf({ origin: "openssl", componentNames: ["libssl3"] }), [X1]);
+    assert.deepEqual(await uidsOf({ origin: "nothing" }), []);
   });
 
-  test("event filters match when at least one event matches", () => {
-    assert.deepEqual(uidsOf({ eventReviewStates: [PENDING] }), [X2]);
-    assert.deepEqual(uidsOf({ eventReviewStates: [REJECTED, PENDING] }), sorted([X2, X3]));
-    assert.deepEqual(uidsOf({ eventReviewStates: [APPROVED] }), sorted([X1, X2, X3, X5]));
-    assert.deepEqual(uidsOf({ eventAuthors: ["carol", "mallory"] }), sorted([X2, X3]));
-    assert.deepEqual(uidsOf({ eventReviewers: ["rita"] }), [X1]);
-    assert.deepEqual(uidsOf({ eventTypes: ["fixed"] }), sorted([X1, X3]));
-    assert.deepEqual(uidsOf({ eventTypes: ["patched", "falsePositiveDetermination"] }), sorted([X2, X5]));
+  test("event filters match when at least one event matches", async () => {
+    assert.deepEqual(await uidsOf({ eventReviewStates: [PENDING] }), [X2]);
+    assert.deepEqual(await uidsOf({ eventReviewStates: [REJECTED, PENDING] }), sorted([X2, X3]));
+    assert.deepEqual(await uidsOf({ eventReviewStates: [APPROVED] }), sorted([X1, X2, X3, X5]));
+    assert.deepEqual(await uidsOf({ eventAuthors: ["carol", "mallory"] }), sorted([X2, X3]));
+    assert.deepEqual(await uidsOf({ eventReviewers: ["rita"] }), [X1]);
+    assert.deepEqual(await uidsOf({ eventTypes: ["fixed"] }), sorted([X1, X3]));
+    assert.deepEqual(await uidsOf({ eventTypes: ["patched", "falsePositiveDetermination"] }), sorted([X2, X5]));
   });
 
-  test("excludeEventAuthors drops an advisory when any event is by one of them; one without events stays", () => {
-    assert.deepEqual(uidsOf({ excludeEventAuthors: ["bob"] }), sorted([X2, X4, X5]));
-    assert.deepEqual(uidsOf({ excludeEventAuthors: ["alice", "dave"] }), sorted([X3, X4]));
-    assert.deepEqual(uidsOf({ eventAuthors: ["bob"], excludeEventAuthors: ["mallory"] }), [X1]);
+  test("excludeEventAuthors drops an advisory when any event is by one of them; one without events stays", async () => {
+    assert.deepEqual(await uidsOf({ excludeEventAuthors: ["bob"] }), sorted([X2, X4, X5]));
+    assert.deepEqual(await uidsOf({ excludeEventAuthors: ["alice", "dave"] }), sorted([X3, X4]));
+    assert.deepEqual(await uidsOf({ eventAuthors: ["bob"], excludeEventAuthors: ["mallory"] }), [X1]);
   });
 
-  test("latestEventType is the type of the latest approved event: by time, then by position", () => {
-    assert.deepEqual(uidsOf({ latestEventType: "fixed" }), sorted([X1, X3]));
-    assert.deepEqual(uidsOf({ latestEventType: "detection" }), [X2], "a later pending event does not count");
-    assert.deepEqual(uidsOf({ latestEventType: "patched" }), [X5], "an older event later in the history is not the latest");
-    assert.deepEqual(uidsOf({ latestEventType: "analysisNotPlanned" }), []);
-    assert.deepEqual(uidsOf({ latestEventType: "pendingUpstreamFix" }), [], "a rejected event does not count");
+  test("latestEventType is the type of the latest approved event: by time, then by position", async () => {
+    assert.deepEqual(await uidsOf({ latestEventType: "fixed" }), sorted([X1, X3]));
+    assert.deepEqual(await uidsOf({ latestEventType: "detection" }), [X2], "a later pending event does not count");
+    assert.deepEqual(await uidsOf({ latestEventType: "patched" }), [X5], "an older event later in the history is not the latest");
+    assert.deepEqual(await uidsOf({ latestEventType: "analysisNotPlanned" }), []);
+    assert.deepEqual(await uidsOf({ latestEventType: "pendingUpstreamFix" }), [], "a rejected event does not count");
   });
 
-  test("query is a case-insensitive substring of artifact name, component name or an alias", () => {
-    assert.deepEqual(uidsOf({ query: "SSL" }), sorted([X1, X2]));
-    assert.deepEqual(uidsOf({ query: "LibCrypto" }), [X2]);
-    assert.deepEqual(uidsOf({ query: "X/NET" }), [X3]);
-    assert.deepEqual(uidsOf({ query: "cve-2024-000" }), sorted([X1, X2, X3]));
-    assert.deepEqual(uidsOf({ query: "pysec" }), [X5]);
-    assert.deepEqual(uidsOf({ query: "python" }), [X5]);
-    assert.deepEqual(uidsOf({ query: "no such text" }), []);
+  test("query is a case-insensitive substring of artifact name, component name or an alias", async () => {
+    assert.deepEqual(await uidsOf({ query: "SSL" }), sorted([X1, X2]));
+    assert.deepEqual(await uidsOf({ query: "LibCrypto" }), [X2]);
+    assert.deepEqual(await uidsOf({ query: "X/NET" }), [X3]);
+    assert.deepEqual(await uidsOf({ query: "cve-2024-000" }), sorted([X1, X2, X3]));
+    assert.deepEqual(await uidsOf({ query: "pysec" }), [X5]);
+    assert.deepEqual(await uidsOf({ query: "python" }), [X5]);
+    assert.deepEqual(await uidsOf({ query: "no such text" }), []);
   });
 
-  test("query takes LIKE wildcards and the escape character literally", () => {
-    assert.deepEqual(uidsOf({ query: "%" }), [X4]);
-    assert.deepEqual(uidsOf({ query: "100%" }), [X4]);
-    assert.deepEqual(uidsOf({ query: "_" }), sorted([X4, X5]));
-    assert.deepEqual(uidsOf({ query: "%_" }), [X4]);
-    assert.deepEqual(uidsOf({ query: "\\" }), [X4]);
-    assert.deepEqual(uidsOf({ query: "_pure\\l" }), [X4]);
-    assert.deepEqual(uidsOf({ query: "o_e" }), [], "_ is not any character");
+  test("query takes LIKE wildcards and the escape character literally", async () => {
+    assert.deepEqual(await uidsOf({ query: "%" }), [X4]);
+    assert.deepEqual(await uidsOf({ query: "100%" }), [X4]);
+    assert.deepEqual(await uidsOf({ query: "_" }), sorted([X4, X5]));
+    assert.deepEqual(await uidsOf({ query: "%_" }), [X4]);
+    assert.deepEqual(await uidsOf({ query: "\\" }), [X4]);
+    assert.deepEqual(await uidsOf({ query: "_pure\\l" }), [X4]);
+    assert.deepEqual(await uidsOf({ query: "o_e" }), [], "_ is not any character");
   });
 
-  test("filters combine with each other, the hierarchy and visibility", () => {
-    assert.deepEqual(uidsOf({ componentTypes: ["apk"], eventTypes: ["fixed"] }), [X1]);
-    assert.deepEqual(uidsOf({ query: "lib", componentTypes: ["pypi"] }), sorted([X4, X5]));
-    assert.deepEqual(uidsOf({ aliases: ["CVE-2024-0001"] }, { descendantsOf: A1 }), [X3]);
-    assert.deepEqual(uidsOf({ aliases: ["CVE-2024-0001"] }, { childrenOf: A }), [X1]);
-    assert.deepEqual(uidsOf({}, { descendantsOf: B }), sorted([X4, X5]));
-    assert.deepEqual(uidsOf({}, { ids: [X2, X4, `${C}/${"9".repeat(16)}`] }), sorted([X2, X4]));
-    assert.deepEqual(uidsOf({ aliases: ["CVE-2024-0001"] }, {}, [A]), sorted([X1, X3]));
-    assert.deepEqual(uidsOf({}, {}, [A1]), [X3]);
-    assert.deepEqual(uidsOf({}, {}, [B1, A1]), sorted([X3, X4]));
-    assert.deepEqual(uidsOf({ latestEventType: "patched" }, {}, [A]), []);
-    assert.deepEqual(store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ visibleWithin: [] })), { items: [], hasMore: false, totalCount: 0 });
+  test("filters combine with each other, the hierarchy and visibility", async () => {
+    assert.deepEqual(await uidsOf({ componentTypes: ["apk"], eventTypes: ["fixed"] }), [X1]);
+    assert.deepEqual(await uidsOf({ query: "lib", componentTypes: ["pypi"] }), sorted([X4, X5]));
+    assert.deepEqual(await uidsOf({ aliases: ["CVE-2024-0001"] }, { descendantsOf: A1 }), [X3]);
+    assert.deepEqual(await uidsOf({ aliases: ["CVE-2024-0001"] }, { childrenOf: A }), [X1]);
+    assert.deepEqual(await uidsOf({}, { descendantsOf: B }), sorted([X4, X5]));
+    assert.deepEqual(await uidsOf({}, { ids: [X2, X4, `${C}/${"9".repeat(16)}`] }), sorted([X2, X4]));
+    assert.deepEqual(await uidsOf({ aliases: ["CVE-2024-0001"] }, {}, [A]), sorted([X1, X3]));
+    assert.deepEqual(await uidsOf({}, {}, [A1]), [X3]);
+    assert.deepEqual(await uidsOf({}, {}, [B1, A1]), sorted([X3, X4]));
+    assert.deepEqual(await uidsOf({ latestEventType: "patched" }, {}, [A]), []);
+    assert.deepEqual(await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ visibleWithin: [] })), { items: [], hasMore: false, totalCount: 0 });
   });
 }
 
@@ -371,15 +371,15 @@ function walkFixture(): AdvisoryRecord[] {
 
 function pagedWalks(getStore: () => Store): void {
   let records: AdvisoryRecord[];
-  beforeEach(() => {
+  beforeEach(async () => {
     const store = getStore();
-    for (const g of hierarchyFixture()) store.groups.create(g);
+    for (const g of hierarchyFixture()) await store.groups.create(g);
     records = walkFixture();
-    store.advisories.upsert(records);
+    await store.advisories.upsert(records);
   });
 
-  const list = (q: Partial<ListQuery<AdvisoryFilter, AdvisoryOrder>>): ListResult<AdvisoryRecord> =>
-    getStore().advisories.list(query<AdvisoryFilter, AdvisoryOrder>(q));
+  const list = async (q: Partial<ListQuery<AdvisoryFilter, AdvisoryOrder>>): Promise<ListResult<AdvisoryRecord>> =>
+    await getStore().advisories.list(query<AdvisoryFilter, AdvisoryOrder>(q));
   const scopes: { label: string; filter: AdvisoryFilter; visibleWithin: readonly string[] | null; keep(a: AdvisoryRecord): boolean }[] = [
     { label: "all", filter: {}, visibleWithin: null, keep: () => true },
     { label: "componentTypes apk, visible within A", filter: { componentTypes: ["apk"] }, visibleWithin: [A], keep: (a) => a.componentType === "apk" && a.uid.startsWith(`${A}/`) },
@@ -389,20 +389,20 @@ function pagedWalks(getStore: () => Store): void {
   for (const scope of scopes) {
     for (const field of orders) {
       for (const desc of [false, true]) {
-        test(`${scope.label}, order ${field}${desc ? " desc" : ""}: pages concatenate to the full list`, () => {
+        test(`${scope.label}, order ${field}${desc ? " desc" : ""}: pages concatenate to the full list`, async () => {
           const want = expected(records.filter(scope.keep), field, desc);
           const n = want.length;
           assert.ok(n >= 5, `enough advisories in scope to page through (${n})`);
           const { filter, visibleWithin } = scope;
           const order = { field, desc };
-          const full = list({ filter, visibleWithin, order, limit: 10_000 });
+          const full = await list({ filter, visibleWithin, order, limit: 10_000 });
           assert.deepEqual(full, { items: want, hasMore: false, totalCount: n });
           for (let pageSize = 1; pageSize <= n + 1; pageSize++) {
             const seen: AdvisoryRecord[] = [];
             let after: Cursor | null = null;
             for (let pages = 1; ; pages++) {
               assert.ok(pages <= n + 1, `page size ${pageSize}: the walk does not end`);
-              const page = list({ filter, visibleWithin, order, after, limit: pageSize });
+              const page = await list({ filter, visibleWithin, order, after, limit: pageSize });
               assert.equal(page.totalCount, n, `page size ${pageSize}: totalCount on page ${pages}`);
               seen.push(...page.items);
               if (!page.hasMore) break;
@@ -417,11 +417,11 @@ function pagedWalks(getStore: () => Store): void {
     }
   }
 
-  test("offset skips after the position", () => {
+  test("offset skips after the position", async () => {
     const full = expected(records, "advisory_id", false);
     for (let i = 0; i < full.length; i++) {
       const after = { key: full[i]!.advisoryId, uid: full[i]!.uid };
-      const page = list({ order: { field: "advisory_id", desc: false }, after, offset: 2, limit: 3 });
+      const page = await list({ order: { field: "advisory_id", desc: false }, after, offset: 2, limit: 3 });
       assert.deepEqual(page.items.map((a) => a.uid), full.slice(i + 3, i + 6).map((a) => a.uid), `after item ${i}`);
       assert.equal(page.hasMore, i + 6 < full.length);
     }

@@ -50,8 +50,8 @@ function bindingUid(g: string, n: number): string {
 }
 
 /** Asserts a NotFoundError naming exactly this kind and uid. */
-export function assertNotFound(fn: () => unknown, kind: string, uid: string): void {
-  assert.throws(fn, (err: unknown) => {
+export async function assertNotFound(fn: () => Promise<unknown>, kind: string, uid: string): Promise<void> {
+  await assert.rejects(fn, (err: unknown) => {
     assert.ok(err instanceof NotFoundError, `expected NotFoundError, got ${String(err)}`);
     assert.deepEqual(err.metadata, { kind, uid }, "the error names the missing kind and uid");
     return true;
@@ -59,8 +59,8 @@ export function assertNotFound(fn: () => unknown, kind: string, uid: string): vo
 }
 
 /** Asserts a FailedPreconditionError with one violation of this type, subject and description. */
-export function assertPrecondition(fn: () => unknown, type: string, subject: string, description: RegExp): void {
-  assert.throws(fn, (err: unknown) => {
+export async function assertPrecondition(fn: () => Promise<unknown>, type: string, subject: string, description: RegExp): Promise<void> {
+  await assert.rejects(fn, (err: unknown) => {
     assert.ok(err instanceof FailedPreconditionError, `expected FailedPreconditionError, got ${String(err)}`);
     assert.equal(err.preconditionViolations.length, 1);
     const [v] = err.preconditionViolations;
@@ -71,26 +71,35 @@ export function assertPrecondition(fn: () => unknown, type: string, subject: str
   });
 }
 
+/** Asserts an AlreadyExistsError naming exactly this kind and uid. */
+export async function assertAlreadyExists(fn: () => Promise<unknown>, kind: string, uid: string): Promise<void> {
+  await assert.rejects(fn, (err: unknown) => {
+    assert.ok(err instanceof AlreadyExistsError, `expected AlreadyExistsError, got ${String(err)}`);
+    assert.deepEqual(err.metadata, { kind, uid });
+    return true;
+  });
+}
+
 /** Conformance of identities, roles, role bindings, the group children they are, and authzVersion. */
 export function iamConformance(getStore: () => Store): void {
-  const identityUids = (hierarchy: HierarchyFilter, filter: IdentityFilter = {}, visibleWithin: readonly string[] | null = null) => {
-    const r = getStore().identities.list(query<IdentityFilter, IdentityOrder>({ hierarchy, filter, visibleWithin }));
+  const identityUids = async (hierarchy: HierarchyFilter, filter: IdentityFilter = {}, visibleWithin: readonly string[] | null = null) => {
+    const r = await getStore().identities.list(query<IdentityFilter, IdentityOrder>({ hierarchy, filter, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length);
     return r.items.map((i) => i.uid);
   };
-  const roleUids = (hierarchy: HierarchyFilter, filter: RoleFilter = {}, visibleWithin: readonly string[] | null = null) => {
-    const r = getStore().roles.list(query<RoleFilter, RoleOrder>({ hierarchy, filter, visibleWithin }));
+  const roleUids = async (hierarchy: HierarchyFilter, filter: RoleFilter = {}, visibleWithin: readonly string[] | null = null) => {
+    const r = await getStore().roles.list(query<RoleFilter, RoleOrder>({ hierarchy, filter, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length, "totalCount counts exactly the visible roles");
     return r.items.map((i) => i.uid);
   };
-  const bindingUids = (
+  const bindingUids = async (
     hierarchy: HierarchyFilter,
     filter: RoleBindingFilter = {},
     visibleWithin: readonly string[] | null = null,
   ) => {
-    const r = getStore().roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ hierarchy, filter, visibleWithin }));
+    const r = await getStore().roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ hierarchy, filter, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length);
     return r.items.map((i) => i.uid);
@@ -98,12 +107,12 @@ export function iamConformance(getStore: () => Store): void {
 
   describe("identities: create, get, update, delete, list", () => {
     let store: Store;
-    beforeEach(() => {
+    beforeEach(async () => {
       store = getStore();
-      for (const g of hierarchyFixture()) store.groups.create(g);
+      for (const g of hierarchyFixture()) await store.groups.create(g);
     });
 
-    test("both relationship kinds round-trip exactly; get returns null when absent", () => {
+    test("both relationship kinds round-trip exactly; get returns null when absent", async () => {
       const person = identity(P1, null, "Ada Lovelace", {
         description: "a person",
         email: "ada@example.com",
@@ -121,30 +130,30 @@ export function iamConformance(getStore: () => Store): void {
           claimMatch: { ...CLAIM_MATCH_FIELDS, claims: {}, claimPatterns: {} },
         },
       });
-      store.identities.create(person);
-      store.identities.create(robot);
-      store.identities.create(bare);
-      assert.deepEqual(store.identities.get(P1), person);
-      assert.deepEqual(store.identities.get(SA1), robot);
-      assert.deepEqual(store.identities.get(SA), bare);
-      assert.equal(store.identities.get(P2), null);
-      assert.equal(store.identities.get(`${A1}/${"6".repeat(16)}`), null);
+      await store.identities.create(person);
+      await store.identities.create(robot);
+      await store.identities.create(bare);
+      assert.deepEqual(await store.identities.get(P1), person);
+      assert.deepEqual(await store.identities.get(SA1), robot);
+      assert.deepEqual(await store.identities.get(SA), bare);
+      assert.equal(await store.identities.get(P2), null);
+      assert.equal(await store.identities.get(`${A1}/${"6".repeat(16)}`), null);
     });
 
-    test("create in a missing group throws NotFoundError naming the group, and stores nothing", () => {
+    test("create in a missing group throws NotFoundError naming the group, and stores nothing", async () => {
       const orphan = identity(`${C}/${"7".repeat(16)}/${"5".repeat(16)}`, `${C}/${"7".repeat(16)}`, "orphan");
-      assertNotFound(() => store.identities.create(orphan), "group", orphan.parentUid!);
-      assert.equal(store.identities.get(orphan.uid), null);
-      assert.equal(store.identities.list(query<IdentityFilter, IdentityOrder>({})).totalCount, 0);
+      await assertNotFound(async () => store.identities.create(orphan), "group", orphan.parentUid!);
+      assert.equal(await store.identities.get(orphan.uid), null);
+      assert.equal((await store.identities.list(query<IdentityFilter, IdentityOrder>({}))).totalCount, 0);
     });
 
-    test("create with a taken uid throws AlreadyExistsError and keeps the first", () => {
-      store.identities.create(identity(P1, null, "first"));
-      assert.throws(() => store.identities.create(identity(P1, null, "second", { relationship: STATIC_KEYS })), AlreadyExistsError);
-      assert.deepEqual(store.identities.get(P1), identity(P1, null, "first"));
+    test("create with a taken uid throws AlreadyExistsError and keeps the first", async () => {
+      await store.identities.create(identity(P1, null, "first"));
+      await assert.rejects(async () => store.identities.create(identity(P1, null, "second", { relationship: STATIC_KEYS })), AlreadyExistsError);
+      assert.deepEqual(await store.identities.get(P1), identity(P1, null, "first"));
     });
 
-    test("update returns the changed identity, moves updateTime, and keeps the rest", () => {
+    test("update returns the changed identity, moves updateTime, and keeps the rest", async () => {
       const before = identity(SA1, A1, "before", {
         email: "kept@example.com",
         description: "kept",
@@ -152,219 +161,219 @@ export function iamConformance(getStore: () => Store): void {
         createTime: 1_000,
         updateTime: 1_000,
       });
-      store.identities.create(before);
-      const renamed = store.identities.update(SA1, { name: "after", company: "Acme" }, 5_000);
+      await store.identities.create(before);
+      const renamed = await store.identities.update(SA1, { name: "after", company: "Acme" }, 5_000);
       assert.deepEqual(renamed, { ...before, name: "after", company: "Acme", updateTime: 5_000 });
-      assert.deepEqual(store.identities.get(SA1), renamed);
+      assert.deepEqual(await store.identities.get(SA1), renamed);
 
-      const switched = store.identities.update(SA1, { relationship: STATIC_KEYS, description: "now static" }, 6_000);
+      const switched = await store.identities.update(SA1, { relationship: STATIC_KEYS, description: "now static" }, 6_000);
       assert.deepEqual(switched, { ...renamed, relationship: STATIC_KEYS, description: "now static", updateTime: 6_000 });
-      assert.deepEqual(store.identities.get(SA1), switched);
-      assert.deepEqual(identityUids({}, { relationshipKind: "staticKeys" }), [SA1]);
-      assert.deepEqual(identityUids({}, { relationshipKind: "claimMatch" }), []);
+      assert.deepEqual(await store.identities.get(SA1), switched);
+      assert.deepEqual(await identityUids({}, { relationshipKind: "staticKeys" }), [SA1]);
+      assert.deepEqual(await identityUids({}, { relationshipKind: "claimMatch" }), []);
     });
 
-    test("update of a missing identity throws NotFoundError", () => {
-      assertNotFound(() => store.identities.update(P1, { name: "x" }, 1), "identity", P1);
-      assert.equal(store.identities.get(P1), null);
+    test("update of a missing identity throws NotFoundError", async () => {
+      await assertNotFound(async () => store.identities.update(P1, { name: "x" }, 1), "identity", P1);
+      assert.equal(await store.identities.get(P1), null);
     });
 
-    test("touchLastSeen records the time and nothing else; a missing identity is ignored", () => {
+    test("touchLastSeen records the time and nothing else; a missing identity is ignored", async () => {
       const person = identity(P1, null, "Ada", { lastSeenTime: 0, updateTime: 1_000 });
-      store.identities.create(person);
-      store.identities.touchLastSeen(P1, 7_777);
-      assert.deepEqual(store.identities.get(P1), { ...person, lastSeenTime: 7_777 });
-      store.identities.touchLastSeen(P2, 8_888);
-      assert.equal(store.identities.get(P2), null);
+      await store.identities.create(person);
+      await store.identities.touchLastSeen(P1, 7_777);
+      assert.deepEqual(await store.identities.get(P1), { ...person, lastSeenTime: 7_777 });
+      await store.identities.touchLastSeen(P2, 8_888);
+      assert.equal(await store.identities.get(P2), null);
     });
 
-    test("delete removes the identity and its role bindings only; a missing identity throws NotFoundError", () => {
-      store.identities.create(identity(P1, null, "one"));
-      store.identities.create(identity(P2, null, "two"));
-      store.roles.create(role(VIEWER, null, "viewer"));
-      store.roleBindings.create([
+    test("delete removes the identity and its role bindings only; a missing identity throws NotFoundError", async () => {
+      await store.identities.create(identity(P1, null, "one"));
+      await store.identities.create(identity(P2, null, "two"));
+      await store.roles.create(role(VIEWER, null, "viewer"));
+      await store.roleBindings.create([
         binding(bindingUid(A, 1), A, P1, VIEWER),
         binding(bindingUid(B, 1), B, P1, VIEWER),
         binding(bindingUid(A, 2), A, P2, VIEWER),
       ]);
       // Fill any cached counts before the delete, so a stale count would show.
-      assert.equal(store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({})).totalCount, 3);
-      assert.equal(store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ filter: { identityUid: P1 } })).totalCount, 2);
+      assert.equal((await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({}))).totalCount, 3);
+      assert.equal((await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ filter: { identityUid: P1 } }))).totalCount, 2);
 
-      store.identities.delete(P1);
-      assert.equal(store.identities.get(P1), null);
-      assert.deepEqual(store.roleBindings.forIdentity(P1), []);
-      assert.equal(store.roleBindings.get(bindingUid(A, 1)), null);
-      assert.equal(store.roleBindings.get(bindingUid(B, 1)), null);
-      assert.deepEqual(bindingUids({}), [bindingUid(A, 2)]);
-      assert.deepEqual(bindingUids({}, { identityUid: P1 }), []);
-      assert.deepEqual(store.roleBindings.forIdentity(P2), [binding(bindingUid(A, 2), A, P2, VIEWER)]);
-      assert.equal(store.roles.get(VIEWER)?.name, "viewer");
+      await store.identities.delete(P1);
+      assert.equal(await store.identities.get(P1), null);
+      assert.deepEqual(await store.roleBindings.forIdentity(P1), []);
+      assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
+      assert.equal(await store.roleBindings.get(bindingUid(B, 1)), null);
+      assert.deepEqual(await bindingUids({}), [bindingUid(A, 2)]);
+      assert.deepEqual(await bindingUids({}, { identityUid: P1 }), []);
+      assert.deepEqual(await store.roleBindings.forIdentity(P2), [binding(bindingUid(A, 2), A, P2, VIEWER)]);
+      assert.equal((await store.roles.get(VIEWER))?.name, "viewer");
 
-      assertNotFound(() => store.identities.delete(P1), "identity", P1);
-      assert.equal(store.identities.get(P2)?.name, "two");
+      await assertNotFound(async () => store.identities.delete(P1), "identity", P1);
+      assert.equal((await store.identities.get(P2))?.name, "two");
     });
 
-    test("list filters by name, relationship kind and hierarchy; visibility never adds root identities", () => {
-      store.identities.create(identity(P1, null, "Ada", { relationship: STATIC_KEYS }));
-      store.identities.create(identity(P2, null, "ci"));
-      store.identities.create(identity(SA, A, "ci", { relationship: STATIC_KEYS }));
-      store.identities.create(identity(SA1, A1, "ci"));
-      store.identities.create(identity(SB1, B1, "deployer"));
+    test("list filters by name, relationship kind and hierarchy; visibility never adds root identities", async () => {
+      await store.identities.create(identity(P1, null, "Ada", { relationship: STATIC_KEYS }));
+      await store.identities.create(identity(P2, null, "ci"));
+      await store.identities.create(identity(SA, A, "ci", { relationship: STATIC_KEYS }));
+      await store.identities.create(identity(SA1, A1, "ci"));
+      await store.identities.create(identity(SB1, B1, "deployer"));
 
-      assert.deepEqual(identityUids({}), sorted([P1, P2, SA, SA1, SB1]));
-      assert.deepEqual(identityUids({}, { name: "ci" }), sorted([P2, SA, SA1]));
-      assert.deepEqual(identityUids({}, { relationshipKind: "staticKeys" }), sorted([P1, SA]));
-      assert.deepEqual(identityUids({}, { name: "ci", relationshipKind: "claimMatch" }), sorted([P2, SA1]));
-      assert.deepEqual(identityUids({ inRoot: true }), sorted([P1, P2]));
-      assert.deepEqual(identityUids({ childrenOf: A }), [SA]);
-      assert.deepEqual(identityUids({ descendantsOf: A }), sorted([SA, SA1]));
-      assert.deepEqual(identityUids({ descendantsOf: B }), [SB1]);
-      assert.deepEqual(identityUids({ ids: [SA1, P2, SB1.replace(/5$/, "6")] }), sorted([SA1, P2]));
-      assert.deepEqual(identityUids({}, {}, [A]), sorted([SA, SA1]));
-      assert.deepEqual(identityUids({}, {}, [A1, B]), sorted([SA1, SB1]));
-      assert.deepEqual(identityUids({}, { name: "ci" }, [A1]), [SA1]);
-      assert.deepEqual(identityUids({}, {}, []), []);
+      assert.deepEqual(await identityUids({}), sorted([P1, P2, SA, SA1, SB1]));
+      assert.deepEqual(await identityUids({}, { name: "ci" }), sorted([P2, SA, SA1]));
+      assert.deepEqual(await identityUids({}, { relationshipKind: "staticKeys" }), sorted([P1, SA]));
+      assert.deepEqual(await identityUids({}, { name: "ci", relationshipKind: "claimMatch" }), sorted([P2, SA1]));
+      assert.deepEqual(await identityUids({ inRoot: true }), sorted([P1, P2]));
+      assert.deepEqual(await identityUids({ childrenOf: A }), [SA]);
+      assert.deepEqual(await identityUids({ descendantsOf: A }), sorted([SA, SA1]));
+      assert.deepEqual(await identityUids({ descendantsOf: B }), [SB1]);
+      assert.deepEqual(await identityUids({ ids: [SA1, P2, SB1.replace(/5$/, "6")] }), sorted([SA1, P2]));
+      assert.deepEqual(await identityUids({}, {}, [A]), sorted([SA, SA1]));
+      assert.deepEqual(await identityUids({}, {}, [A1, B]), sorted([SA1, SB1]));
+      assert.deepEqual(await identityUids({}, { name: "ci" }, [A1]), [SA1]);
+      assert.deepEqual(await identityUids({}, {}, []), []);
     });
   });
 
   describe("roles: create, get, update, delete, list", () => {
     let store: Store;
-    beforeEach(() => {
+    beforeEach(async () => {
       store = getStore();
-      for (const g of hierarchyFixture()) store.groups.create(g);
+      for (const g of hierarchyFixture()) await store.groups.create(g);
     });
 
-    test("capabilities and every field round-trip; get returns null when absent", () => {
+    test("capabilities and every field round-trip; get returns null when absent", async () => {
       const builtIn = role(VIEWER, null, "viewer", [1, 5, 100, 1_000], { description: "read everything", createTime: 10, updateTime: 20 });
       const custom = role(RA1, A1, "deployer", [3, 4]);
       const empty = role(RA, A, "nothing", []);
-      store.roles.create(builtIn);
-      store.roles.create(custom);
-      store.roles.create(empty);
-      assert.deepEqual(store.roles.get(VIEWER), builtIn);
-      assert.deepEqual(store.roles.get(RA1), custom);
-      assert.deepEqual(store.roles.get(RA), empty);
-      assert.equal(store.roles.get(OWNER), null);
+      await store.roles.create(builtIn);
+      await store.roles.create(custom);
+      await store.roles.create(empty);
+      assert.deepEqual(await store.roles.get(VIEWER), builtIn);
+      assert.deepEqual(await store.roles.get(RA1), custom);
+      assert.deepEqual(await store.roles.get(RA), empty);
+      assert.equal(await store.roles.get(OWNER), null);
     });
 
-    test("create in a missing group throws NotFoundError; a taken uid throws AlreadyExistsError", () => {
+    test("create in a missing group throws NotFoundError; a taken uid throws AlreadyExistsError", async () => {
       const missing = `${C}/${"7".repeat(16)}`;
-      assertNotFound(() => store.roles.create(role(`${missing}/${"d".repeat(16)}`, missing, "x")), "group", missing);
-      assert.equal(store.roles.get(`${missing}/${"d".repeat(16)}`), null);
-      store.roles.create(role(RA, A, "first"));
-      assert.throws(() => store.roles.create(role(RA, A, "second")), AlreadyExistsError);
-      assert.equal(store.roles.get(RA)?.name, "first");
+      await assertNotFound(async () => store.roles.create(role(`${missing}/${"d".repeat(16)}`, missing, "x")), "group", missing);
+      assert.equal(await store.roles.get(`${missing}/${"d".repeat(16)}`), null);
+      await store.roles.create(role(RA, A, "first"));
+      await assert.rejects(async () => store.roles.create(role(RA, A, "second")), AlreadyExistsError);
+      assert.equal((await store.roles.get(RA))?.name, "first");
     });
 
-    test("update returns the changed role, moves updateTime, and keeps the rest", () => {
+    test("update returns the changed role, moves updateTime, and keeps the rest", async () => {
       const before = role(RA, A, "editor", [1, 2], { description: "kept", createTime: 1_000, updateTime: 1_000 });
-      store.roles.create(before);
-      const changed = store.roles.update(RA, { capabilities: [2, 7, 9] }, 4_000);
+      await store.roles.create(before);
+      const changed = await store.roles.update(RA, { capabilities: [2, 7, 9] }, 4_000);
       assert.deepEqual(changed, { ...before, capabilities: [2, 7, 9], updateTime: 4_000 });
-      assert.deepEqual(store.roles.get(RA), changed);
-      const renamed = store.roles.update(RA, { name: "writer", description: "new" }, 5_000);
+      assert.deepEqual(await store.roles.get(RA), changed);
+      const renamed = await store.roles.update(RA, { name: "writer", description: "new" }, 5_000);
       assert.deepEqual(renamed, { ...changed, name: "writer", description: "new", updateTime: 5_000 });
-      assert.deepEqual(store.roles.get(RA), renamed);
-      assertNotFound(() => store.roles.update(RA1, { name: "x" }, 1), "role", RA1);
+      assert.deepEqual(await store.roles.get(RA), renamed);
+      await assertNotFound(async () => store.roles.update(RA1, { name: "x" }, 1), "role", RA1);
     });
 
-    test("delete while bound fails with ROLE_IN_USE naming role bindings; unbound it succeeds", () => {
-      store.identities.create(identity(P1, null, "Ada"));
-      store.roles.create(role(RA, A, "editor"));
-      store.roleBindings.create([binding(bindingUid(A1, 1), A1, P1, RA)]);
-      assertPrecondition(() => store.roles.delete(RA), "ROLE_IN_USE", RA, /role bindings/);
-      assert.equal(store.roles.get(RA)?.name, "editor");
-      assert.equal(store.roleBindings.get(bindingUid(A1, 1))?.roleUid, RA);
+    test("delete while bound fails with ROLE_IN_USE naming role bindings; unbound it succeeds", async () => {
+      await store.identities.create(identity(P1, null, "Ada"));
+      await store.roles.create(role(RA, A, "editor"));
+      await store.roleBindings.create([binding(bindingUid(A1, 1), A1, P1, RA)]);
+      await assertPrecondition(async () => store.roles.delete(RA), "ROLE_IN_USE", RA, /role bindings/);
+      assert.equal((await store.roles.get(RA))?.name, "editor");
+      assert.equal((await store.roleBindings.get(bindingUid(A1, 1)))?.roleUid, RA);
 
-      assert.equal(store.roleBindings.delete(bindingUid(A1, 1)), true);
-      store.roles.delete(RA);
-      assert.equal(store.roles.get(RA), null);
-      assertNotFound(() => store.roles.delete(RA), "role", RA);
+      assert.equal(await store.roleBindings.delete(bindingUid(A1, 1)), true);
+      await store.roles.delete(RA);
+      assert.equal(await store.roles.get(RA), null);
+      await assertNotFound(async () => store.roles.delete(RA), "role", RA);
     });
 
-    test("built-in roles are visible to every non-empty visibleWithin, and counted", () => {
-      store.roles.create(role(VIEWER, null, "viewer"));
-      store.roles.create(role(OWNER, null, "owner"));
-      store.roles.create(role(RA, A, "viewer"));
-      store.roles.create(role(RA1, A1, "deployer"));
-      store.roles.create(role(RB1, B1, "deployer"));
+    test("built-in roles are visible to every non-empty visibleWithin, and counted", async () => {
+      await store.roles.create(role(VIEWER, null, "viewer"));
+      await store.roles.create(role(OWNER, null, "owner"));
+      await store.roles.create(role(RA, A, "viewer"));
+      await store.roles.create(role(RA1, A1, "deployer"));
+      await store.roles.create(role(RB1, B1, "deployer"));
 
-      assert.deepEqual(roleUids({}), sorted([VIEWER, OWNER, RA, RA1, RB1]));
-      assert.deepEqual(roleUids({}, {}, []), [], "an empty visibleWithin sees not even built-in roles");
-      assert.deepEqual(roleUids({}, {}, [A1]), sorted([VIEWER, OWNER, RA1]));
-      assert.deepEqual(roleUids({}, {}, [A]), sorted([VIEWER, OWNER, RA, RA1]));
-      assert.deepEqual(roleUids({}, {}, [A1X, B1]), sorted([VIEWER, OWNER, RB1]));
-      assert.deepEqual(roleUids({}, {}, [C]), sorted([VIEWER, OWNER]));
-      assert.deepEqual(roleUids({ inRoot: true }, {}, [A1]), sorted([VIEWER, OWNER]));
-      assert.deepEqual(roleUids({ descendantsOf: A }, {}, [A1]), [RA1], "hierarchy filters still apply to built-in roles");
-      assert.deepEqual(roleUids({ descendantsOf: A }), sorted([RA, RA1]));
-      assert.deepEqual(roleUids({ childrenOf: B1 }), [RB1]);
-      assert.deepEqual(roleUids({}, { name: "viewer" }, [B]), [VIEWER]);
-      assert.deepEqual(roleUids({}, { name: "viewer" }, [A]), sorted([VIEWER, RA]));
+      assert.deepEqual(await roleUids({}), sorted([VIEWER, OWNER, RA, RA1, RB1]));
+      assert.deepEqual(await roleUids({}, {}, []), [], "an empty visibleWithin sees not even built-in roles");
+      assert.deepEqual(await roleUids({}, {}, [A1]), sorted([VIEWER, OWNER, RA1]));
+      assert.deepEqual(await roleUids({}, {}, [A]), sorted([VIEWER, OWNER, RA, RA1]));
+      assert.deepEqual(await roleUids({}, {}, [A1X, B1]), sorted([VIEWER, OWNER, RB1]));
+      assert.deepEqual(await roleUids({}, {}, [C]), sorted([VIEWER, OWNER]));
+      assert.deepEqual(await roleUids({ inRoot: true }, {}, [A1]), sorted([VIEWER, OWNER]));
+      assert.deepEqual(await roleUids({ descendantsOf: A }, {}, [A1]), [RA1], "hierarchy filters still apply to built-in roles");
+      assert.deepEqual(await roleUids({ descendantsOf: A }), sorted([RA, RA1]));
+      assert.deepEqual(await roleUids({ childrenOf: B1 }), [RB1]);
+      assert.deepEqual(await roleUids({}, { name: "viewer" }, [B]), [VIEWER]);
+      assert.deepEqual(await roleUids({}, { name: "viewer" }, [A]), sorted([VIEWER, RA]));
 
-      const page = store.roles.list(query<RoleFilter, RoleOrder>({ visibleWithin: [A1], limit: 1 }));
+      const page = await store.roles.list(query<RoleFilter, RoleOrder>({ visibleWithin: [A1], limit: 1 }));
       assert.equal(page.totalCount, 3);
       assert.equal(page.items.length, 1);
       assert.equal(page.hasMore, true);
-      const none = store.roles.list(query<RoleFilter, RoleOrder>({ visibleWithin: [] }));
+      const none = await store.roles.list(query<RoleFilter, RoleOrder>({ visibleWithin: [] }));
       assert.deepEqual(none, { items: [], hasMore: false, totalCount: 0 });
     });
   });
 
   describe("role bindings: create, get, update, delete, list", () => {
     let store: Store;
-    beforeEach(() => {
+    beforeEach(async () => {
       store = getStore();
-      for (const g of hierarchyFixture()) store.groups.create(g);
-      store.identities.create(identity(P1, null, "Ada"));
-      store.identities.create(identity(P2, null, "Grace"));
-      store.identities.create(identity(SA, A, "ci"));
-      store.roles.create(role(VIEWER, null, "viewer"));
-      store.roles.create(role(RA, A, "editor"));
+      for (const g of hierarchyFixture()) await store.groups.create(g);
+      await store.identities.create(identity(P1, null, "Ada"));
+      await store.identities.create(identity(P2, null, "Grace"));
+      await store.identities.create(identity(SA, A, "ci"));
+      await store.roles.create(role(VIEWER, null, "viewer"));
+      await store.roles.create(role(RA, A, "editor"));
     });
 
-    test("a batch creates every binding, each exactly as given; get returns null when absent", () => {
+    test("a batch creates every binding, each exactly as given; get returns null when absent", async () => {
       const batch = [
         binding(bindingUid(A, 1), A, P1, VIEWER, 1_000),
         binding(bindingUid(A1X, 1), A1X, SA, RA, 2_000),
         binding(bindingUid(B, 1), B, P2, VIEWER, 3_000),
       ];
-      store.roleBindings.create(batch);
-      for (const b of batch) assert.deepEqual(store.roleBindings.get(b.uid), b);
-      assert.equal(store.roleBindings.get(bindingUid(A, 2)), null);
-      assert.deepEqual(bindingUids({}), sorted(batch.map((b) => b.uid)));
+      await store.roleBindings.create(batch);
+      for (const b of batch) assert.deepEqual(await store.roleBindings.get(b.uid), b);
+      assert.equal(await store.roleBindings.get(bindingUid(A, 2)), null);
+      assert.deepEqual(await bindingUids({}), sorted(batch.map((b) => b.uid)));
     });
 
-    test("a missing group, group identity or role throws NotFoundError naming its kind, and creates nothing", () => {
+    test("a missing group, group identity or role throws NotFoundError naming its kind, and creates nothing", async () => {
       const missingGroup = `${C}/${"7".repeat(16)}`;
       const missingIdentity = `${A}/${"8".repeat(16)}`;
       const missingRole = `${A}/${"e".repeat(16)}`;
-      assertNotFound(() => store.roleBindings.create([binding(bindingUid(missingGroup, 1), missingGroup, P1, VIEWER)]), "group", missingGroup);
-      assertNotFound(() => store.roleBindings.create([binding(bindingUid(A, 1), A, missingIdentity, VIEWER)]), "identity", missingIdentity);
-      assertNotFound(() => store.roleBindings.create([binding(bindingUid(A, 1), A, P1, missingRole)]), "role", missingRole);
-      assert.equal(store.roleBindings.get(bindingUid(A, 1)), null);
-      assert.deepEqual(bindingUids({}), []);
+      await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(missingGroup, 1), missingGroup, P1, VIEWER)]), "group", missingGroup);
+      await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(A, 1), A, missingIdentity, VIEWER)]), "identity", missingIdentity);
+      await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(A, 1), A, P1, missingRole)]), "role", missingRole);
+      assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
+      assert.deepEqual(await bindingUids({}), []);
     });
 
-    test("a person's root-level uid need not exist: the binding waits for sign-up, and goes when the person is deleted", () => {
+    test("a person's root-level uid need not exist: the binding waits for sign-up, and goes when the person is deleted", async () => {
       const person = "8".repeat(40);
       const waiting = binding(bindingUid(A, 1), A, person, VIEWER);
-      store.roleBindings.create([waiting]);
-      assert.deepEqual(store.roleBindings.forIdentity(person), [waiting]);
-      assert.deepEqual(store.roleBindings.update(waiting.uid, { identityUid: "6".repeat(40) }), { ...waiting, identityUid: "6".repeat(40) });
-      store.roleBindings.update(waiting.uid, { identityUid: person });
-      store.identities.create(identity(person, null, "late comer"));
-      assert.deepEqual(store.roleBindings.forIdentity(person), [waiting]);
-      store.identities.delete(person);
-      assert.deepEqual(store.roleBindings.forIdentity(person), []);
-      assert.deepEqual(bindingUids({}), []);
+      await store.roleBindings.create([waiting]);
+      assert.deepEqual(await store.roleBindings.forIdentity(person), [waiting]);
+      assert.deepEqual(await store.roleBindings.update(waiting.uid, { identityUid: "6".repeat(40) }), { ...waiting, identityUid: "6".repeat(40) });
+      await store.roleBindings.update(waiting.uid, { identityUid: person });
+      await store.identities.create(identity(person, null, "late comer"));
+      assert.deepEqual(await store.roleBindings.forIdentity(person), [waiting]);
+      await store.identities.delete(person);
+      assert.deepEqual(await store.roleBindings.forIdentity(person), []);
+      assert.deepEqual(await bindingUids({}), []);
     });
 
-    test("a batch with one missing group identity creates none of its bindings", () => {
+    test("a batch with one missing group identity creates none of its bindings", async () => {
       const missing = `${A}/${"8".repeat(16)}`;
-      assertNotFound(
-        () =>
+      await assertNotFound(
+        async () =>
           store.roleBindings.create([
             binding(bindingUid(A, 1), A, P1, VIEWER),
             binding(bindingUid(A, 2), A, missing, VIEWER),
@@ -373,74 +382,74 @@ export function iamConformance(getStore: () => Store): void {
         "identity",
         missing,
       );
-      assert.equal(store.roleBindings.get(bindingUid(A, 1)), null);
-      assert.equal(store.roleBindings.get(bindingUid(B, 1)), null);
-      assert.deepEqual(store.roleBindings.forIdentity(P1), []);
-      assert.deepEqual(store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({})), {
+      assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
+      assert.equal(await store.roleBindings.get(bindingUid(B, 1)), null);
+      assert.deepEqual(await store.roleBindings.forIdentity(P1), []);
+      assert.deepEqual(await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({})), {
         items: [],
         hasMore: false,
         totalCount: 0,
       });
     });
 
-    test("a taken uid, in the store or earlier in the batch, throws AlreadyExistsError and creates none", () => {
-      store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]);
-      assert.throws(
-        () => store.roleBindings.create([binding(bindingUid(B, 1), B, P2, VIEWER), binding(bindingUid(A, 1), A, P2, RA)]),
+    test("a taken uid, in the store or earlier in the batch, throws AlreadyExistsError and creates none", async () => {
+      await store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]);
+      await assert.rejects(
+        async () => store.roleBindings.create([binding(bindingUid(B, 1), B, P2, VIEWER), binding(bindingUid(A, 1), A, P2, RA)]),
         AlreadyExistsError,
       );
-      assert.throws(
-        () => store.roleBindings.create([binding(bindingUid(B, 2), B, P2, VIEWER), binding(bindingUid(B, 2), B, P1, VIEWER)]),
+      await assert.rejects(
+        async () => store.roleBindings.create([binding(bindingUid(B, 2), B, P2, VIEWER), binding(bindingUid(B, 2), B, P1, VIEWER)]),
         AlreadyExistsError,
       );
-      assert.deepEqual(store.roleBindings.get(bindingUid(A, 1)), binding(bindingUid(A, 1), A, P1, VIEWER));
-      assert.deepEqual(bindingUids({}), [bindingUid(A, 1)]);
+      assert.deepEqual(await store.roleBindings.get(bindingUid(A, 1)), binding(bindingUid(A, 1), A, P1, VIEWER));
+      assert.deepEqual(await bindingUids({}), [bindingUid(A, 1)]);
     });
 
-    test("update changes identity and role, and checks both exist", () => {
+    test("update changes identity and role, and checks both exist", async () => {
       const b = binding(bindingUid(A1, 1), A1, P1, VIEWER, 1_234);
-      store.roleBindings.create([b]);
-      const withRole = store.roleBindings.update(b.uid, { roleUid: RA });
+      await store.roleBindings.create([b]);
+      const withRole = await store.roleBindings.update(b.uid, { roleUid: RA });
       assert.deepEqual(withRole, { ...b, roleUid: RA });
-      assert.deepEqual(store.roleBindings.get(b.uid), withRole);
-      const withBoth = store.roleBindings.update(b.uid, { identityUid: SA, roleUid: VIEWER });
+      assert.deepEqual(await store.roleBindings.get(b.uid), withRole);
+      const withBoth = await store.roleBindings.update(b.uid, { identityUid: SA, roleUid: VIEWER });
       assert.deepEqual(withBoth, { ...b, identityUid: SA, roleUid: VIEWER });
-      assert.deepEqual(store.roleBindings.forIdentity(P1), []);
-      assert.deepEqual(store.roleBindings.forIdentity(SA), [withBoth]);
+      assert.deepEqual(await store.roleBindings.forIdentity(P1), []);
+      assert.deepEqual(await store.roleBindings.forIdentity(SA), [withBoth]);
 
-      assertNotFound(() => store.roleBindings.update(b.uid, { identityUid: `${A1}/${"7".repeat(16)}` }), "identity", `${A1}/${"7".repeat(16)}`);
-      assertNotFound(() => store.roleBindings.update(b.uid, { roleUid: OWNER }), "role", OWNER);
-      assert.throws(() => store.roleBindings.update(bindingUid(A1, 2), { roleUid: RA }), NotFoundError);
-      assert.deepEqual(store.roleBindings.get(b.uid), withBoth);
+      await assertNotFound(async () => store.roleBindings.update(b.uid, { identityUid: `${A1}/${"7".repeat(16)}` }), "identity", `${A1}/${"7".repeat(16)}`);
+      await assertNotFound(async () => store.roleBindings.update(b.uid, { roleUid: OWNER }), "role", OWNER);
+      await assert.rejects(async () => store.roleBindings.update(bindingUid(A1, 2), { roleUid: RA }), NotFoundError);
+      assert.deepEqual(await store.roleBindings.get(b.uid), withBoth);
     });
 
-    test("delete returns true once, then false; deleting what never existed is false", () => {
-      store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER), binding(bindingUid(A, 2), A, P2, VIEWER)]);
-      assert.equal(store.roleBindings.delete(bindingUid(A, 1)), true);
-      assert.equal(store.roleBindings.get(bindingUid(A, 1)), null);
-      assert.equal(store.roleBindings.delete(bindingUid(A, 1)), false);
-      assert.equal(store.roleBindings.delete(bindingUid(C, 9)), false);
-      assert.deepEqual(bindingUids({}), [bindingUid(A, 2)]);
+    test("delete returns true once, then false; deleting what never existed is false", async () => {
+      await store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER), binding(bindingUid(A, 2), A, P2, VIEWER)]);
+      assert.equal(await store.roleBindings.delete(bindingUid(A, 1)), true);
+      assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
+      assert.equal(await store.roleBindings.delete(bindingUid(A, 1)), false);
+      assert.equal(await store.roleBindings.delete(bindingUid(C, 9)), false);
+      assert.deepEqual(await bindingUids({}), [bindingUid(A, 2)]);
     });
 
-    test("forIdentity returns every binding of the identity, at every group", () => {
+    test("forIdentity returns every binding of the identity, at every group", async () => {
       const p1 = [
         binding(bindingUid(A, 1), A, P1, VIEWER),
         binding(bindingUid(A1X, 1), A1X, P1, RA),
         binding(bindingUid(C, 1), C, P1, VIEWER),
       ];
-      store.roleBindings.create([...p1, binding(bindingUid(A, 2), A, P2, VIEWER)]);
-      const got = store.roleBindings.forIdentity(P1);
+      await store.roleBindings.create([...p1, binding(bindingUid(A, 2), A, P2, VIEWER)]);
+      const got = await store.roleBindings.forIdentity(P1);
       assert.deepEqual(
         [...got].sort((x, y) => (x.uid < y.uid ? -1 : 1)),
         [...p1].sort((x, y) => (x.uid < y.uid ? -1 : 1)),
       );
-      assert.deepEqual(store.roleBindings.forIdentity(SA), []);
-      assert.deepEqual(store.roleBindings.forIdentity("8".repeat(40)), []);
+      assert.deepEqual(await store.roleBindings.forIdentity(SA), []);
+      assert.deepEqual(await store.roleBindings.forIdentity("8".repeat(40)), []);
     });
 
-    test("list filters by identity, group and role, and hierarchy filters work on the binding uid", () => {
-      store.roleBindings.create([
+    test("list filters by identity, group and role, and hierarchy filters work on the binding uid", async () => {
+      await store.roleBindings.create([
         binding(bindingUid(A, 1), A, P1, VIEWER),
         binding(bindingUid(A, 2), A, SA, RA),
         binding(bindingUid(A1, 1), A1, P1, RA),
@@ -448,124 +457,124 @@ export function iamConformance(getStore: () => Store): void {
         binding(bindingUid(A2, 1), A2, P2, RA),
         binding(bindingUid(B1, 1), B1, P1, VIEWER),
       ]);
-      assert.deepEqual(bindingUids({}, { identityUid: P1 }), sorted([bindingUid(A, 1), bindingUid(A1, 1), bindingUid(B1, 1)]));
-      assert.deepEqual(bindingUids({}, { groupUid: A }), sorted([bindingUid(A, 1), bindingUid(A, 2)]));
-      assert.deepEqual(bindingUids({}, { roleUid: RA }), sorted([bindingUid(A, 2), bindingUid(A1, 1), bindingUid(A2, 1)]));
-      assert.deepEqual(bindingUids({}, { identityUid: P1, roleUid: VIEWER }), sorted([bindingUid(A, 1), bindingUid(B1, 1)]));
-      assert.deepEqual(bindingUids({}, { identityUid: P2, groupUid: A1X, roleUid: VIEWER }), [bindingUid(A1X, 1)]);
-      assert.deepEqual(bindingUids({}, { identityUid: SA, groupUid: B1 }), []);
+      assert.deepEqual(await bindingUids({}, { identityUid: P1 }), sorted([bindingUid(A, 1), bindingUid(A1, 1), bindingUid(B1, 1)]));
+      assert.deepEqual(await bindingUids({}, { groupUid: A }), sorted([bindingUid(A, 1), bindingUid(A, 2)]));
+      assert.deepEqual(await bindingUids({}, { roleUid: RA }), sorted([bindingUid(A, 2), bindingUid(A1, 1), bindingUid(A2, 1)]));
+      assert.deepEqual(await bindingUids({}, { identityUid: P1, roleUid: VIEWER }), sorted([bindingUid(A, 1), bindingUid(B1, 1)]));
+      assert.deepEqual(await bindingUids({}, { identityUid: P2, groupUid: A1X, roleUid: VIEWER }), [bindingUid(A1X, 1)]);
+      assert.deepEqual(await bindingUids({}, { identityUid: SA, groupUid: B1 }), []);
 
       assert.deepEqual(
-        bindingUids({ descendantsOf: A }),
+        await bindingUids({ descendantsOf: A }),
         sorted([bindingUid(A, 1), bindingUid(A, 2), bindingUid(A1, 1), bindingUid(A1X, 1), bindingUid(A2, 1)]),
         "a binding at A lies below A",
       );
-      assert.deepEqual(bindingUids({ descendantsOf: A1 }), sorted([bindingUid(A1, 1), bindingUid(A1X, 1)]));
-      assert.deepEqual(bindingUids({ childrenOf: A1 }), [bindingUid(A1, 1)]);
-      assert.deepEqual(bindingUids({ descendantsOf: B }), [bindingUid(B1, 1)]);
-      assert.deepEqual(bindingUids({ inRoot: true }), []);
-      assert.deepEqual(bindingUids({ ids: [bindingUid(A2, 1), bindingUid(A2, 2)] }), [bindingUid(A2, 1)]);
-      assert.deepEqual(bindingUids({ descendantsOf: A }, { identityUid: P2 }), sorted([bindingUid(A1X, 1), bindingUid(A2, 1)]));
-      assert.deepEqual(bindingUids({}, {}, [A1]), sorted([bindingUid(A1, 1), bindingUid(A1X, 1)]));
-      assert.deepEqual(bindingUids({}, { identityUid: P1 }, [A1, B]), sorted([bindingUid(A1, 1), bindingUid(B1, 1)]));
-      assert.deepEqual(bindingUids({}, {}, []), []);
+      assert.deepEqual(await bindingUids({ descendantsOf: A1 }), sorted([bindingUid(A1, 1), bindingUid(A1X, 1)]));
+      assert.deepEqual(await bindingUids({ childrenOf: A1 }), [bindingUid(A1, 1)]);
+      assert.deepEqual(await bindingUids({ descendantsOf: B }), [bindingUid(B1, 1)]);
+      assert.deepEqual(await bindingUids({ inRoot: true }), []);
+      assert.deepEqual(await bindingUids({ ids: [bindingUid(A2, 1), bindingUid(A2, 2)] }), [bindingUid(A2, 1)]);
+      assert.deepEqual(await bindingUids({ descendantsOf: A }, { identityUid: P2 }), sorted([bindingUid(A1X, 1), bindingUid(A2, 1)]));
+      assert.deepEqual(await bindingUids({}, {}, [A1]), sorted([bindingUid(A1, 1), bindingUid(A1X, 1)]));
+      assert.deepEqual(await bindingUids({}, { identityUid: P1 }, [A1, B]), sorted([bindingUid(A1, 1), bindingUid(B1, 1)]));
+      assert.deepEqual(await bindingUids({}, {}, []), []);
     });
   });
 
-  describe("groups: deletion blocked by every kind that lives in a group", () => {
+  describe("async groups: deletion blocked by every kind that lives in a group", () => {
     let store: Store;
-    beforeEach(() => {
+    beforeEach(async () => {
       store = getStore();
-      store.groups.create(group(A, null, "org"));
-      store.groups.create(group(A1, A, "team"));
+      await store.groups.create(group(A, null, "org"));
+      await store.groups.create(group(A1, A, "team"));
     });
 
-    const blocked = (label: RegExp) => assertPrecondition(() => store.groups.delete(A1), "RESOURCE_NOT_EMPTY", A1, label);
-    const deletes = () => {
-      store.groups.delete(A1);
-      assert.equal(store.groups.get(A1), null);
+    const blocked = async (label: RegExp) => await assertPrecondition(async () => store.groups.delete(A1), "RESOURCE_NOT_EMPTY", A1, label);
+    const deletes = async () => {
+      await store.groups.delete(A1);
+      assert.equal(await store.groups.get(A1), null);
     };
 
-    test("an identity in the group blocks it, naming identities", () => {
-      store.identities.create(identity(SA1, A1, "ci"));
-      blocked(/\bidentities\b/);
-      assert.equal(store.groups.get(A1)?.name, "team");
-      store.identities.delete(SA1);
-      deletes();
+    test("an identity in the group blocks it, naming identities", async () => {
+      await store.identities.create(identity(SA1, A1, "ci"));
+      await blocked(/\bidentities\b/);
+      assert.equal((await store.groups.get(A1))?.name, "team");
+      await store.identities.delete(SA1);
+      await deletes();
     });
 
-    test("a role in the group blocks it, naming roles", () => {
-      store.roles.create(role(RA1, A1, "deployer"));
-      blocked(/\broles\b/);
-      assert.equal(store.groups.get(A1)?.name, "team");
-      store.roles.delete(RA1);
-      deletes();
+    test("a role in the group blocks it, naming roles", async () => {
+      await store.roles.create(role(RA1, A1, "deployer"));
+      await blocked(/\broles\b/);
+      assert.equal((await store.groups.get(A1))?.name, "team");
+      await store.roles.delete(RA1);
+      await deletes();
     });
 
-    test("a role binding at the group blocks it, naming role bindings", () => {
-      store.identities.create(identity(P1, null, "Ada"));
-      store.roles.create(role(VIEWER, null, "viewer"));
-      store.roleBindings.create([binding(bindingUid(A1, 1), A1, P1, VIEWER)]);
-      blocked(/\brole bindings\b/);
-      assert.equal(store.groups.get(A1)?.name, "team");
-      assert.equal(store.roleBindings.delete(bindingUid(A1, 1)), true);
-      deletes();
+    test("a role binding at the group blocks it, naming role bindings", async () => {
+      await store.identities.create(identity(P1, null, "Ada"));
+      await store.roles.create(role(VIEWER, null, "viewer"));
+      await store.roleBindings.create([binding(bindingUid(A1, 1), A1, P1, VIEWER)]);
+      await blocked(/\brole bindings\b/);
+      assert.equal((await store.groups.get(A1))?.name, "team");
+      assert.equal(await store.roleBindings.delete(bindingUid(A1, 1)), true);
+      await deletes();
     });
   });
 
   describe("authzVersion", () => {
-    test("changes after every write to identities, roles and role bindings, and not on reads", () => {
+    test("changes after every write to identities, roles and role bindings, and not on reads", async () => {
       const store = getStore();
-      store.groups.create(group(A, null, "org"));
+      await store.groups.create(group(A, null, "org"));
       let version = store.authzVersion();
-      const changes = (what: string, write: () => unknown) => {
+      const changes = async (what: string, write: () => unknown) => {
         write();
         const next = store.authzVersion();
         assert.notEqual(next, version, `authzVersion changes after ${what}`);
         version = next;
       };
-      const unchanged = (what: string, read: () => unknown) => {
+      const unchanged = async (what: string, read: () => unknown) => {
         read();
         assert.equal(store.authzVersion(), version, `authzVersion stays after ${what}`);
       };
 
-      changes("identities.create", () => store.identities.create(identity(P1, null, "Ada")));
-      changes("roles.create", () => store.roles.create(role(VIEWER, null, "viewer")));
-      changes("roles.create in a group", () => store.roles.create(role(RA, A, "editor")));
-      changes("roleBindings.create", () => store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]));
-      unchanged("reads", () => {
-        store.identities.get(P1);
-        store.roles.list(query<RoleFilter, RoleOrder>({}));
-        store.roleBindings.forIdentity(P1);
-        store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({}));
+      await changes("identities.create", async () => store.identities.create(identity(P1, null, "Ada")));
+      await changes("roles.create", async () => store.roles.create(role(VIEWER, null, "viewer")));
+      await changes("roles.create in a group", async () => store.roles.create(role(RA, A, "editor")));
+      await changes("roleBindings.create", async () => store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]));
+      await unchanged("reads", async () => {
+        await store.identities.get(P1);
+        await store.roles.list(query<RoleFilter, RoleOrder>({}));
+        await store.roleBindings.forIdentity(P1);
+        await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({}));
       });
-      changes("roleBindings.update", () => store.roleBindings.update(bindingUid(A, 1), { roleUid: RA }));
-      changes("roles.update", () => store.roles.update(RA, { capabilities: [9] }, 2));
-      changes("identities.update", () => store.identities.update(P1, { name: "Ada L." }, 2));
-      changes("roleBindings.delete", () => store.roleBindings.delete(bindingUid(A, 1)));
-      store.roleBindings.create([binding(bindingUid(A, 2), A, P1, RA)]);
+      await changes("roleBindings.update", async () => store.roleBindings.update(bindingUid(A, 1), { roleUid: RA }));
+      await changes("roles.update", async () => store.roles.update(RA, { capabilities: [9] }, 2));
+      await changes("identities.update", async () => store.identities.update(P1, { name: "Ada L." }, 2));
+      await changes("roleBindings.delete", async () => store.roleBindings.delete(bindingUid(A, 1)));
+      await store.roleBindings.create([binding(bindingUid(A, 2), A, P1, RA)]);
       version = store.authzVersion();
-      changes("identities.delete (removing its bindings)", () => store.identities.delete(P1));
-      changes("roles.delete", () => store.roles.delete(RA));
+      await changes("identities.delete (removing its bindings)", async () => store.identities.delete(P1));
+      await changes("roles.delete", async () => store.roles.delete(RA));
     });
 
-    test("a rolled-back transaction leaves a version different from the one seen inside it", () => {
+    test("a rolled-back transaction leaves a version different from the one seen inside it", async () => {
       const store = getStore();
-      store.groups.create(group(A, null, "org"));
-      store.identities.create(identity(P1, null, "Ada"));
-      store.roles.create(role(VIEWER, null, "viewer"));
+      await store.groups.create(group(A, null, "org"));
+      await store.identities.create(identity(P1, null, "Ada"));
+      await store.roles.create(role(VIEWER, null, "viewer"));
       let inside = store.authzVersion();
-      assert.throws(
-        () =>
-          store.transaction(() => {
-            store.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]);
+      await assert.rejects(
+        async () =>
+          store.transaction(async (tx) => {
+            await tx.roleBindings.create([binding(bindingUid(A, 1), A, P1, VIEWER)]);
             inside = store.authzVersion();
-            assert.equal(store.roleBindings.forIdentity(P1).length, 1);
+            assert.equal((await tx.roleBindings.forIdentity(P1)).length, 1);
             throw new Error("abort");
           }),
         /abort/,
       );
-      assert.deepEqual(store.roleBindings.forIdentity(P1), []);
+      assert.deepEqual(await store.roleBindings.forIdentity(P1), []);
       assert.notEqual(store.authzVersion(), inside, "a cache filled inside the transaction must not stay valid");
     });
   });

@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { beforeEach, describe, test } from "node:test";
-import { AlreadyExistsError } from "../../src/domain/errors.js";
 import type {
   HierarchyFilter,
   RepoFilter,
@@ -11,7 +10,7 @@ import type {
   TagOrder,
   TagRecord,
 } from "../../src/store/store.js";
-import { assertNotFound, assertPrecondition } from "./store-conformance-iam.js";
+import { assertAlreadyExists, assertNotFound, assertPrecondition } from "./store-conformance-iam.js";
 import { A, A1, A1X, A2, B, B1, C, hexSegments, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { belowFirstRoot, describePagedWalks, everything } from "./store-paged-walks.js";
 import { buildPagingTree, OWNERS, type WalkFixture } from "./store-walk-fixtures.js";
@@ -47,14 +46,6 @@ export function tag(uid: string, repoUid: string, name: string, over: Partial<Ta
   return { uid, repoUid, name, digest: DIGEST_1, deprecated: false, bundles: [], updateTime: 1_700_000_000_000, ...over };
 }
 
-function assertAlreadyExists(fn: () => unknown, kind: string, uid: string): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof AlreadyExistsError, `expected AlreadyExistsError, got ${String(err)}`);
-    assert.deepEqual(err.metadata, { kind, uid });
-    return true;
-  });
-}
-
 /** Conformance of repos and tags: contracts, errors, filters, the deletions they block, and the paged walks. */
 export function registryConformance(getStore: () => Store): void {
   describe("repos and tags", () => registryContracts(getStore));
@@ -75,8 +66,8 @@ export function registryConformance(getStore: () => Store): void {
   describePagedWalks<TagRecord, TagOrder>(getStore, {
     kind: "tags (referrer, dated and epoch tags left out)",
     orders: ["uid", "name", "updated_at"],
-    build: (store) => {
-      const f = buildTagWalk(store);
+    build: async (store) => {
+      const f = await buildTagWalk(store);
       return { ...f, records: f.records.filter((t) => PLAIN_TAG.test(t.name)) };
     },
     list: (store, q) => store.tags.list({ ...q, filter: NO_FORM }),
@@ -93,26 +84,26 @@ function visibleWithinFirstRoot<T extends { uid: string }>() {
 
 function registryContracts(getStore: () => Store): void {
   let store: Store;
-  beforeEach(() => {
+  beforeEach(async () => {
     store = getStore();
-    for (const g of hierarchyFixture()) store.groups.create(g);
+    for (const g of hierarchyFixture()) await store.groups.create(g);
   });
 
-  const repoUids = (hierarchy: HierarchyFilter, filter: RepoFilter = {}, visibleWithin: readonly string[] | null = null) => {
-    const r = store.repos.list(query<RepoFilter, RepoOrder>({ hierarchy, filter, visibleWithin }));
+  const repoUids = async (hierarchy: HierarchyFilter, filter: RepoFilter = {}, visibleWithin: readonly string[] | null = null) => {
+    const r = await store.repos.list(query<RepoFilter, RepoOrder>({ hierarchy, filter, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length);
     return r.items.map((i) => i.uid);
   };
-  const tagUids = (hierarchy: HierarchyFilter, filter: Partial<TagFilter> = {}, visibleWithin: readonly string[] | null = null) => {
-    const r = store.tags.list(query<TagFilter, TagOrder>({ hierarchy, filter: { ...NO_FORM, ...filter }, visibleWithin }));
+  const tagUids = async (hierarchy: HierarchyFilter, filter: Partial<TagFilter> = {}, visibleWithin: readonly string[] | null = null) => {
+    const r = await store.tags.list(query<TagFilter, TagOrder>({ hierarchy, filter: { ...NO_FORM, ...filter }, visibleWithin }));
     assert.equal(r.hasMore, false);
     assert.equal(r.totalCount, r.items.length);
     return r.items.map((i) => i.uid);
   };
 
   describe("repos: create, get, update, delete, list", () => {
-    test("every field round-trips exactly; get returns null when absent", () => {
+    test("every field round-trips exactly; get returns null when absent", async () => {
       const full = repo(R_A, A, "chainguard/nginx", {
         description: "web server",
         catalogTier: 2,
@@ -123,194 +114,195 @@ function registryContracts(getStore: () => Store): void {
         updateTime: 1_002,
       });
       const bare = repo(R_A1, A1, "python");
-      store.repos.create(full);
-      store.repos.create(bare);
-      assert.deepEqual(store.repos.get(R_A), full);
-      assert.deepEqual(store.repos.get(R_A1), bare);
-      assert.deepEqual(store.repos.list(query<RepoFilter, RepoOrder>({})).items, [bare, full]);
-      assert.equal(store.repos.get(R_B1), null);
+      await store.repos.create(full);
+      await store.repos.create(bare);
+      assert.deepEqual(await store.repos.get(R_A), full);
+      assert.deepEqual(await store.repos.get(R_A1), bare);
+      assert.deepEqual((await store.repos.list(query<RepoFilter, RepoOrder>({}))).items, [bare, full]);
+      assert.equal(await store.repos.get(R_B1), null);
     });
 
-    test("a missing group throws NotFoundError; a taken uid, or a name taken in the group, AlreadyExistsError", () => {
+    test("a missing group throws NotFoundError; a taken uid, or a name taken in the group, AlreadyExistsError", async () => {
       const missing = below(C, "8");
-      assertNotFound(() => store.repos.create(repo(below(missing, "5"), missing, "x")), "group", missing);
-      store.repos.create(repo(R_A, A, "nginx"));
-      assertAlreadyExists(() => store.repos.create(repo(R_A, A, "other")), "repo", R_A);
+      await assertNotFound(async () => store.repos.create(repo(below(missing, "5"), missing, "x")), "group", missing);
+      await store.repos.create(repo(R_A, A, "nginx"));
+      await assertAlreadyExists(async () => store.repos.create(repo(R_A, A, "other")), "repo", R_A);
       // The clash names the repo holding the name.
-      assertAlreadyExists(() => store.repos.create(repo(below(A, "6"), A, "nginx", { description: "second" })), "repo", R_A);
-      assert.equal(store.repos.get(below(A, "6")), null);
+      await assertAlreadyExists(async () => store.repos.create(repo(below(A, "6"), A, "nginx", { description: "second" })), "repo", R_A);
+      assert.equal(await store.repos.get(below(A, "6")), null);
       // The same name in another group, even a child, is another repo.
-      store.repos.create(repo(R_A1, A1, "nginx"));
-      assert.deepEqual(repoUids({}, { name: "nginx" }), sorted([R_A, R_A1]));
+      await store.repos.create(repo(R_A1, A1, "nginx"));
+      assert.deepEqual(await repoUids({}, { name: "nginx" }), sorted([R_A, R_A1]));
     });
 
-    test("update returns the changed repo, moves updateTime, and keeps the rest", () => {
+    test("update returns the changed repo, moves updateTime, and keeps the rest", async () => {
       const before = repo(R_A1, A1, "nginx", { description: "kept", bundles: ["base"], createTime: 1_000, updateTime: 1_000 });
-      store.repos.create(before);
-      const tiered = store.repos.update(R_A1, { catalogTier: 3, aliases: ["nginx:latest"] }, 5_000);
+      await store.repos.create(before);
+      const tiered = await store.repos.update(R_A1, { catalogTier: 3, aliases: ["nginx:latest"] }, 5_000);
       assert.deepEqual(tiered, { ...before, catalogTier: 3, aliases: ["nginx:latest"], updateTime: 5_000 });
-      assert.deepEqual(store.repos.get(R_A1), tiered);
-      const renamed = store.repos.update(R_A1, { name: "nginx-fips", bundles: [], activeTags: ["1"], description: "" }, 6_000);
+      assert.deepEqual(await store.repos.get(R_A1), tiered);
+      const renamed = await store.repos.update(R_A1, { name: "nginx-fips", bundles: [], activeTags: ["1"], description: "" }, 6_000);
       assert.deepEqual(renamed, { ...tiered, name: "nginx-fips", bundles: [], activeTags: ["1"], description: "", updateTime: 6_000 });
-      assert.deepEqual(store.repos.get(R_A1), renamed);
+      assert.deepEqual(await store.repos.get(R_A1), renamed);
       // Keeping its own name is no clash.
-      assert.equal(store.repos.update(R_A1, { name: "nginx-fips" }, 7_000).updateTime, 7_000);
+      assert.equal((await store.repos.update(R_A1, { name: "nginx-fips" }, 7_000)).updateTime, 7_000);
     });
 
-    test("renaming to a name taken in the group throws AlreadyExistsError and changes nothing; missing repos throw NotFoundError", () => {
-      store.repos.create(repo(R_A, A, "nginx"));
+    test("renaming to a name taken in the group throws AlreadyExistsError and changes nothing; missing repos throw NotFoundError", async () => {
+      await store.repos.create(repo(R_A, A, "nginx"));
       const other = repo(below(A, "6"), A, "redis");
-      store.repos.create(other);
-      assertAlreadyExists(() => store.repos.update(other.uid, { name: "nginx" }, 2_000), "repo", R_A);
-      assert.deepEqual(store.repos.get(other.uid), other);
-      assertNotFound(() => store.repos.update(R_B1, { name: "x" }, 2_000), "repo", R_B1);
-      assert.equal(store.repos.get(R_B1), null);
+      await store.repos.create(other);
+      await assertAlreadyExists(async () => store.repos.update(other.uid, { name: "nginx" }, 2_000), "repo", R_A);
+      assert.deepEqual(await store.repos.get(other.uid), other);
+      await assertNotFound(async () => store.repos.update(R_B1, { name: "x" }, 2_000), "repo", R_B1);
+      assert.equal(await store.repos.get(R_B1), null);
     });
 
-    test("delete removes the repo; a missing one throws NotFoundError", () => {
-      store.repos.create(repo(R_A, A, "nginx"));
-      store.repos.create(repo(R_B1, B1, "nginx"));
-      store.repos.delete(R_A);
-      assert.equal(store.repos.get(R_A), null);
-      assert.deepEqual(repoUids({}), [R_B1]);
-      assertNotFound(() => store.repos.delete(R_A), "repo", R_A);
+    test("delete removes the repo; a missing one throws NotFoundError", async () => {
+      await store.repos.create(repo(R_A, A, "nginx"));
+      await store.repos.create(repo(R_B1, B1, "nginx"));
+      await store.repos.delete(R_A);
+      assert.equal(await store.repos.get(R_A), null);
+      assert.deepEqual(await repoUids({}), [R_B1]);
+      await assertNotFound(async () => store.repos.delete(R_A), "repo", R_A);
       // The name is free again.
-      store.repos.create(repo(below(A, "6"), A, "nginx"));
+      await store.repos.create(repo(below(A, "6"), A, "nginx"));
     });
 
-    test("a repo with tags cannot be deleted: RESOURCE_NOT_EMPTY naming tags, and nothing is deleted", () => {
-      store.repos.create(repo(R_A1, A1, "nginx"));
-      store.tags.put(tag(below(R_A1, "7"), R_A1, "latest"));
-      assertPrecondition(() => store.repos.delete(R_A1), "RESOURCE_NOT_EMPTY", R_A1, /tags/);
-      assert.equal(store.repos.get(R_A1)?.name, "nginx");
-      assert.equal(store.tags.get(below(R_A1, "7"))?.name, "latest");
-      store.tags.delete(below(R_A1, "7"));
-      store.repos.delete(R_A1);
-      assert.equal(store.repos.get(R_A1), null);
+    test("a repo with tags cannot be async deleted: RESOURCE_NOT_EMPTY naming tags, and nothing is deleted", async () => {
+      await store.repos.create(repo(R_A1, A1, "nginx"));
+      await store.tags.put(tag(below(R_A1, "7"), R_A1, "latest"));
+      await assertPrecondition(async () => store.repos.delete(R_A1), "RESOURCE_NOT_EMPTY", R_A1, /tags/);
+      assert.equal((await store.repos.get(R_A1))?.name, "nginx");
+      assert.equal((await store.tags.get(below(R_A1, "7")))?.name, "latest");
+      await store.tags.delete(below(R_A1, "7"));
+      await store.repos.delete(R_A1);
+      assert.equal(await store.repos.get(R_A1), null);
     });
 
-    test("a group holding a repo cannot be deleted: RESOURCE_NOT_EMPTY naming repos", () => {
-      store.repos.create(repo(R_A1X, A1X, "nginx"));
-      assertPrecondition(() => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, /repos/);
-      assert.equal(store.groups.get(A1X)?.name, "svc");
-      assert.equal(store.repos.get(R_A1X)?.name, "nginx");
-      store.repos.delete(R_A1X);
-      store.groups.delete(A1X);
-      assert.equal(store.groups.get(A1X), null);
+    test("a group holding a repo cannot be async deleted: RESOURCE_NOT_EMPTY naming repos", async () => {
+      await store.repos.create(repo(R_A1X, A1X, "nginx"));
+      await assertPrecondition(async () => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, /repos/);
+      assert.equal((await store.groups.get(A1X))?.name, "svc");
+      assert.equal((await store.repos.get(R_A1X))?.name, "nginx");
+      await store.repos.delete(R_A1X);
+      await store.groups.delete(A1X);
+      assert.equal(await store.groups.get(A1X), null);
     });
 
-    test("list filters by exact name, hierarchy and visibility", () => {
-      store.repos.create(repo(R_A, A, "nginx"));
-      store.repos.create(repo(R_A1, A1, "nginx"));
-      store.repos.create(repo(R_A1X, A1X, "go/builder"));
-      store.repos.create(repo(R_B1, B1, "nginx"));
-      assert.deepEqual(repoUids({}, { name: "nginx" }), sorted([R_A, R_A1, R_B1]));
-      assert.deepEqual(repoUids({}, { name: "ngin" }), []);
-      assert.deepEqual(repoUids({ descendantsOf: A }), sorted([R_A, R_A1, R_A1X]));
-      assert.deepEqual(repoUids({ descendantsOf: A1 }, { name: "go/builder" }), [R_A1X]);
-      assert.deepEqual(repoUids({ childrenOf: A1 }), [R_A1]);
-      assert.deepEqual(repoUids({ childrenOf: A2 }), []);
-      assert.deepEqual(repoUids({ inRoot: true }), []);
-      assert.deepEqual(repoUids({ ids: [R_B1, below(C, "5")] }), [R_B1]);
-      assert.deepEqual(repoUids({ ancestorsOf: below(R_A1, "7") }), [R_A1]);
-      assert.deepEqual(repoUids({}, {}, [A1, B]), sorted([R_A1, R_A1X, R_B1]));
-      assert.deepEqual(repoUids({}, {}, []), []);
+    test("list filters by exact name, hierarchy and visibility", async () => {
+      await store.repos.create(repo(R_A, A, "nginx"));
+      await store.repos.create(repo(R_A1, A1, "nginx"));
+      await store.repos.create(repo(R_A1X, A1X, "go/builder"));
+      await store.repos.create(repo(R_B1, B1, "nginx"));
+      assert.deepEqual(await repoUids({}, { name: "nginx" }), sorted([R_A, R_A1, R_B1]));
+      assert.deepEqual(await repoUids({}, { name: "ngin" }), []);
+      assert.deepEqual(await repoUids({ descendantsOf: A }), sorted([R_A, R_A1, R_A1X]));
+      assert.deepEqual(await repoUids({ descendantsOf: A1 }, { name: "go/builder" }), [R_A1X]);
+      assert.deepEqual(await repoUids({ childrenOf: A1 }), [R_A1]);
+      assert.deepEqual(await repoUids({ childrenOf: A2 }), []);
+      assert.deepEqual(await repoUids({ inRoot: true }), []);
+      assert.deepEqual(await repoUids({ ids: [R_B1, below(C, "5")] }), [R_B1]);
+      assert.deepEqual(await repoUids({ ancestorsOf: below(R_A1, "7") }), [R_A1]);
+      assert.deepEqual(await repoUids({}, {}, [A1, B]), sorted([R_A1, R_A1X, R_B1]));
+      assert.deepEqual(await repoUids({}, {}, []), []);
     });
   });
 
   describe("tags: put, get, delete, list", () => {
-    beforeEach(() => {
-      store.repos.create(repo(R_A, A, "nginx"));
-      store.repos.create(repo(R_A1, A1, "nginx"));
-      store.repos.create(repo(R_B1, B1, "nginx"));
+    beforeEach(async () => {
+      await store.repos.create(repo(R_A, A, "nginx"));
+      await store.repos.create(repo(R_A1, A1, "nginx"));
+      await store.repos.create(repo(R_B1, B1, "nginx"));
     });
 
-    test("put creates a tag that round-trips exactly; get returns null when absent", () => {
+    test("put creates a tag that round-trips exactly; get returns null when absent", async () => {
       const t = tag(below(R_A, "7"), R_A, "1.25", { digest: DIGEST_2, deprecated: true, bundles: ["base", "fips"], updateTime: 1_234 });
-      assert.deepEqual(store.tags.put(t), { tag: t, created: true });
-      assert.deepEqual(store.tags.get(t.uid), t);
-      assert.equal(store.tags.get(below(R_A, "8")), null);
-      assert.equal(store.tags.get(R_A), null, "a repo is not a tag");
+      assert.deepEqual(await store.tags.put(t), { tag: t, created: true });
+      assert.deepEqual(await store.tags.get(t.uid), t);
+      assert.equal(await store.tags.get(below(R_A, "8")), null);
+      assert.equal(await store.tags.get(R_A), null, "a repo is not a tag");
     });
 
-    test("put of a name the repo already has updates that tag, keeping its uid", () => {
+    test("put of a name the repo already has updates that tag, keeping its uid", async () => {
       const first = tag(below(R_A, "7"), R_A, "latest", { bundles: ["base"], updateTime: 1_000 });
-      store.tags.put(first);
+      await store.tags.put(first);
       const again = tag(below(R_A, "8"), R_A, "latest", { digest: DIGEST_2, deprecated: true, updateTime: 2_000 });
       const kept = { ...again, uid: first.uid };
-      assert.deepEqual(store.tags.put(again), { tag: kept, created: false });
-      assert.deepEqual(store.tags.get(first.uid), kept);
-      assert.equal(store.tags.get(again.uid), null);
-      assert.deepEqual(tagUids({}), [first.uid]);
+      assert.deepEqual(await store.tags.put(again), { tag: kept, created: false });
+      assert.deepEqual(await store.tags.get(first.uid), kept);
+      assert.equal(await store.tags.get(again.uid), null);
+      assert.deepEqual(await tagUids({}), [first.uid]);
       // The same name in another repo is another tag.
       const elsewhere = tag(below(R_A1, "7"), R_A1, "latest");
-      assert.equal(store.tags.put(elsewhere).created, true);
-      assert.deepEqual(tagUids({}, { name: "latest" }), sorted([first.uid, elsewhere.uid]));
+      assert.equal((await store.tags.put(elsewhere)).created, true);
+      assert.deepEqual(await tagUids({}, { name: "latest" }), sorted([first.uid, elsewhere.uid]));
     });
 
-    test("put under a missing repo throws NotFoundError naming it; a uid taken by another tag AlreadyExistsError", () => {
+    test("put under a missing repo throws NotFoundError naming it; a uid taken by another tag AlreadyExistsError", async () => {
       const missing = below(A2, "5");
-      assertNotFound(() => store.tags.put(tag(below(missing, "7"), missing, "latest")), "repo", missing);
-      assertNotFound(() => store.tags.put(tag(below(A, "7"), A, "latest")), "repo", A);
-      assert.deepEqual(tagUids({}), []);
-      store.tags.put(tag(below(R_A, "7"), R_A, "latest"));
-      assertAlreadyExists(() => store.tags.put(tag(below(R_A, "7"), R_A, "stable")), "tag", below(R_A, "7"));
-      assert.deepEqual(tagUids({}), [below(R_A, "7")]);
+      await assertNotFound(async () => store.tags.put(tag(below(missing, "7"), missing, "latest")), "repo", missing);
+      await assertNotFound(async () => store.tags.put(tag(below(A, "7"), A, "latest")), "repo", A);
+      assert.deepEqual(await tagUids({}), []);
+      await store.tags.put(tag(below(R_A, "7"), R_A, "latest"));
+      await assertAlreadyExists(async () => store.tags.put(tag(below(R_A, "7"), R_A, "stable")), "tag", below(R_A, "7"));
+      assert.deepEqual(await tagUids({}), [below(R_A, "7")]);
     });
 
-    test("delete removes the tag; a missing one throws NotFoundError", () => {
-      store.tags.put(tag(below(R_A, "7"), R_A, "latest"));
-      store.tags.delete(below(R_A, "7"));
-      assert.equal(store.tags.get(below(R_A, "7")), null);
-      assertNotFound(() => store.tags.delete(below(R_A, "7")), "tag", below(R_A, "7"));
+    test("delete removes the tag; a missing one throws NotFoundError", async () => {
+      await store.tags.put(tag(below(R_A, "7"), R_A, "latest"));
+      await store.tags.delete(below(R_A, "7"));
+      assert.equal(await store.tags.get(below(R_A, "7")), null);
+      await assertNotFound(async () => store.tags.delete(below(R_A, "7")), "tag", below(R_A, "7"));
     });
 
-    test("referrer, dated and epoch tags are left out unless their include flag is set", () => {
+    test("referrer, dated and epoch tags are left out unless their include flag is set", async () => {
       const names = ["latest", "sha256-abc.sig", "1.25-20240131", "1.25-r3", "1.25-20240131-r2", "1.25-r3-dev", "2024-01-31", "v20240131", "1.25-19991231"];
-      const uids = names.map((name, i) => {
+      const uids: string[] = [];
+      for (const [i, name] of names.entries()) {
         const uid = below(R_A, "abcdef0123"[i]!);
-        store.tags.put(tag(uid, R_A, name));
-        return uid;
-      });
+        await store.tags.put(tag(uid, R_A, name));
+        uids.push(uid);
+      }
       const only = (...picked: string[]) => sorted(picked.map((n) => uids[names.indexOf(n)]!));
       const plain = ["latest", "1.25-r3-dev", "2024-01-31", "v20240131", "1.25-19991231"];
-      assert.deepEqual(tagUids({}), only(...plain));
-      assert.deepEqual(tagUids({}, { includeReferrers: true }), only(...plain, "sha256-abc.sig"));
-      assert.deepEqual(tagUids({}, { includeDates: true }), only(...plain, "1.25-20240131"));
-      assert.deepEqual(tagUids({}, { includeEpochs: true }), only(...plain, "1.25-r3", "1.25-20240131-r2"));
-      assert.deepEqual(tagUids({}, EVERY_FORM), sorted(uids));
+      assert.deepEqual(await tagUids({}), only(...plain));
+      assert.deepEqual(await tagUids({}, { includeReferrers: true }), only(...plain, "sha256-abc.sig"));
+      assert.deepEqual(await tagUids({}, { includeDates: true }), only(...plain, "1.25-20240131"));
+      assert.deepEqual(await tagUids({}, { includeEpochs: true }), only(...plain, "1.25-r3", "1.25-20240131-r2"));
+      assert.deepEqual(await tagUids({}, EVERY_FORM), sorted(uids));
     });
 
-    test("name, digest and updatedSince filter exactly; updatedSince is strictly after", () => {
+    test("name, digest and updatedSince filter exactly; updatedSince is strictly after", async () => {
       const a = tag(below(R_A, "7"), R_A, "latest", { digest: DIGEST_1, updateTime: 1_000 });
       const b = tag(below(R_A, "8"), R_A, "stable", { digest: DIGEST_2, updateTime: 2_000 });
       const c = tag(below(R_A1, "7"), R_A1, "latest", { digest: DIGEST_2, updateTime: 3_000 });
-      for (const t of [a, b, c]) store.tags.put(t);
-      assert.deepEqual(tagUids({}, { name: "latest" }), sorted([a.uid, c.uid]));
-      assert.deepEqual(tagUids({}, { name: "lates" }), []);
-      assert.deepEqual(tagUids({}, { digest: DIGEST_2 }), sorted([b.uid, c.uid]));
-      assert.deepEqual(tagUids({}, { digest: DIGEST_2, name: "latest" }), [c.uid]);
-      assert.deepEqual(tagUids({}, { updatedSince: 1_999 }), sorted([b.uid, c.uid]));
-      assert.deepEqual(tagUids({}, { updatedSince: 2_000 }), [c.uid]);
-      assert.deepEqual(tagUids({}, { updatedSince: 3_000 }), []);
+      for (const t of [a, b, c]) await store.tags.put(t);
+      assert.deepEqual(await tagUids({}, { name: "latest" }), sorted([a.uid, c.uid]));
+      assert.deepEqual(await tagUids({}, { name: "lates" }), []);
+      assert.deepEqual(await tagUids({}, { digest: DIGEST_2 }), sorted([b.uid, c.uid]));
+      assert.deepEqual(await tagUids({}, { digest: DIGEST_2, name: "latest" }), [c.uid]);
+      assert.deepEqual(await tagUids({}, { updatedSince: 1_999 }), sorted([b.uid, c.uid]));
+      assert.deepEqual(await tagUids({}, { updatedSince: 2_000 }), [c.uid]);
+      assert.deepEqual(await tagUids({}, { updatedSince: 3_000 }), []);
       // A put that updates a tag moves it past the mark.
-      store.tags.put({ ...a, updateTime: 4_000 });
-      assert.deepEqual(tagUids({}, { updatedSince: 3_000 }), [a.uid]);
+      await store.tags.put({ ...a, updateTime: 4_000 });
+      assert.deepEqual(await tagUids({}, { updatedSince: 3_000 }), [a.uid]);
     });
 
-    test("hierarchy and visibility work on the tag's uid: below a group spans its repos", () => {
+    test("hierarchy and visibility work on the tag's uid: below a group spans its repos", async () => {
       const ta = tag(below(R_A, "7"), R_A, "latest");
       const ta1 = tag(below(R_A1, "7"), R_A1, "latest");
       const tb1 = tag(below(R_B1, "7"), R_B1, "latest");
-      for (const t of [ta, ta1, tb1]) store.tags.put(t);
-      assert.deepEqual(tagUids({ descendantsOf: A }), sorted([ta.uid, ta1.uid]));
-      assert.deepEqual(tagUids({ descendantsOf: R_A1 }), [ta1.uid]);
-      assert.deepEqual(tagUids({ childrenOf: R_A }), [ta.uid]);
-      assert.deepEqual(tagUids({ childrenOf: A }), []);
-      assert.deepEqual(tagUids({ ids: [tb1.uid, R_B1] }), [tb1.uid]);
-      assert.deepEqual(tagUids({}, {}, [A1, B1]), sorted([ta1.uid, tb1.uid]));
-      assert.deepEqual(tagUids({}, {}, [R_A]), [ta.uid]);
-      assert.deepEqual(tagUids({}, {}, []), []);
+      for (const t of [ta, ta1, tb1]) await store.tags.put(t);
+      assert.deepEqual(await tagUids({ descendantsOf: A }), sorted([ta.uid, ta1.uid]));
+      assert.deepEqual(await tagUids({ descendantsOf: R_A1 }), [ta1.uid]);
+      assert.deepEqual(await tagUids({ childrenOf: R_A }), [ta.uid]);
+      assert.deepEqual(await tagUids({ childrenOf: A }), []);
+      assert.deepEqual(await tagUids({ ids: [tb1.uid, R_B1] }), [tb1.uid]);
+      assert.deepEqual(await tagUids({}, {}, [A1, B1]), sorted([ta1.uid, tb1.uid]));
+      assert.deepEqual(await tagUids({}, {}, [R_A]), [ta.uid]);
+      assert.deepEqual(await tagUids({}, {}, []), []);
     });
   });
 }
@@ -322,14 +314,14 @@ const PLAIN_TAG = /^(?!sha256-)(?!.*-20\d{6}$)(?!.*-r\d+$)/;
 const REPO_GROUPS = OWNERS.map((owner) => (owner < 0 ? 4 : owner));
 
 /** Repos in groups across the tree, names repeated across groups (unique within one), with equal times. */
-function buildRepoWalk(store: Store): WalkFixture<RepoRecord> {
-  const groups = buildPagingTree(store);
+async function buildRepoWalk(store: Store): Promise<WalkFixture<RepoRecord>> {
+  const groups = await buildPagingTree(store);
   const seg = hexSegments(53, 16);
   const names = ["nginx", "python", "nginx", "go/builder", "redis", "nginx"];
   const times = [1_000, 2_000, 1_000, 3_000, 1_000];
   const out: RepoRecord[] = [];
-  store.transaction(() => {
-    REPO_GROUPS.forEach((g, i) => {
+  await store.transaction(async (tx) => {
+    for (const [i, g] of REPO_GROUPS.entries()) {
       const parentUid = groups[g]!.uid;
       const t = times[i % times.length]!;
       const rec = repo(`${parentUid}/${seg.next().value!}`, parentUid, names[i % names.length]!, {
@@ -338,16 +330,16 @@ function buildRepoWalk(store: Store): WalkFixture<RepoRecord> {
         createTime: t,
         updateTime: t,
       });
-      store.repos.create(rec);
+      await tx.repos.create(rec);
       out.push(rec);
-    });
+    }
     for (const [i, t] of [
       [0, 9_000],
       [3, 8_000],
       [10, 9_000],
       [14, 9_000],
     ] as const) {
-      out[i] = store.repos.update(out[i]!.uid, { description: `touched ${i}` }, t);
+      out[i] = await tx.repos.update(out[i]!.uid, { description: `touched ${i}` }, t);
     }
   });
   return { records: out, root: groups[0]!.uid };
@@ -358,28 +350,29 @@ function buildRepoWalk(store: Store): WalkFixture<RepoRecord> {
  * every tag form, equal update times; some tags are put twice, which updates
  * them in place.
  */
-function buildTagWalk(store: Store): WalkFixture<TagRecord> {
-  const groups = buildPagingTree(store);
+async function buildTagWalk(store: Store): Promise<WalkFixture<TagRecord>> {
+  const groups = await buildPagingTree(store);
   const seg = hexSegments(59, 16);
-  const repos = [0, 5, 13, 17, 20].map((g) => {
+  const repos: RepoRecord[] = [];
+  for (const g of [0, 5, 13, 17, 20]) {
     const r = repo(`${groups[g]!.uid}/${seg.next().value!}`, groups[g]!.uid, "nginx");
-    store.repos.create(r);
-    return r;
-  });
+    await store.repos.create(r);
+    repos.push(r);
+  }
   const names = ["latest", "1.25", "sha256-abc.att", "1.25-20240131", "1.25-r3", "stable", "1.25-dev", "latest-dev"];
   const times = [1_000, 2_000, 1_000, 3_000, 1_000, 2_000];
   const placement = [0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 4, 0, 1, 2, 0];
   const byUid = new Map<string, TagRecord>();
-  store.transaction(() => {
-    placement.forEach((r, i) => {
+  await store.transaction(async (tx) => {
+    for (const [i, r] of placement.entries()) {
       const repoUid = repos[r]!.uid;
       const t = tag(`${repoUid}/${seg.next().value!}`, repoUid, names[i % names.length]!, {
         digest: `sha256:${(i % 5).toString().repeat(64)}`,
         updateTime: times[i % times.length]!,
       });
-      const { tag: stored } = store.tags.put(t);
+      const { tag: stored } = await tx.tags.put(t);
       byUid.set(stored.uid, stored);
-    });
+    }
   });
   const records = [...byUid.values()];
   assert.ok(records.length < placement.length, "some puts updated a tag in place");

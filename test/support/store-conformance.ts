@@ -21,54 +21,54 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     beforeEach(async () => {
       store = await factory();
     });
-    afterEach(() => {
-      store.close();
+    afterEach(async () => {
+      await store.close();
     });
 
     describe("groups: create, get, update, delete", () => {
-      test("get returns exactly what create stored, and null when absent", () => {
+      test("get returns exactly what create stored, and null when absent", async () => {
         const g = group(A, null, "acme corp", { description: "the org", verified: true, createTime: 1_000, updateTime: 2_000 });
         const limited = { ...g, resourceLimits: { clusters: 2, repositories: 10 } };
-        store.groups.create(limited);
-        assert.deepEqual(store.groups.get(A), limited);
-        assert.equal(store.groups.get(C), null);
-        assert.equal(store.groups.get(`${A}/${"0".repeat(16)}`), null);
+        await store.groups.create(limited);
+        assert.deepEqual(await store.groups.get(A), limited);
+        assert.equal(await store.groups.get(C), null);
+        assert.equal(await store.groups.get(`${A}/${"0".repeat(16)}`), null);
       });
 
-      test("create under a missing parent throws NotFoundError and stores nothing", () => {
+      test("create under a missing parent throws NotFoundError and stores nothing", async () => {
         const orphan = group(`${C}/${"1".repeat(16)}`, C, "orphan");
-        assert.throws(() => store.groups.create(orphan), NotFoundError);
-        assert.equal(store.groups.get(orphan.uid), null);
+        await assert.rejects(async () => store.groups.create(orphan), NotFoundError);
+        assert.equal(await store.groups.get(orphan.uid), null);
       });
 
-      test("create with a taken uid throws AlreadyExistsError and keeps the first", () => {
-        store.groups.create(group(A, null, "first"));
-        assert.throws(() => store.groups.create(group(A, null, "second")), AlreadyExistsError);
-        assert.equal(store.groups.get(A)?.name, "first");
+      test("create with a taken uid throws AlreadyExistsError and keeps the first", async () => {
+        await store.groups.create(group(A, null, "first"));
+        await assert.rejects(async () => store.groups.create(group(A, null, "second")), AlreadyExistsError);
+        assert.equal((await store.groups.get(A))?.name, "first");
       });
 
-      test("update returns the changed group, moves updateTime, and keeps the rest", () => {
+      test("update returns the changed group, moves updateTime, and keeps the rest", async () => {
         const g = group(A, null, "before", { description: "kept", createTime: 1_000, updateTime: 1_000 });
-        store.groups.create(g);
-        const renamed = store.groups.update(A, { name: "after" }, 5_000);
+        await store.groups.create(g);
+        const renamed = await store.groups.update(A, { name: "after" }, 5_000);
         assert.deepEqual(renamed, { ...g, name: "after", updateTime: 5_000 });
-        assert.deepEqual(store.groups.get(A), renamed);
+        assert.deepEqual(await store.groups.get(A), renamed);
 
-        const described = store.groups.update(A, { description: "new text" }, 6_000);
+        const described = await store.groups.update(A, { description: "new text" }, 6_000);
         assert.deepEqual(described, { ...g, name: "after", description: "new text", updateTime: 6_000 });
-        assert.deepEqual(store.groups.get(A), described);
+        assert.deepEqual(await store.groups.get(A), described);
       });
 
-      test("update of a missing group throws NotFoundError", () => {
-        assert.throws(() => store.groups.update(A, { name: "x y z" }, 1), NotFoundError);
-        assert.equal(store.groups.get(A), null);
+      test("update of a missing group throws NotFoundError", async () => {
+        await assert.rejects(async () => store.groups.update(A, { name: "x y z" }, 1), NotFoundError);
+        assert.equal(await store.groups.get(A), null);
       });
 
-      test("delete of a group with child groups fails with RESOURCE_NOT_EMPTY naming groups", () => {
-        store.groups.create(group(A, null, "org"));
-        store.groups.create(group(A1, A, "team"));
-        assert.throws(
-          () => store.groups.delete(A),
+      test("delete of a group with child groups fails with RESOURCE_NOT_EMPTY naming groups", async () => {
+        await store.groups.create(group(A, null, "org"));
+        await store.groups.create(group(A1, A, "team"));
+        await assert.rejects(
+          async () => store.groups.delete(A),
           (err: unknown) => {
             assert.ok(err instanceof FailedPreconditionError, `expected FailedPreconditionError, got ${String(err)}`);
             assert.equal(err.preconditionViolations.length, 1);
@@ -77,101 +77,101 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
             return true;
           },
         );
-        assert.equal(store.groups.get(A)?.name, "org");
-        assert.equal(store.groups.get(A1)?.name, "team");
+        assert.equal((await store.groups.get(A))?.name, "org");
+        assert.equal((await store.groups.get(A1))?.name, "team");
 
-        store.groups.delete(A1);
-        store.groups.delete(A);
-        assert.equal(store.groups.get(A), null);
-        assert.equal(store.groups.get(A1), null);
+        await store.groups.delete(A1);
+        await store.groups.delete(A);
+        assert.equal(await store.groups.get(A), null);
+        assert.equal(await store.groups.get(A1), null);
       });
 
-      test("delete of a missing group throws NotFoundError", () => {
-        assert.throws(() => store.groups.delete(A), NotFoundError);
-        store.groups.create(group(A, null, "org"));
-        store.groups.delete(A);
-        assert.throws(() => store.groups.delete(A), NotFoundError);
+      test("delete of a missing group throws NotFoundError", async () => {
+        await assert.rejects(async () => store.groups.delete(A), NotFoundError);
+        await store.groups.create(group(A, null, "org"));
+        await store.groups.delete(A);
+        await assert.rejects(async () => store.groups.delete(A), NotFoundError);
       });
     });
 
     describe("groups: hierarchy filters and visibility", () => {
-      beforeEach(() => {
-        for (const g of hierarchyFixture()) store.groups.create(g);
+      beforeEach(async () => {
+        for (const g of hierarchyFixture()) await store.groups.create(g);
       });
 
-      const uidsOf = (hierarchy: HierarchyFilter, filter: GroupFilter = {}, visibleWithin: readonly string[] | null = null) => {
-        const r = store.groups.list(query({ hierarchy, filter, visibleWithin }));
+      const uidsOf = async (hierarchy: HierarchyFilter, filter: GroupFilter = {}, visibleWithin: readonly string[] | null = null) => {
+        const r = await store.groups.list(query({ hierarchy, filter, visibleWithin }));
         assert.equal(r.hasMore, false);
         assert.equal(r.totalCount, r.items.length);
         return r.items.map((g) => g.uid);
       };
 
-      test("no filter lists every group in uid order", () => {
-        assert.deepEqual(uidsOf({}), sorted(hierarchyFixture().map((g) => g.uid)));
+      test("no filter lists every group in uid order", async () => {
+        assert.deepEqual(await uidsOf({}), sorted(hierarchyFixture().map((g) => g.uid)));
       });
 
-      test("descendantsOf is every level below, never the group itself nor a prefix-sharing sibling", () => {
+      test("descendantsOf is every level below, never the group itself nor a prefix-sharing sibling", async () => {
         // B is A with its last character changed; A3 is A1 with its last character changed.
-        assert.deepEqual(uidsOf({ descendantsOf: A }), sorted([A1, A1X, A2, A2X, A3, A3X]));
-        assert.deepEqual(uidsOf({ descendantsOf: A1 }), [A1X]);
-        assert.deepEqual(uidsOf({ descendantsOf: B }), [B1]);
-        assert.deepEqual(uidsOf({ descendantsOf: A1X }), []);
-        assert.deepEqual(uidsOf({ descendantsOf: `${A}/${"9".repeat(16)}` }), []);
+        assert.deepEqual(await uidsOf({ descendantsOf: A }), sorted([A1, A1X, A2, A2X, A3, A3X]));
+        assert.deepEqual(await uidsOf({ descendantsOf: A1 }), [A1X]);
+        assert.deepEqual(await uidsOf({ descendantsOf: B }), [B1]);
+        assert.deepEqual(await uidsOf({ descendantsOf: A1X }), []);
+        assert.deepEqual(await uidsOf({ descendantsOf: `${A}/${"9".repeat(16)}` }), []);
       });
 
-      test("childrenOf is exactly one level below", () => {
-        assert.deepEqual(uidsOf({ childrenOf: A }), sorted([A1, A2, A3]));
-        assert.deepEqual(uidsOf({ childrenOf: A1 }), [A1X]);
-        assert.deepEqual(uidsOf({ childrenOf: C }), []);
+      test("childrenOf is exactly one level below", async () => {
+        assert.deepEqual(await uidsOf({ childrenOf: A }), sorted([A1, A2, A3]));
+        assert.deepEqual(await uidsOf({ childrenOf: A1 }), [A1X]);
+        assert.deepEqual(await uidsOf({ childrenOf: C }), []);
       });
 
-      test("ancestorsOf is every proper ancestor", () => {
-        assert.deepEqual(uidsOf({ ancestorsOf: A1X }), sorted([A, A1]));
-        assert.deepEqual(uidsOf({ ancestorsOf: A3X }), sorted([A, A3]));
-        assert.deepEqual(uidsOf({ ancestorsOf: A }), []);
+      test("ancestorsOf is every proper ancestor", async () => {
+        assert.deepEqual(await uidsOf({ ancestorsOf: A1X }), sorted([A, A1]));
+        assert.deepEqual(await uidsOf({ ancestorsOf: A3X }), sorted([A, A3]));
+        assert.deepEqual(await uidsOf({ ancestorsOf: A }), []);
       });
 
-      test("inRoot is the root organizations only", () => {
-        assert.deepEqual(uidsOf({ inRoot: true }), sorted([A, B, C]));
+      test("inRoot is the root organizations only", async () => {
+        assert.deepEqual(await uidsOf({ inRoot: true }), sorted([A, B, C]));
       });
 
-      test("ids is exactly the listed groups that exist", () => {
-        assert.deepEqual(uidsOf({ ids: [A1, B, `${C}/${"7".repeat(16)}`] }), sorted([A1, B]));
+      test("ids is exactly the listed groups that exist", async () => {
+        assert.deepEqual(await uidsOf({ ids: [A1, B, `${C}/${"7".repeat(16)}`] }), sorted([A1, B]));
       });
 
-      test("the name filter matches exactly and combines with hierarchy filters", () => {
-        assert.deepEqual(uidsOf({}, { name: "team" }), sorted([A1, A2, B1]));
-        assert.deepEqual(uidsOf({ descendantsOf: A }, { name: "team" }), sorted([A1, A2]));
-        assert.deepEqual(uidsOf({ descendantsOf: A }, { name: "svc" }), sorted([A1X, A2X, A3]));
-        assert.deepEqual(uidsOf({ childrenOf: A }, { name: "svc" }), [A3]);
-        assert.deepEqual(uidsOf({ descendantsOf: A }, { name: "tea" }), []);
+      test("the name filter matches exactly and combines with hierarchy filters", async () => {
+        assert.deepEqual(await uidsOf({}, { name: "team" }), sorted([A1, A2, B1]));
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, { name: "team" }), sorted([A1, A2]));
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, { name: "svc" }), sorted([A1X, A2X, A3]));
+        assert.deepEqual(await uidsOf({ childrenOf: A }, { name: "svc" }), [A3]);
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, { name: "tea" }), []);
       });
 
-      test("visibleWithin narrows to groups at or below the listed uids", () => {
-        assert.deepEqual(uidsOf({}, {}, [A1]), sorted([A1, A1X]));
-        assert.deepEqual(uidsOf({}, {}, [A1, C]), sorted([A1, A1X, C]));
-        assert.deepEqual(uidsOf({}, {}, [B]), sorted([B, B1]));
-        assert.deepEqual(uidsOf({ descendantsOf: A }, {}, [A]), sorted([A1, A1X, A2, A2X, A3, A3X]));
-        assert.deepEqual(uidsOf({ descendantsOf: A }, {}, [B]), []);
-        assert.deepEqual(uidsOf({ descendantsOf: A }, { name: "svc" }, [A1]), [A1X]);
+      test("visibleWithin narrows to groups at or below the listed uids", async () => {
+        assert.deepEqual(await uidsOf({}, {}, [A1]), sorted([A1, A1X]));
+        assert.deepEqual(await uidsOf({}, {}, [A1, C]), sorted([A1, A1X, C]));
+        assert.deepEqual(await uidsOf({}, {}, [B]), sorted([B, B1]));
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, {}, [A]), sorted([A1, A1X, A2, A2X, A3, A3X]));
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, {}, [B]), []);
+        assert.deepEqual(await uidsOf({ descendantsOf: A }, { name: "svc" }, [A1]), [A1X]);
       });
 
-      test("visibleWithin [] sees nothing and counts nothing", () => {
-        const r = store.groups.list(query({ visibleWithin: [] }));
+      test("visibleWithin [] sees nothing and counts nothing", async () => {
+        const r = await store.groups.list(query({ visibleWithin: [] }));
         assert.deepEqual(r, { items: [], hasMore: false, totalCount: 0 });
       });
 
-      test("totalCount counts every match regardless of after, offset and limit", () => {
-        const first = store.groups.list(query({ hierarchy: { descendantsOf: A }, limit: 1 }));
+      test("totalCount counts every match regardless of after, offset and limit", async () => {
+        const first = await store.groups.list(query({ hierarchy: { descendantsOf: A }, limit: 1 }));
         assert.equal(first.totalCount, 6);
         assert.equal(first.items.length, 1);
         assert.equal(first.hasMore, true);
-        const later = store.groups.list(
+        const later = await store.groups.list(
           query({ hierarchy: { descendantsOf: A }, after: cursorOf(first.items[0]!, "uid"), offset: 2, limit: 2 }),
         );
         assert.equal(later.totalCount, 6);
         assert.equal(later.items.length, 2);
-        const beyond = store.groups.list(query({ hierarchy: { descendantsOf: A }, offset: 100 }));
+        const beyond = await store.groups.list(query({ hierarchy: { descendantsOf: A }, offset: 100 }));
         assert.deepEqual(beyond, { items: [], hasMore: false, totalCount: 6 });
       });
     });
@@ -183,58 +183,98 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     advisoryConformance(() => store);
 
     describe("transactions, keys and lifecycle", () => {
-      test("a transaction's writes commit together", () => {
-        const out = store.transaction(() => {
-          store.groups.create(group(A, null, "org"));
-          store.groups.create(group(A1, A, "team"));
+      test("a transaction's writes commit together", async () => {
+        const out = await store.transaction(async (tx) => {
+          await tx.groups.create(group(A, null, "org"));
+          await tx.groups.create(group(A1, A, "team"));
           return "done";
         });
         assert.equal(out, "done");
         assert.deepEqual(
-          store.groups.list(query({})).items.map((g) => g.uid),
+          (await store.groups.list(query({}))).items.map((g) => g.uid),
           [A, A1],
         );
       });
 
-      test("a failing transaction leaves no write behind, in get, list or totalCount", () => {
-        store.groups.create(group(A, null, "org"));
-        assert.equal(store.groups.list(query({})).totalCount, 1);
-        assert.throws(
-          () =>
-            store.transaction(() => {
-              store.groups.create(group(A1, A, "team"));
-              store.groups.create(group(C, null, "other"));
+      test("a read outside an open transaction never sees its uncommitted writes", async () => {
+        let release!: () => void;
+        const held = new Promise<void>((resolve) => (release = resolve));
+        let wrote!: () => void;
+        const written = new Promise<void>((resolve) => (wrote = resolve));
+        let committed = false;
+        const tx = store
+          .transaction(async (t) => {
+            await t.groups.create(group(A, null, "org"));
+            wrote();
+            await held;
+          })
+          .then(() => {
+            committed = true;
+          });
+        await written;
+        // An engine may make the read wait for the commit, or answer from before it; never from inside it.
+        const outside = store.groups.get(A).then((g) => ({ g, committed }));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        release();
+        await tx;
+        const seen = await outside;
+        if (!seen.committed) assert.equal(seen.g, null, "a read answered before the commit must not see the row");
+        assert.equal((await store.groups.get(A))?.name, "org");
+      });
+
+      test("concurrent transactions each commit their own writes", async () => {
+        await store.groups.create(group(A, null, "org"));
+        const children = [A1, A2, A3];
+        await Promise.all(
+          children.map((uid, i) =>
+            store.transaction(async (tx) => {
+              await tx.groups.create(group(uid, A, `team ${i}`));
+              assert.equal((await tx.groups.get(uid))?.name, `team ${i}`);
+            }),
+          ),
+        );
+        assert.deepEqual((await store.groups.list(query({ hierarchy: { childrenOf: A } }))).items.map((g) => g.uid), sorted(children));
+      });
+
+      test("a failing transaction leaves no write behind, in get, list or totalCount", async () => {
+        await store.groups.create(group(A, null, "org"));
+        assert.equal((await store.groups.list(query({}))).totalCount, 1);
+        await assert.rejects(
+          async () =>
+            store.transaction(async (tx) => {
+              await tx.groups.create(group(A1, A, "team"));
+              await tx.groups.create(group(C, null, "other"));
               // Reads inside the transaction see its own writes.
-              assert.equal(store.groups.list(query({})).totalCount, 3);
+              assert.equal((await tx.groups.list(query({}))).totalCount, 3);
               throw new Error("abort");
             }),
           /abort/,
         );
-        assert.equal(store.groups.get(A1), null);
-        assert.equal(store.groups.get(C), null);
-        const after = store.groups.list(query({}));
+        assert.equal(await store.groups.get(A1), null);
+        assert.equal(await store.groups.get(C), null);
+        const after = await store.groups.list(query({}));
         assert.deepEqual(after.items.map((g) => g.uid), [A]);
         assert.equal(after.totalCount, 1);
       });
 
-      test("KeyStore.secret creates once and returns the same value on later calls", () => {
+      test("KeyStore.secret creates once and returns the same value on later calls", async () => {
         let made = 0;
         const make = () => {
           made++;
           return Buffer.from(`secret-${made}-${"x".repeat(24)}`);
         };
-        const first = store.keys.secret("page-token-key", make);
-        const second = store.keys.secret("page-token-key", make);
+        const first = await store.keys.secret("page-token-key", make);
+        const second = await store.keys.secret("page-token-key", make);
         assert.equal(made, 1);
         assert.deepEqual(second, first);
         assert.equal(first.toString(), `secret-1-${"x".repeat(24)}`);
-        const other = store.keys.secret("signing-key", make);
+        const other = await store.keys.secret("signing-key", make);
         assert.equal(other.toString(), `secret-2-${"x".repeat(24)}`);
-        assert.deepEqual(store.keys.secret("page-token-key", make), first);
+        assert.deepEqual(await store.keys.secret("page-token-key", make), first);
       });
 
-      test("signing keys come back exactly as added, oldest first; a taken kid throws AlreadyExistsError", () => {
-        assert.deepEqual(store.keys.signingKeys(), []);
+      test("signing keys come back exactly as added, oldest first; a taken kid throws AlreadyExistsError", async () => {
+        assert.deepEqual(await store.keys.signingKeys(), []);
         const key = (kid: string, createTime: number): SigningKeyRecord => ({
           kid,
           privateJwk: JSON.stringify({ kty: "EC", crv: "P-256", kid, x: `x-${kid}`, y: `y-${kid}`, d: `d-${kid}` }),
@@ -243,17 +283,17 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
         });
         // Kids in reverse alphabetical order, and two keys in one millisecond: insertion order decides.
         const added = [key("zz-first", 1_000), key("mm-second", 2_000), key("aa-third", 2_000)];
-        for (const k of added) store.keys.addSigningKey(k);
-        assert.deepEqual(store.keys.signingKeys(), added);
-        assert.throws(() => store.keys.addSigningKey(key("mm-second", 3_000)), AlreadyExistsError);
-        assert.deepEqual(store.keys.signingKeys(), added);
+        for (const k of added) await store.keys.addSigningKey(k);
+        assert.deepEqual(await store.keys.signingKeys(), added);
+        await assert.rejects(async () => store.keys.addSigningKey(key("mm-second", 3_000)), AlreadyExistsError);
+        assert.deepEqual(await store.keys.signingKeys(), added);
       });
 
-      test("ready until closed; close is idempotent", () => {
+      test("ready until closed; close is idempotent", async () => {
         assert.equal(store.ready(), true);
-        store.close();
+        await store.close();
         assert.equal(store.ready(), false);
-        store.close();
+        await store.close();
       });
     });
   });

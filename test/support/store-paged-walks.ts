@@ -43,8 +43,8 @@ export interface WalkScope<T> {
 export interface WalkSpec<T extends Orderable, TOrder extends string> {
   kind: string;
   orders: readonly TOrder[];
-  build(store: Store): WalkFixture<T>;
-  list(store: Store, q: ListQuery<Record<string, never>, TOrder>): ListResult<T>;
+  build(store: Store): Promise<WalkFixture<T>>;
+  list(store: Store, q: ListQuery<Record<string, never>, TOrder>): Promise<ListResult<T>>;
   scopes: readonly WalkScope<T>[];
 }
 
@@ -74,8 +74,8 @@ export function pagedWalkConformance(getStore: () => Store): void {
   describePagedWalks<GroupRecord, GroupOrder>(getStore, {
     kind: "groups",
     orders: ["uid", "name", "created_at", "updated_at"],
-    build: (store) => {
-      const records = buildPagingTree(store);
+    build: async (store) => {
+      const records = await buildPagingTree(store);
       return { records, root: records[0]!.uid };
     },
     list: (store, q) => store.groups.list(q),
@@ -152,21 +152,21 @@ export function describePagedWalks<T extends Orderable, TOrder extends string>(g
   const q = (over: Partial<ListQuery<Record<string, never>, TOrder>>) => query<Record<string, never>, TOrder>(over);
   describe(`${spec.kind}: paged walks (every page size, every order)`, () => {
     let fixture: WalkFixture<T>;
-    beforeEach(() => {
-      fixture = spec.build(getStore());
+    beforeEach(async () => {
+      fixture = await spec.build(getStore());
     });
 
     for (const scope of spec.scopes) {
       for (const field of spec.orders) {
         for (const desc of [false, true]) {
-          test(`${scope.label}, order ${field}${desc ? " desc" : ""}: pages concatenate to the full list`, () => {
+          test(`${scope.label}, order ${field}${desc ? " desc" : ""}: pages concatenate to the full list`, async () => {
             const store = getStore();
             const { hierarchy, visibleWithin, expected } = scope.narrow(fixture);
             const n = expected.length;
             assert.ok(n >= 5, `the fixture puts enough ${spec.kind} in scope to page through (${n})`);
             const order = { field, desc };
 
-            const full = spec.list(store, q({ hierarchy, visibleWithin, order, limit: 10_000 }));
+            const full = await spec.list(store, q({ hierarchy, visibleWithin, order, limit: 10_000 }));
             assert.equal(full.totalCount, n);
             assert.equal(full.hasMore, false);
             assert.deepEqual(
@@ -181,7 +181,7 @@ export function describePagedWalks<T extends Orderable, TOrder extends string>(g
               let after: Cursor | null = null;
               for (let pages = 1; ; pages++) {
                 assert.ok(pages <= n + 1, `page size ${pageSize}: the walk does not end`);
-                const page: ListResult<T> = spec.list(store, q({ hierarchy, visibleWithin, order, after, limit: pageSize }));
+                const page: ListResult<T> = await spec.list(store, q({ hierarchy, visibleWithin, order, after, limit: pageSize }));
                 assert.equal(page.totalCount, n, `page size ${pageSize}: totalCount on page ${pages}`);
                 seen.push(...page.items);
                 if (!page.hasMore) {
@@ -205,19 +205,19 @@ export function describePagedWalks<T extends Orderable, TOrder extends string>(g
 
     for (const field of spec.orders) {
       for (const desc of [false, true]) {
-        test(`order ${field}${desc ? " desc" : ""}: offset skips after the position`, () => {
+        test(`order ${field}${desc ? " desc" : ""}: offset skips after the position`, async () => {
           const store = getStore();
           const order = { field, desc };
-          const full = spec.list(store, q({ order, limit: 10_000 })).items;
+          const full = (await spec.list(store, q({ order, limit: 10_000 }))).items;
           const n = full.length;
           for (const offset of [1, 2, 5]) {
             for (const limit of [1, 4]) {
-              const first = spec.list(store, q({ order, offset, limit }));
+              const first = await spec.list(store, q({ order, offset, limit }));
               assert.deepEqual(first.items, full.slice(offset, offset + limit));
               assert.equal(first.hasMore, offset + limit < n);
               assert.equal(first.totalCount, n);
               for (let i = 0; i < n; i++) {
-                const page = spec.list(store, q({ order, after: cursorOf(full[i]!, field), offset, limit }));
+                const page = await spec.list(store, q({ order, after: cursorOf(full[i]!, field), offset, limit }));
                 const start = i + 1 + offset;
                 assert.deepEqual(
                   page.items.map((r) => r.uid),

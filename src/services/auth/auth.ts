@@ -68,9 +68,9 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
    * invite, consumes it in the same transaction. Every refusal is the same
    * InviteInvalidError.
    */
-  function acceptInvite(identity: IdentityRecord, code: string): GroupRecord {
+  async function acceptInvite(identity: IdentityRecord, code: string): Promise<GroupRecord> {
     const parsed = parseInviteCode(code);
-    const invite = parsed ? store.groupInvites.findByKeyId(parsed.keyId) : null;
+    const invite = parsed ? await store.groupInvites.findByKeyId(parsed.keyId) : null;
     // Compared even without an invite, so an unknown key id costs the same.
     const matches = parsed !== null && inviteSecretMatches(parsed.secret, invite?.codeHash ?? null);
     const now = deps.now();
@@ -78,28 +78,28 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     if (invite.email !== "" && (invite.email.toLowerCase() !== identity.email.toLowerCase() || !emailVouchedFor(identity, invite.groupUid))) {
       throw new InviteInvalidError();
     }
-    return store.transaction(() => {
-      if (invite.singleUse && !store.groupInvites.consume(invite.uid)) throw new InviteInvalidError();
-      const group = store.groups.get(invite.groupUid);
-      if (!group || !store.roles.get(invite.roleUid)) throw new InviteInvalidError();
-      const bound = store.roleBindings.forIdentity(identity.uid).some((b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid);
+    return store.transaction(async (tx) => {
+      if (invite.singleUse && !(await tx.groupInvites.consume(invite.uid))) throw new InviteInvalidError();
+      const group = await tx.groups.get(invite.groupUid);
+      if (!group || !(await tx.roles.get(invite.roleUid))) throw new InviteInvalidError();
+      const bound = (await tx.roleBindings.forIdentity(identity.uid)).some((b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid);
       if (!bound) {
-        store.roleBindings.create([{ uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now }]);
+        await tx.roleBindings.create([{ uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now }]);
       }
       return group;
     });
   }
 
   return {
-    validate(_req, ctx) {
+    async validate(_req, ctx) {
       const principal = principalOf(ctx);
       const capabilities: GroupCapabilities[] = [];
-      for (const binding of store.roleBindings.forIdentity(principal.subject)) {
-        const group = store.groups.get(binding.groupUid);
-        const role = store.roles.get(binding.roleUid);
+      for (const binding of await store.roleBindings.forIdentity(principal.subject)) {
+        const group = await store.groups.get(binding.groupUid);
+        const role = await store.roles.get(binding.roleUid);
         if (group && role) capabilities.push(create(GroupCapabilitiesSchema, { group: v1Group(group), role: v1Role(role) }));
       }
-      const identity = store.identities.get(principal.subject);
+      const identity = await store.identities.get(principal.subject);
       return {
         issuer: principal.token.issuer,
         subject: principal.subject,
@@ -111,9 +111,9 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       };
     },
 
-    register(req, ctx) {
+    async register(req, ctx) {
       const principal = principalOf(ctx);
-      const identity = store.identities.get(principal.subject);
+      const identity = await store.identities.get(principal.subject);
       if (!identity) throw new NotFoundError("identity", principal.subject);
       if (req.code === "") return { identity: identityMessage(identity), group: undefined };
       // Invite codes are guessable only by brute force: cap failures per
@@ -124,7 +124,7 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
         throw new ResourceExhaustedError("Resource exhausted: too many invalid invite codes; try again later");
       }
       try {
-        const group = acceptInvite(identity, req.code);
+        const group = await acceptInvite(identity, req.code);
         return { identity: identityMessage(identity), group: groupMessage(group) };
       } catch (err) {
         if (err instanceof InviteInvalidError) {

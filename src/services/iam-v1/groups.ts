@@ -14,10 +14,10 @@ function v1Group(g: GroupRecord) {
 /** v1 GroupsService: the list still served at /iam/v1/groups (spec §4.9). */
 export function createGroupsV1Service(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   return {
-    listGroups(req, ctx) {
+    async listGroups(req, ctx) {
       const id = req.id === "" ? null : requireUidp("id", req.id);
-      const visible = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUPS_LIST);
-      const result = deps.store.groups.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
+      const visible = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUPS_LIST);
+      const result = await deps.store.groups.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
       return { items: result.items.map(v1Group) };
     },
   };

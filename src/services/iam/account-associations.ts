@@ -54,7 +54,7 @@ function checkText(a: AccountAssociation, fields: ReadonlySet<string>): FieldVio
 export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl<typeof AccountAssociationsService> {
   const { store } = deps;
   return {
-    createAccountAssociation(req) {
+    async createAccountAssociation(req) {
       // The association's uid is its group's: one per group.
       const group = requireUidp("parent", req.parent);
       const input = req.accountAssociation ?? create(AccountAssociationSchema);
@@ -63,23 +63,23 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const now = deps.now();
       const record: AccountAssociationRecord = { uid: group, name: input.name, description: input.description, providers, createTime: now, updateTime: now };
-      store.accountAssociations.create(record);
+      await store.accountAssociations.create(record);
       return accountAssociationMessage(record);
     },
 
-    getAccountAssociation(req) {
+    async getAccountAssociation(req) {
       const uid = requireUidp("uid", req.uid);
-      const association = store.accountAssociations.get(uid);
+      const association = await store.accountAssociations.get(uid);
       if (!association) throw new NotFoundError("account association", uid);
       return accountAssociationMessage(association);
     },
 
-    listAccountAssociations(req, ctx): ListAccountAssociationsResponse {
+    async listAccountAssociations(req, ctx): Promise<ListAccountAssociationsResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["accountAssociations", hierarchy, filter]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ACCOUNT_ASSOCIATIONS_LIST);
-      const result = store.accountAssociations.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ACCOUNT_ASSOCIATIONS_LIST);
+      const result = await store.accountAssociations.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListAccountAssociationsResponse",
         accountAssociations: result.items.map(accountAssociationMessage),
@@ -87,11 +87,11 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       };
     },
 
-    updateAccountAssociation(req) {
+    async updateAccountAssociation(req) {
       const input = req.accountAssociation ?? create(AccountAssociationSchema);
       const uid = requireUidp("account_association.uid", input.uid);
       const fields = fieldsToUpdate(AccountAssociationSchema, input, req.updateMask, UPDATABLE);
-      const current = store.accountAssociations.get(uid);
+      const current = await store.accountAssociations.get(uid);
       if (!current) throw new NotFoundError("account association", uid);
       const changed = PROVIDER_FIELDS.filter((f) => fields.has(f));
       const given = providersOf(input, changed);
@@ -109,11 +109,11 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
         }
         changes.providers = providers;
       }
-      return accountAssociationMessage(store.accountAssociations.update(uid, changes, deps.now()));
+      return accountAssociationMessage(await store.accountAssociations.update(uid, changes, deps.now()));
     },
 
-    deleteAccountAssociation(req) {
-      store.accountAssociations.delete(requireUidp("uid", req.uid));
+    async deleteAccountAssociation(req) {
+      await store.accountAssociations.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

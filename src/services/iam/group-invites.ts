@@ -62,11 +62,12 @@ function ttlOf(ttl: Duration | undefined): number | FieldViolation {
 }
 
 /** Looks each invite's role up once per response. */
-function roleLookup(store: Store): (uid: string) => RoleRecord | null {
-  const seen = new Map<string, RoleRecord | null>();
+function roleLookup(store: Store): (uid: string) => Promise<RoleRecord | null> {
+  const seen = new Map<string, Promise<RoleRecord | null>>();
   return (uid) => {
-    if (!seen.has(uid)) seen.set(uid, store.roles.get(uid));
-    return seen.get(uid)!;
+    let found = seen.get(uid);
+    if (!found) seen.set(uid, (found = store.roles.get(uid)));
+    return found;
   };
 }
 
@@ -74,7 +75,7 @@ function roleLookup(store: Store): (uid: string) => RoleRecord | null {
 export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof GroupInvitesService> {
   const { store } = deps;
   return {
-    createGroupInvite(req, ctx) {
+    async createGroupInvite(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.groupInvite ?? create(GroupInviteSchema);
       const violations: FieldViolation[] = [];
@@ -84,7 +85,7 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
       if (input.email !== "" && (input.email.length > 254 || !EMAIL.test(input.email))) violations.push({ field: "email", description: "must be an email address" });
       if (violations.length > 0 || typeof ttl !== "number") throw new InvalidArgumentError(violations);
       // An invite is a future role binding: the same reference and no-escalation rules.
-      const role = grantableRole(store, deps.authz, principalOf(ctx), input.roleUid, parent);
+      const role = await grantableRole(store, deps.authz, principalOf(ctx), input.roleUid, parent);
       const now = deps.now();
       const code = newInviteCode();
       const record: GroupInviteRecord = {
@@ -98,33 +99,33 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
         codeHash: code.codeHash,
         createTime: now,
       };
-      store.groupInvites.create(record);
+      await store.groupInvites.create(record);
       return groupInviteMessage(record, role, code.code);
     },
 
-    getGroupInvite(req) {
+    async getGroupInvite(req) {
       const uid = requireUidp("uid", req.uid);
-      const invite = store.groupInvites.get(uid);
+      const invite = await store.groupInvites.get(uid);
       if (!invite) throw new NotFoundError("group invite", uid);
-      return groupInviteMessage(invite, store.roles.get(invite.roleUid));
+      return groupInviteMessage(invite, await store.roles.get(invite.roleUid));
     },
 
-    listGroupInvites(req, ctx): ListGroupInvitesResponse {
+    async listGroupInvites(req, ctx): Promise<ListGroupInvitesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter: GroupInviteFilter = req.keyId === "" ? {} : { keyId: req.keyId };
       const plan = planPage(req, PAGING, deps.pageTokens, ["groupInvites", hierarchy, filter]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUP_INVITES_LIST);
-      const result = store.groupInvites.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUP_INVITES_LIST);
+      const result = await store.groupInvites.list({ hierarchy, filter, ...plan, visibleWithin });
       const roleOf = roleLookup(store);
       return {
         $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse",
-        groupInvites: result.items.map((i) => groupInviteMessage(i, roleOf(i.roleUid))),
+        groupInvites: await Promise.all(result.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))),
         ...pageEnvelope(plan, result, groupInviteCursor, deps.pageTokens),
       };
     },
 
-    deleteGroupInvite(req) {
-      store.groupInvites.delete(requireUidp("uid", req.uid));
+    async deleteGroupInvite(req) {
+      await store.groupInvites.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

@@ -59,12 +59,12 @@ function validateFields(group: { name: string; description: string }, fields: It
 export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   const { store } = deps;
   return {
-    createGroup(req, ctx) {
+    async createGroup(req, ctx) {
       const principal = principalOf(ctx);
       const parent = req.parent === "" ? null : requireUidp("parent", req.parent);
       // A root organization needs only a signed-in caller; a folder needs
       // groups.create at its parent, checked before the parent is looked up.
-      if (parent !== null) deps.authz.require(principal, [Capability.CAP_IAM_GROUPS_CREATE], parent);
+      if (parent !== null) await deps.authz.require(principal, [Capability.CAP_IAM_GROUPS_CREATE], parent);
       const input = req.group ?? create(GroupSchema);
       validateFields(input, ["name", "description"]);
       const now = deps.now();
@@ -78,11 +78,11 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
         createTime: now,
         updateTime: now,
       };
-      store.transaction(() => {
-        store.groups.create(record);
+      await store.transaction(async (tx) => {
+        await tx.groups.create(record);
         // The creator of an organization owns it (the administrator needs no binding).
         if (parent === null && !principal.admin) {
-          store.roleBindings.create([
+          await tx.roleBindings.create([
             { uid: newChildUid(record.uid), groupUid: record.uid, identityUid: principal.subject, roleUid: builtinRoleUid("owner"), createTime: now },
           ]);
         }
@@ -90,19 +90,19 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       return groupMessage(record);
     },
 
-    getGroup(req) {
+    async getGroup(req) {
       const uid = requireUidp("uid", req.uid);
-      const group = store.groups.get(uid);
+      const group = await store.groups.get(uid);
       if (!group) throw new NotFoundError("group", uid);
       return groupMessage(group);
     },
 
-    listGroups(req, ctx): ListGroupsResponse {
+    async listGroups(req, ctx): Promise<ListGroupsResponse> {
       const principal = principalOf(ctx);
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["groups", hierarchy, filter]);
-      const result = store.groups.list({ hierarchy, filter, ...plan, visibleWithin: deps.authz.visibleWithin(principal, Capability.CAP_IAM_GROUPS_LIST) });
+      const result = await store.groups.list({ hierarchy, filter, ...plan, visibleWithin: await deps.authz.visibleWithin(principal, Capability.CAP_IAM_GROUPS_LIST) });
       return {
         $typeName: "platform.iam.v2beta1.ListGroupsResponse",
         groups: result.items.map(groupMessage),
@@ -110,7 +110,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       };
     },
 
-    updateGroup(req) {
+    async updateGroup(req) {
       const input = req.group ?? create(GroupSchema);
       const uid = requireUidp("group.uid", input.uid);
       const fields = fieldsToUpdate(GroupSchema, input, req.updateMask, UPDATABLE);
@@ -118,11 +118,11 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       const changes: GroupChanges = {};
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
-      return groupMessage(store.groups.update(uid, changes, deps.now()));
+      return groupMessage(await store.groups.update(uid, changes, deps.now()));
     },
 
-    deleteGroup(req) {
-      store.groups.delete(requireUidp("uid", req.uid));
+    async deleteGroup(req) {
+      await store.groups.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

@@ -46,16 +46,25 @@ export function roleBindingMessage(b: RoleBindingRecord, refs: BindingRefs): Rol
  * mayReadIdentity allows; elsewhere the view has its uid alone, the same
  * whether or not that identity exists.
  */
-export function createHydrator(store: Store, mayReadIdentity: (uid: string) => boolean): (b: RoleBindingRecord) => RoleBinding {
-  const memo = <T>(get: (uid: string) => T | null) => {
-    const seen = new Map<string, T | null>();
-    return (uid: string): T | null => {
-      if (!seen.has(uid)) seen.set(uid, get(uid));
-      return seen.get(uid)!;
+export function createHydrator(
+  store: Store,
+  mayReadIdentity: (uid: string) => Promise<boolean>,
+): (b: RoleBindingRecord) => Promise<RoleBinding> {
+  const memo = <T>(get: (uid: string) => Promise<T | null>) => {
+    const seen = new Map<string, Promise<T | null>>();
+    return (uid: string): Promise<T | null> => {
+      let found = seen.get(uid);
+      if (!found) seen.set(uid, (found = get(uid)));
+      return found;
     };
   };
-  const identity = memo((uid) => (mayReadIdentity(uid) ? store.identities.get(uid) : null));
+  const identity = memo(async (uid) => ((await mayReadIdentity(uid)) ? store.identities.get(uid) : null));
   const group = memo((uid) => store.groups.get(uid));
   const role = memo((uid) => store.roles.get(uid));
-  return (b) => roleBindingMessage(b, { identity: identity(b.identityUid), group: group(b.groupUid), role: role(b.roleUid) });
+  return async (b) => roleBindingMessage(b, { identity: await identity(b.identityUid), group: await group(b.groupUid), role: await role(b.roleUid) });
+}
+
+/** Hydrates a page of bindings, in order. */
+export function hydrateAll(bindings: readonly RoleBindingRecord[], hydrate: (b: RoleBindingRecord) => Promise<RoleBinding>): Promise<RoleBinding[]> {
+  return Promise.all(bindings.map(hydrate));
 }

@@ -56,11 +56,11 @@ function checkText(identity: Identity, fields: Iterable<string>): FieldViolation
 export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof IdentitiesService> {
   const { store } = deps;
   return {
-    createIdentity(req) {
+    async createIdentity(req) {
       const parent = requireUidp("parent", req.parent);
       const input = req.identity ?? create(IdentitySchema);
       const now = deps.now();
-      const { relationship, violations } = relationshipOf(input, now);
+      const { relationship, violations } = relationshipOf(input, now, deps.issuerPolicy);
       const all = [...checkText(input, ["name", "description", "company"]), ...violations];
       if (all.length > 0 || relationship === null) throw new InvalidArgumentError(all);
       const record: IdentityRecord = {
@@ -76,18 +76,18 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
         createTime: now,
         updateTime: now,
       };
-      store.identities.create(record);
+      await store.identities.create(record);
       return identityMessage(record);
     },
 
-    getIdentity(req) {
+    async getIdentity(req) {
       const uid = requireUidp("uid", req.uid);
-      const identity = store.identities.get(uid);
+      const identity = await store.identities.get(uid);
       if (!identity) throw new NotFoundError("identity", uid);
       return identityMessage(identity);
     },
 
-    listIdentities(req, ctx): ListIdentitiesResponse {
+    async listIdentities(req, ctx): Promise<ListIdentitiesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const kind = KIND_OF_TYPE[req.relationshipType];
       if (kind === undefined && req.relationshipType !== RelationshipType.UNSPECIFIED) {
@@ -97,9 +97,9 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (req.name !== "") filter.name = req.name;
       if (kind) filter.relationshipKind = kind;
       const plan = planPage(req, PAGING, deps.pageTokens, ["identities", hierarchy, filter, req.relationshipType]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_LIST);
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_LIST);
       // AWS identities and service principals are not supported: nothing can match.
-      const result = kind === null ? { items: [], hasMore: false, totalCount: 0 } : store.identities.list({ hierarchy, filter, ...plan, visibleWithin });
+      const result = kind === null ? { items: [], hasMore: false, totalCount: 0 } : await store.identities.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListIdentitiesResponse",
         identities: result.items.map(identityMessage),
@@ -107,7 +107,7 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       };
     },
 
-    updateIdentity(req, ctx) {
+    async updateIdentity(req, ctx) {
       const input = req.identity ?? create(IdentitySchema);
       const uid = requireUidp("identity.uid", input.uid);
       const now = deps.now();
@@ -122,9 +122,9 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
         // Re-pointing which tokens assume an identity hands its role bindings to
         // their holder: the caller must hold what each binding grants, as if
         // binding it afresh.
-        for (const binding of store.roleBindings.forIdentity(uid)) {
-          const role = store.roles.get(binding.roleUid);
-          requireNoEscalation(role?.capabilities ?? [], deps.authz.capabilitiesAt(principal, binding.groupUid), binding.groupUid);
+        for (const binding of await store.roleBindings.forIdentity(uid)) {
+          const role = await store.roles.get(binding.roleUid);
+          requireNoEscalation(role?.capabilities ?? [], await deps.authz.capabilitiesAt(principal, binding.groupUid), binding.groupUid);
         }
       }
       const violations = checkText(input, fields);
@@ -134,7 +134,7 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
         if (chosen === undefined || !relFields.includes(RELATIONSHIP_FIELDS[chosen])) {
           violations.push({ field: relFields[0]!, description: "is required when update_mask names it" });
         } else {
-          const rel = relationshipOf(input, now);
+          const rel = relationshipOf(input, now, deps.issuerPolicy);
           violations.push(...rel.violations);
           if (rel.relationship) changes.relationship = rel.relationship;
         }
@@ -143,15 +143,15 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
       if (fields.has("company")) changes.company = input.company;
-      return identityMessage(store.identities.update(uid, changes, now));
+      return identityMessage(await store.identities.update(uid, changes, now));
     },
 
-    deleteIdentity(req) {
-      store.identities.delete(requireUidp("uid", req.uid));
+    async deleteIdentity(req) {
+      await store.identities.delete(requireUidp("uid", req.uid));
       return {};
     },
 
-    lookupIdentity(req) {
+    async lookupIdentity(req) {
       const violations: FieldViolation[] = [];
       if (req.issuer === "") violations.push({ field: "issuer", description: "is required" });
       if (req.subject === "") violations.push({ field: "subject", description: "is required" });

@@ -1,3 +1,4 @@
+import type { IssuerPolicy } from "../../domain/issuer.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { timestampFromMs } from "../time.js";
@@ -77,11 +78,15 @@ export function identityMessage(i: IdentityRecord): Identity {
  * registered at time now: exactly one of claim_match and static_keys; a
  * static-keys expiration defaults to (and is capped at) now + 365 days.
  */
-export function relationshipOf(identity: Identity, now: number): { relationship: IdentityRelationship | null; violations: FieldViolation[] } {
+export function relationshipOf(
+  identity: Identity,
+  now: number,
+  policy: IssuerPolicy,
+): { relationship: IdentityRelationship | null; violations: FieldViolation[] } {
   const rel = identity.relationship;
   if (rel.case === "claimMatch") {
     const claimMatch = claimMatchRecord(rel.value);
-    return { relationship: { kind: "claimMatch", claimMatch }, violations: checkClaimMatch("claim_match", claimMatch) };
+    return { relationship: { kind: "claimMatch", claimMatch }, violations: checkClaimMatch("claim_match", claimMatch, policy) };
   }
   if (rel.case === "staticKeys") {
     const k = rel.value;

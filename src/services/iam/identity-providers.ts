@@ -71,23 +71,23 @@ function checkText(input: IdentityProvider, fields: ReadonlySet<string>): FieldV
 export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<typeof IdentityProvidersService> {
   const { store, authz } = deps;
 
-  function existing(uid: string): IdentityProviderRecord {
-    const provider = store.identityProviders.get(uid);
+  async function existing(uid: string): Promise<IdentityProviderRecord> {
+    const provider = await store.identityProviders.get(uid);
     if (!provider) throw new NotFoundError("identity provider", uid);
     return provider;
   }
 
   return {
-    createIdentityProvider(req, ctx) {
+    async createIdentityProvider(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.identityProvider ?? create(IdentityProviderSchema);
       const oidc = oidcSettingsOf(input);
       const violations = [
         ...checkText(input, new Set(TOP_LEVEL)),
-        ...(oidc ? checkOidc("oidc", oidc) : [{ field: "oidc", description: "is required" }]),
+        ...(oidc ? checkOidc("oidc", oidc, deps.issuerPolicy) : [{ field: "oidc", description: "is required" }]),
       ];
       if (violations.length > 0 || !oidc) throw new InvalidArgumentError(violations);
-      grantableRole(store, authz, principalOf(ctx), input.defaultRole, parent);
+      await grantableRole(store, authz, principalOf(ctx), input.defaultRole, parent);
       const now = deps.now();
       const record: IdentityProviderRecord = {
         uid: newChildUid(parent),
@@ -99,20 +99,20 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         createTime: now,
         updateTime: now,
       };
-      store.identityProviders.create(record);
+      await store.identityProviders.create(record);
       return identityProviderMessage(record);
     },
 
-    getIdentityProvider(req) {
-      return identityProviderMessage(existing(requireUidp("uid", req.uid)));
+    async getIdentityProvider(req) {
+      return identityProviderMessage(await existing(requireUidp("uid", req.uid)));
     },
 
-    listIdentityProviders(req, ctx): ListIdentityProvidersResponse {
+    async listIdentityProviders(req, ctx): Promise<ListIdentityProvidersResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["identityProviders", hierarchy, filter]);
-      const visibleWithin = authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_PROVIDERS_LIST);
-      const result = store.identityProviders.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_PROVIDERS_LIST);
+      const result = await store.identityProviders.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListIdentityProvidersResponse",
         identityProviders: result.items.map(identityProviderMessage),
@@ -120,16 +120,16 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
       };
     },
 
-    updateIdentityProvider(req, ctx) {
+    async updateIdentityProvider(req, ctx) {
       const input = req.identityProvider ?? create(IdentityProviderSchema);
       const uid = requireUidp("identity_provider.uid", input.uid);
       const paths = req.updateMask?.paths ?? [];
       // "*" replaces every field, but like a body "oidc" key it keeps a secret left empty.
       const fields = paths.length === 1 && paths[0] === "*" ? new Set<string>(TOP_LEVEL) : fieldsToUpdate(IdentityProviderSchema, input, req.updateMask, UPDATABLE);
-      const current = existing(uid);
+      const current = await existing(uid);
       const violations = checkText(input, fields);
       const changes: IdentityProviderChanges = {};
-      const oidc = updatedOidc(current.oidc, oidcSettingsOf(input), fields);
+      const oidc = updatedOidc(current.oidc, oidcSettingsOf(input), fields, deps.issuerPolicy);
       if (oidc.violations.length > 0) violations.push(...oidc.violations);
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       if (oidc.settings) {
@@ -138,20 +138,20 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         // signs in with its default role: they must be able to grant that role.
         const retargeted = oidc.settings.issuer !== current.oidc.issuer || oidc.settings.clientId !== current.oidc.clientId;
         if (retargeted && !(fields.has("default_role") && input.defaultRole !== current.defaultRole)) {
-          grantableRole(store, authz, principalOf(ctx), current.defaultRole, current.parentUid);
+          await grantableRole(store, authz, principalOf(ctx), current.defaultRole, current.parentUid);
         }
       }
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
       if (fields.has("default_role") && input.defaultRole !== current.defaultRole) {
-        grantableRole(store, authz, principalOf(ctx), input.defaultRole, current.parentUid);
+        await grantableRole(store, authz, principalOf(ctx), input.defaultRole, current.parentUid);
         changes.defaultRole = input.defaultRole;
       }
-      return identityProviderMessage(store.identityProviders.update(uid, changes, deps.now()));
+      return identityProviderMessage(await store.identityProviders.update(uid, changes, deps.now()));
     },
 
-    deleteIdentityProvider(req) {
-      store.identityProviders.delete(requireUidp("uid", req.uid));
+    async deleteIdentityProvider(req) {
+      await store.identityProviders.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

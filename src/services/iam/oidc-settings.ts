@@ -1,5 +1,5 @@
 import { CorrelationRule, type IdentityProvider } from "../../../gen/platform/iam/v2beta1/identity_providers_pb.js";
-import { isTrustedIssuerUrl } from "../../auth/upstream.js";
+import { userIssuerProblem, type IssuerPolicy } from "../../domain/issuer.js";
 import type { FieldViolation } from "../../domain/errors.js";
 import type { OidcSettings } from "../../store/store.js";
 
@@ -48,11 +48,12 @@ function checkPrintable(out: FieldViolation[], field: string, value: string, max
 }
 
 /** Violations of complete OIDC settings, with field names under prefix ("oidc"). */
-export function checkOidc(prefix: string, o: OidcSettings): FieldViolation[] {
+export function checkOidc(prefix: string, o: OidcSettings, policy: IssuerPolicy): FieldViolation[] {
   const out: FieldViolation[] = [];
   if (o.issuer === "") out.push({ field: `${prefix}.issuer`, description: "is required" });
-  else if (o.issuer.length > 2048 || !isTrustedIssuerUrl(o.issuer)) {
-    out.push({ field: `${prefix}.issuer`, description: "must be an https URL without query or fragment (plain http only on a loopback host)" });
+  else {
+    const problem = userIssuerProblem(o.issuer, policy);
+    if (problem !== undefined) out.push({ field: `${prefix}.issuer`, description: problem });
   }
   checkPrintable(out, `${prefix}.client_id`, o.clientId, 256, true);
   checkPrintable(out, `${prefix}.client_secret`, o.clientSecret, 1024, false);
@@ -79,7 +80,12 @@ const effectiveRule = (rule: number) => (rule === CorrelationRule.UNSPECIFIED ? 
  * correlation rule is immutable: restating it is a no-op, another value is
  * INVALID_ARGUMENT.
  */
-export function updatedOidc(current: OidcSettings, given: OidcSettings | null, fields: ReadonlySet<string>): { settings: OidcSettings | null; violations: FieldViolation[] } {
+export function updatedOidc(
+  current: OidcSettings,
+  given: OidcSettings | null,
+  fields: ReadonlySet<string>,
+  policy: IssuerPolicy,
+): { settings: OidcSettings | null; violations: FieldViolation[] } {
   const named = OIDC_PATHS.filter((p) => fields.has(p));
   if (!fields.has("oidc") && named.length === 0) return { settings: null, violations: [] };
   const input: OidcSettings = given ?? { issuer: "", clientId: "", clientSecret: "", additionalScopes: [], groupsClaim: "", correlationRule: 0, pkceEnabled: false };
@@ -100,6 +106,6 @@ export function updatedOidc(current: OidcSettings, given: OidcSettings | null, f
   }
   // Restating the rule (UNSPECIFIED for SUB_EQUALS, or the reverse) keeps the stored value.
   next.correlationRule = current.correlationRule;
-  violations.push(...checkOidc("oidc", next));
+  violations.push(...checkOidc("oidc", next, policy));
   return { settings: next, violations };
 }

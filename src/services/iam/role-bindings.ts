@@ -15,7 +15,7 @@ import { isAtOrBelow, isUidp, newChildUid, parentOf } from "../../domain/uidp.js
 import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
-import { createHydrator, roleBindingMessage, type BindingRefs } from "./hydrate.js";
+import { createHydrator, hydrateAll, roleBindingMessage, type BindingRefs } from "./hydrate.js";
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
 const UPDATABLE = ["identity_uid", "role_uid"] as const;
@@ -43,48 +43,49 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
   // whether or not they have signed up, with the same answer either way: the
   // record is returned for hydration, which shows it only to callers who may
   // read it. A group's identity is bindable only where the caller can list it.
-  function bindableIdentity(principal: Principal, uid: string): IdentityRecord | null {
-    const identity = store.identities.get(uid);
+  async function bindableIdentity(principal: Principal, uid: string): Promise<IdentityRecord | null> {
+    const identity = await store.identities.get(uid);
     if (parentOf(uid) === null) return identity;
-    if (identity && authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], identity.uid)) return identity;
+    if (identity && (await authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], identity.uid))) return identity;
     throw new NotFoundError("identity", uid);
   }
 
   /** GetIdentity's rule: an identity's own fields are for itself and for holders of CAP_IAM_IDENTITY_LIST at it. */
-  const readableBy = (principal: Principal) => (uid: string) => principal.subject === uid || authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], uid);
+  const readableBy = (principal: Principal) => async (uid: string) =>
+    principal.subject === uid || (await authz.holds(principal, [Capability.CAP_IAM_IDENTITY_LIST], uid));
 
-  function bindableRole(uid: string, group: string): RoleRecord {
-    const role = store.roles.get(uid);
+  async function bindableRole(uid: string, group: string): Promise<RoleRecord> {
+    const role = await store.roles.get(uid);
     // Built-in roles bind anywhere; a custom role only at or below the group that defines it.
     if (role && (role.parentUid === null || isAtOrBelow(role.parentUid, group))) return role;
     throw new NotFoundError("role", uid);
   }
 
   /** Every check of a new binding: the group, both references, no escalation. */
-  function prepare(principal: Principal, group: string, identityUid: string, roleUid: string, now: number) {
-    const groupRecord = store.groups.get(group);
+  async function prepare(principal: Principal, group: string, identityUid: string, roleUid: string, now: number) {
+    const groupRecord = await store.groups.get(group);
     if (!groupRecord) throw new NotFoundError("group", group);
-    const identity = bindableIdentity(principal, identityUid);
-    const role = bindableRole(roleUid, group);
-    requireNoEscalation(role.capabilities, authz.capabilitiesAt(principal, group), group);
+    const identity = await bindableIdentity(principal, identityUid);
+    const role = await bindableRole(roleUid, group);
+    requireNoEscalation(role.capabilities, await authz.capabilitiesAt(principal, group), group);
     const record: RoleBindingRecord = { uid: newChildUid(group), groupUid: group, identityUid, roleUid, createTime: now };
-    const refs: BindingRefs = { group: groupRecord, identity: identity && readableBy(principal)(identityUid) ? identity : null, role };
+    const refs: BindingRefs = { group: groupRecord, identity: identity && (await readableBy(principal)(identityUid)) ? identity : null, role };
     return { record, refs };
   }
 
   return {
-    createRoleBinding(req, ctx) {
+    async createRoleBinding(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const identityUid = req.roleBinding?.identityUid ?? "";
       const roleUid = req.roleBinding?.roleUid ?? "";
       const violations = [...checkUid("identity_uid", identityUid), ...checkUid("role_uid", roleUid)];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const { record, refs } = prepare(principalOf(ctx), parent, identityUid, roleUid, deps.now());
-      store.roleBindings.create([record]);
+      const { record, refs } = await prepare(principalOf(ctx), parent, identityUid, roleUid, deps.now());
+      await store.roleBindings.create([record]);
       return roleBindingMessage(record, refs);
     },
 
-    batchCreateRoleBindings(req, ctx) {
+    async batchCreateRoleBindings(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       if (req.requests.length === 0 || req.requests.length > MAX_BATCH) throw invalidField("requests", `must hold 1 to ${MAX_BATCH} requests`);
       const violations = req.roleUid === "" ? [] : checkUid("role_uid", req.roleUid);
@@ -107,24 +108,25 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const principal = principalOf(ctx);
       // The wrapper checked the batch parent only.
-      for (const sub of new Set(items.map((it) => it.parent))) authz.require(principal, [Capability.CAP_IAM_ROLE_BINDINGS_CREATE], sub);
+      for (const sub of new Set(items.map((it) => it.parent))) await authz.require(principal, [Capability.CAP_IAM_ROLE_BINDINGS_CREATE], sub);
       const now = deps.now();
-      const prepared = items.map((it) => prepare(principal, it.parent, it.identityUid, it.roleUid, now));
-      store.roleBindings.create(prepared.map((p) => p.record));
+      const prepared: Awaited<ReturnType<typeof prepare>>[] = [];
+      for (const it of items) prepared.push(await prepare(principal, it.parent, it.identityUid, it.roleUid, now));
+      await store.roleBindings.create(prepared.map((p) => p.record));
       return {
         $typeName: "platform.iam.v2beta1.BatchCreateRoleBindingsResponse",
         roleBindings: prepared.map((p) => roleBindingMessage(p.record, p.refs)),
       };
     },
 
-    getRoleBinding(req, ctx) {
+    async getRoleBinding(req, ctx) {
       const uid = requireUidp("uid", req.uid);
-      const binding = store.roleBindings.get(uid);
+      const binding = await store.roleBindings.get(uid);
       if (!binding) throw new NotFoundError("role binding", uid);
       return createHydrator(store, readableBy(principalOf(ctx)))(binding);
     },
 
-    listRoleBindings(req, ctx): ListRoleBindingsResponse {
+    async listRoleBindings(req, ctx): Promise<ListRoleBindingsResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter: RoleBindingFilter = {};
       const violations: FieldViolation[] = [];
@@ -140,16 +142,16 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const plan = planPage(req, PAGING, deps.pageTokens, ["roleBindings", hierarchy, filter]);
       const principal = principalOf(ctx);
-      const visibleWithin = authz.visibleWithin(principal, Capability.CAP_IAM_ROLE_BINDINGS_LIST);
-      const result = store.roleBindings.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await authz.visibleWithin(principal, Capability.CAP_IAM_ROLE_BINDINGS_LIST);
+      const result = await store.roleBindings.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse",
-        roleBindings: result.items.map(createHydrator(store, readableBy(principal))),
+        roleBindings: await hydrateAll(result.items, createHydrator(store, readableBy(principal))),
         ...pageEnvelope(plan, result, roleBindingCursor, deps.pageTokens),
       };
     },
 
-    updateRoleBinding(req, ctx) {
+    async updateRoleBinding(req, ctx) {
       const input = req.roleBinding ?? create(RoleBindingSchema);
       const uid = requireUidp("role_binding.uid", input.uid);
       const fields = fieldsToUpdate(RoleBindingSchema, input, req.updateMask, UPDATABLE);
@@ -158,25 +160,25 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
         ...(fields.has("role_uid") ? checkUid("role_uid", input.roleUid) : []),
       ];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const current = store.roleBindings.get(uid);
+      const current = await store.roleBindings.get(uid);
       if (!current) throw new NotFoundError("role binding", uid);
       const principal = principalOf(ctx);
       const hydrate = createHydrator(store, readableBy(principal));
       if (fields.size === 0) return hydrate(current);
       const changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">> = {};
       if (fields.has("identity_uid")) {
-        bindableIdentity(principal, input.identityUid);
+        await bindableIdentity(principal, input.identityUid);
         changes.identityUid = input.identityUid;
       }
-      const role = fields.has("role_uid") ? bindableRole(input.roleUid, current.groupUid) : store.roles.get(current.roleUid);
+      const role = fields.has("role_uid") ? await bindableRole(input.roleUid, current.groupUid) : await store.roles.get(current.roleUid);
       if (fields.has("role_uid")) changes.roleUid = input.roleUid;
       // Pointing a binding at a new identity grants the role afresh: the same no-escalation rule applies.
-      requireNoEscalation(role?.capabilities ?? [], authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
-      return hydrate(store.roleBindings.update(uid, changes));
+      requireNoEscalation(role?.capabilities ?? [], await authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
+      return hydrate(await store.roleBindings.update(uid, changes));
     },
 
-    deleteRoleBinding(req) {
-      store.roleBindings.delete(requireUidp("uid", req.uid));
+    async deleteRoleBinding(req) {
+      await store.roleBindings.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

@@ -67,19 +67,19 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
   const { store } = deps;
 
   /** The existing role, or NOT_FOUND. */
-  function existing(uid: string): RoleRecord {
-    const role = store.roles.get(uid);
+  async function existing(uid: string): Promise<RoleRecord> {
+    const role = await store.roles.get(uid);
     if (!role) throw new NotFoundError("role", uid);
     return role;
   }
 
   return {
-    createRole(req, ctx) {
+    async createRole(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.role ?? create(RoleSchema);
       validateFields(input, UPDATABLE);
       const capabilities = normalizeCapabilities(input.capabilities);
-      requireNoEscalation(capabilities, deps.authz.capabilitiesAt(principalOf(ctx), parent), parent);
+      requireNoEscalation(capabilities, await deps.authz.capabilitiesAt(principalOf(ctx), parent), parent);
       const now = deps.now();
       const record: RoleRecord = {
         uid: newChildUid(parent),
@@ -90,11 +90,11 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
         createTime: now,
         updateTime: now,
       };
-      store.roles.create(record);
+      await store.roles.create(record);
       return roleMessage(record);
     },
 
-    getRole(req, ctx) {
+    async getRole(req, ctx) {
       // GetRole is unscoped so built-in roles are readable; custom roles are
       // authorized here, before the lookup, so a missing and a forbidden uid
       // get the same answer.
@@ -102,20 +102,20 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
       const principal = principalOf(ctx);
       const group = parentOf(uid);
       if (group === null) {
-        const within = deps.authz.visibleWithin(principal, Capability.CAP_IAM_ROLES_LIST);
+        const within = await deps.authz.visibleWithin(principal, Capability.CAP_IAM_ROLES_LIST);
         if (within !== null && within.length === 0) throw new PermissionDeniedError();
       } else {
-        deps.authz.require(principal, [Capability.CAP_IAM_ROLES_LIST], group);
+        await deps.authz.require(principal, [Capability.CAP_IAM_ROLES_LIST], group);
       }
-      return roleMessage(existing(uid));
+      return roleMessage(await existing(uid));
     },
 
-    listRoles(req, ctx): ListRolesResponse {
+    async listRoles(req, ctx): Promise<ListRolesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["roles", hierarchy, filter]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLES_LIST);
-      const result = store.roles.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLES_LIST);
+      const result = await store.roles.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.iam.v2beta1.ListRolesResponse",
         roles: result.items.map(roleMessage),
@@ -123,11 +123,11 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
       };
     },
 
-    updateRole(req, ctx) {
+    async updateRole(req, ctx) {
       const input = req.role ?? create(RoleSchema);
       const uid = requireUidp("role.uid", input.uid);
       const fields = fieldsToUpdate(RoleSchema, input, req.updateMask, UPDATABLE);
-      const current = existing(uid);
+      const current = await existing(uid);
       refuseBuiltIn(current, "changed");
       validateFields(input, fields);
       const changes: RoleChanges = {};
@@ -136,15 +136,15 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
       if (fields.has("capabilities")) {
         changes.capabilities = normalizeCapabilities(input.capabilities);
         const group = current.parentUid!;
-        requireNoEscalation(changes.capabilities, deps.authz.capabilitiesAt(principalOf(ctx), group), group);
+        requireNoEscalation(changes.capabilities, await deps.authz.capabilitiesAt(principalOf(ctx), group), group);
       }
-      return roleMessage(store.roles.update(uid, changes, deps.now()));
+      return roleMessage(await store.roles.update(uid, changes, deps.now()));
     },
 
-    deleteRole(req) {
+    async deleteRole(req) {
       const uid = requireUidp("uid", req.uid);
-      refuseBuiltIn(existing(uid), "deleted");
-      store.roles.delete(uid);
+      refuseBuiltIn(await existing(uid), "deleted");
+      await store.roles.delete(uid);
       return {};
     },
   };

@@ -7,7 +7,7 @@ import { requireUidp } from "../../domain/hierarchy.js";
 import { newChildUid } from "../../domain/uidp.js";
 import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
 import type { UpstreamClaims } from "../../auth/upstream.js";
-import type { IdentityProviderRecord, IdentityRecord } from "../../store/store.js";
+import type { IdentityProviderRecord, IdentityRecord, StoreParts } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
 import { roleAppliesAt } from "../iam/role-refs.js";
 
@@ -57,7 +57,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
   }
 
   async function assumeOrThrow(uid: string, token: string): Promise<IdentityRecord> {
-    const identity = store.identities.get(uid);
+    const identity = await store.identities.get(uid);
     if (!identity) throw cannotAssume(uid);
     const rel = identity.relationship;
     if (rel.kind === "claimMatch") {
@@ -82,7 +82,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     if (!auds.some((a) => deps.signIn.audiences.includes(a))) {
       throw new UnauthenticatedError("Unauthenticated: the ID token's audience is not one this server accepts for sign-in");
     }
-    return register(userIdentityUid(claims.iss, claims.sub), null, claims, () => {});
+    return register(userIdentityUid(claims.iss, claims.sub), null, claims, async () => {});
   }
 
   /**
@@ -92,7 +92,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
    * default role there, in one transaction.
    */
   async function signInThrough(providerUid: string, token: string): Promise<IdentityRecord> {
-    const provider = store.identityProviders.get(providerUid);
+    const provider = await store.identityProviders.get(providerUid);
     if (!provider) throw cannotSignInThrough(providerUid);
     let claims: UpstreamClaims;
     try {
@@ -102,21 +102,26 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       throw err;
     }
     if (!audiencesOf(claims).includes(provider.oidc.clientId)) throw cannotSignInThrough(providerUid);
-    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (person) => bindDefaultRole(provider, person));
+    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) => bindDefaultRole(tx, provider, person));
   }
 
-  function bindDefaultRole(provider: IdentityProviderRecord, person: IdentityRecord): void {
-    const role = store.roles.get(provider.defaultRole);
+  async function bindDefaultRole(tx: StoreParts, provider: IdentityProviderRecord, person: IdentityRecord): Promise<void> {
+    const role = await tx.roles.get(provider.defaultRole);
     // The role cannot be deleted while a provider names it; re-checked all the same.
     if (!role || !roleAppliesAt(role, provider.parentUid)) return;
-    store.roleBindings.create([
+    await tx.roleBindings.create([
       { uid: newChildUid(provider.parentUid), groupUid: provider.parentUid, identityUid: person.uid, roleUid: role.uid, createTime: person.createTime },
     ]);
   }
 
   /** The person with uid, registered (with onFirstSignIn, in the same transaction) if new. */
-  function register(uid: string, parentUid: string | null, claims: UpstreamClaims, onFirstSignIn: (person: IdentityRecord) => void): IdentityRecord {
-    const existing = store.identities.get(uid);
+  async function register(
+    uid: string,
+    parentUid: string | null,
+    claims: UpstreamClaims,
+    onFirstSignIn: (tx: StoreParts, person: IdentityRecord) => Promise<void>,
+  ): Promise<IdentityRecord> {
+    const existing = await store.identities.get(uid);
     if (existing) return existing;
     const now = deps.now();
     const verified = claims.email_verified === true && typeof claims.email === "string";
@@ -137,13 +142,13 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       updateTime: now,
     };
     try {
-      store.transaction(() => {
-        store.identities.create(person);
-        onFirstSignIn(person);
+      await store.transaction(async (tx) => {
+        await tx.identities.create(person);
+        await onFirstSignIn(tx, person);
       });
     } catch (err) {
       // Two first sign-ins racing: the other one registered the person.
-      const raced = store.identities.get(uid);
+      const raced = await store.identities.get(uid);
       if (!raced) throw err;
       return raced;
     }
@@ -162,7 +167,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
         req.identity !== "" ? await assume(requireUidp("identity", req.identity), token)
         : req.identityProvider !== "" ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
         : await signIn(token);
-      store.identities.touchLastSeen(identity.uid, deps.now());
+      await store.identities.touchLastSeen(identity.uid, deps.now());
       const issued = await deps.tokens.mint(identity.uid);
       return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };
     },

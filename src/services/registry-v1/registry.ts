@@ -36,10 +36,10 @@ function v1Repo(r: RepoRecord): Repo {
 /** v1 RegistryService: the repo list still served at /registry/v1/repos (spec §4.9). */
 export function createRegistryV1Service(deps: ServiceDeps): ServiceImpl<typeof RegistryService> {
   return {
-    listRepos(req, ctx) {
+    async listRepos(req, ctx) {
       const id = req.id === "" ? null : requireUidp("id", req.id);
-      const visible = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
-      const result = deps.store.repos.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
+      const visible = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
+      const result = await deps.store.repos.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
       return { items: result.items.map(v1Repo) };
     },
   };

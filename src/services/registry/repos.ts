@@ -73,8 +73,8 @@ function validateFields(repo: Repo, fields: ReadonlySet<string>): void {
 export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposService> {
   const { store, authz } = deps;
 
-  function existing(uid: string): RepoRecord {
-    const repo = store.repos.get(uid);
+  async function existing(uid: string): Promise<RepoRecord> {
+    const repo = await store.repos.get(uid);
     if (!repo) throw new NotFoundError("repo", uid);
     return repo;
   }
@@ -84,18 +84,18 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
    * stores the defaults) needs CAP_REPO_INTERNAL_ADMIN at the group, checked
    * before the values are validated. Sending a field back unchanged does not.
    */
-  function requireInternalAdmin(ctx: HandlerContext, group: string, input: Repo, current: Repo | RepoRecord, fields: ReadonlySet<string>): void {
+  async function requireInternalAdmin(ctx: HandlerContext, group: string, input: Repo, current: Repo | RepoRecord, fields: ReadonlySet<string>): Promise<void> {
     const changed = changedInternal(input, current, fields);
-    if (changed.length === 0 || authz.holds(principalOf(ctx), [Capability.CAP_REPO_INTERNAL_ADMIN], group)) return;
+    if (changed.length === 0 || (await authz.holds(principalOf(ctx), [Capability.CAP_REPO_INTERNAL_ADMIN], group))) return;
     throw new PermissionDeniedError(`Permission denied: ${changed.join(", ")} can only be changed with CAP_REPO_INTERNAL_ADMIN`);
   }
 
   return {
-    createRepo(req, ctx) {
+    async createRepo(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.repo ?? create(RepoSchema);
       const fields = new Set<string>(UPDATABLE);
-      requireInternalAdmin(ctx, parent, input, create(RepoSchema), fields);
+      await requireInternalAdmin(ctx, parent, input, create(RepoSchema), fields);
       validateFields(input, fields);
       const now = deps.now();
       const record: RepoRecord = {
@@ -110,20 +110,20 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
         createTime: now,
         updateTime: now,
       };
-      store.repos.create(record);
+      await store.repos.create(record);
       return repoMessage(record);
     },
 
-    getRepo(req) {
-      return repoMessage(existing(requireUidp("uid", req.uid)));
+    async getRepo(req) {
+      return repoMessage(await existing(requireUidp("uid", req.uid)));
     },
 
-    listRepos(req, ctx): ListReposResponse {
+    async listRepos(req, ctx): Promise<ListReposResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === undefined ? {} : { name: req.name };
       const plan = planPage(req, PAGING, deps.pageTokens, ["repos", hierarchy, filter]);
-      const visibleWithin = authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
-      const result = store.repos.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
+      const result = await store.repos.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.registry.v2beta1.ListReposResponse",
         repos: result.items.map(repoMessage),
@@ -131,12 +131,12 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
       };
     },
 
-    updateRepo(req, ctx) {
+    async updateRepo(req, ctx) {
       const input = req.repo ?? create(RepoSchema);
       const uid = requireUidp("repo.uid", input.uid);
       const fields = fieldsToUpdate(RepoSchema, input, req.updateMask, UPDATABLE);
-      const current = existing(uid);
-      requireInternalAdmin(ctx, current.parentUid, input, current, fields);
+      const current = await existing(uid);
+      await requireInternalAdmin(ctx, current.parentUid, input, current, fields);
       validateFields(input, fields);
       const changes: RepoChanges = {};
       if (fields.has("name")) changes.name = input.name;
@@ -145,11 +145,11 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
       if (fields.has("bundles")) changes.bundles = input.bundles;
       if (fields.has("aliases")) changes.aliases = input.aliases;
       if (fields.has("active_tags")) changes.activeTags = input.activeTags;
-      return repoMessage(store.repos.update(uid, changes, deps.now()));
+      return repoMessage(await store.repos.update(uid, changes, deps.now()));
     },
 
-    deleteRepo(req) {
-      store.repos.delete(requireUidp("uid", req.uid));
+    async deleteRepo(req) {
+      await store.repos.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

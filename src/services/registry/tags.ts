@@ -42,7 +42,7 @@ export function tagCursor(t: TagRecord, field: TagOrder) {
 export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsService> {
   const { store } = deps;
   return {
-    createTag(req, ctx) {
+    async createTag(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.tag ?? create(TagSchema);
       const violations: FieldViolation[] = [
@@ -51,7 +51,7 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         ...checkBundles("bundles", input.bundles),
       ];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const { tag } = store.tags.put({
+      const { tag } = await store.tags.put({
         uid: newChildUid(parent),
         repoUid: parent,
         name: input.name,
@@ -59,18 +59,18 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         deprecated: input.deprecated,
         bundles: input.bundles,
         updateTime: deps.now(),
-      }, { mayUpdate: deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) });
+      }, { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) });
       return tagMessage(tag);
     },
 
-    getTag(req) {
+    async getTag(req) {
       const uid = requireUidp("uid", req.uid);
-      const tag = store.tags.get(uid);
+      const tag = await store.tags.get(uid);
       if (!tag) throw new NotFoundError("tag", uid);
       return tagMessage(tag);
     },
 
-    listTags(req, ctx): ListTagsResponse {
+    async listTags(req, ctx): Promise<ListTagsResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       // A malformed digest could match nothing: say so instead of listing nothing.
       const badDigest = req.digest === "" ? [] : checkDigest("digest", req.digest);
@@ -85,8 +85,8 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
       // Times are stored in whole milliseconds: "after" a fractional one is after its floor.
       if (req.updatedSince) filter.updatedSince = Number(req.updatedSince.seconds) * 1000 + Math.floor(req.updatedSince.nanos / 1e6);
       const plan = planPage(req, PAGING, deps.pageTokens, ["tags", hierarchy, filter]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_TAG_LIST);
-      const result = store.tags.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_TAG_LIST);
+      const result = await store.tags.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.registry.v2beta1.ListTagsResponse",
         tags: result.items.map(tagMessage),
@@ -94,8 +94,8 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
       };
     },
 
-    deleteTag(req) {
-      store.tags.delete(requireUidp("uid", req.uid));
+    async deleteTag(req) {
+      await store.tags.delete(requireUidp("uid", req.uid));
       return {};
     },
   };

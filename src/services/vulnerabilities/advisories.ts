@@ -86,20 +86,20 @@ function advisoryFilter(req: ListAdvisoriesRequest): AdvisoryFilter {
 export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof AdvisoriesService> {
   const { store } = deps;
   return {
-    getAdvisory(req) {
+    async getAdvisory(req) {
       // advisories.list at the advisory's uid was checked before this lookup.
       const uid = requireUidp("uid", req.uid);
-      const advisory = store.advisories.get(uid);
+      const advisory = await store.advisories.get(uid);
       if (!advisory) throw new NotFoundError("advisory", uid);
       return advisoryMessage(advisory);
     },
 
-    listAdvisories(req, ctx): ListAdvisoriesResponse {
+    async listAdvisories(req, ctx): Promise<ListAdvisoriesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = advisoryFilter(req);
       const plan = planPage(req, PAGING, deps.pageTokens, ["advisories", hierarchy, filter]);
-      const visibleWithin = deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_ADVISORIES_LIST);
-      const result = store.advisories.list({ hierarchy, filter, ...plan, visibleWithin });
+      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_ADVISORIES_LIST);
+      const result = await store.advisories.list({ hierarchy, filter, ...plan, visibleWithin });
       return {
         $typeName: "platform.vulnerabilities.v2beta1.ListAdvisoriesResponse",
         advisories: result.items.map(advisoryMessage),

@@ -5,7 +5,7 @@ import type {
   AccountAssociationFilter,
   AccountAssociationOrder,
   AccountAssociationRecord,
-  AccountAssociationStore,
+  SyncAccountAssociationStore,
   AccountProviders,
   ListQuery,
   ListResult,
@@ -41,7 +41,7 @@ function toRecord(row: AccountAssociationRow): AccountAssociationRecord {
 }
 
 /** AccountAssociationStore over SQLite: at most one association per group, keyed by the group's uid. */
-export class SqliteAccountAssociationStore implements AccountAssociationStore {
+export class SqliteAccountAssociationStore implements SyncAccountAssociationStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupParentStmt: Statement;
@@ -99,7 +99,7 @@ export class SqliteAccountAssociationStore implements AccountAssociationStore {
       });
       this.lists.touched(TABLE.table);
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): boolean {

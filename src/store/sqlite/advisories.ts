@@ -5,7 +5,7 @@ import type {
   AdvisoryFilter,
   AdvisoryOrder,
   AdvisoryRecord,
-  AdvisoryStore,
+  SyncAdvisoryStore,
   ListQuery,
   ListResult,
   UpsertOutcome,
@@ -170,7 +170,7 @@ function comparable(a: AdvisoryRecord): string {
  * AdvisoryStore over SQLite. The importer may write from another process
  * (the CLI shares the database file); the ListRunner notices its commits.
  */
-export class SqliteAdvisoryStore implements AdvisoryStore {
+export class SqliteAdvisoryStore implements SyncAdvisoryStore {
   private readonly upsertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
@@ -227,6 +227,6 @@ export class SqliteAdvisoryStore implements AdvisoryStore {
       });
       if (outcomes.some((o) => o !== "unchanged")) this.lists.touched(TABLE.table);
       return outcomes;
-    })();
+    }).immediate();
   }
 }

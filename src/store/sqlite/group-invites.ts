@@ -4,7 +4,7 @@ import type {
   GroupInviteFilter,
   GroupInviteOrder,
   GroupInviteRecord,
-  GroupInviteStore,
+  SyncGroupInviteStore,
   ListQuery,
   ListResult,
 } from "../store.js";
@@ -44,7 +44,7 @@ function toRecord(row: GroupInviteRow): GroupInviteRecord {
 }
 
 /** GroupInviteStore over SQLite; an invite goes with its role (FK cascade). */
-export class SqliteGroupInviteStore implements GroupInviteStore {
+export class SqliteGroupInviteStore implements SyncGroupInviteStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly byKeyIdStmt: Statement;

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, SyncGroupStore, ListQuery, ListResult } from "../store.js";
 import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 /** A kind of record that lives below a group and blocks the group's deletion. */
@@ -42,7 +42,7 @@ function toRecord(row: GroupRow): GroupRecord {
 }
 
 /** GroupStore over SQLite; children of every kind are checked before a delete. */
-export class SqliteGroupStore implements GroupStore {
+export class SqliteGroupStore implements SyncGroupStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly updateStmt: Statement;
@@ -98,7 +98,7 @@ export class SqliteGroupStore implements GroupStore {
       this.updateStmt.run({ uid, name: next.name, description: next.description, updateTime });
       this.lists.touched(TABLE.table);
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): void {
@@ -117,6 +117,6 @@ export class SqliteGroupStore implements GroupStore {
       }
       this.deleteStmt.run(uid);
       this.lists.touched(TABLE.table);
-    })();
+    }).immediate();
   }
 }

@@ -6,7 +6,7 @@ import type {
   IdentityOrder,
   IdentityRecord,
   IdentityRelationship,
-  IdentityStore,
+  SyncIdentityStore,
   ListQuery,
   ListResult,
 } from "../store.js";
@@ -60,7 +60,7 @@ function relationshipColumns(r: IdentityRelationship): { relationshipKind: strin
 }
 
 /** IdentityStore over SQLite; an identity's role bindings go with it (FK cascade). */
-export class SqliteIdentityStore implements IdentityStore {
+export class SqliteIdentityStore implements SyncIdentityStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
@@ -128,7 +128,7 @@ export class SqliteIdentityStore implements IdentityStore {
       this.lists.touched(TABLE.table);
       this.authzChanged();
       return next;
-    })();
+    }).immediate();
   }
 
   /**
@@ -150,6 +150,6 @@ export class SqliteIdentityStore implements IdentityStore {
       this.lists.touched(TABLE.table);
       this.lists.touched("role_bindings");
       this.authzChanged();
-    })();
+    }).immediate();
   }
 }

@@ -5,7 +5,7 @@ import type {
   IdentityProviderFilter,
   IdentityProviderOrder,
   IdentityProviderRecord,
-  IdentityProviderStore,
+  SyncIdentityProviderStore,
   ListQuery,
   ListResult,
   OidcSettings,
@@ -46,7 +46,7 @@ function toRecord(row: IdentityProviderRow): IdentityProviderRecord {
  * IdentityProviderStore over SQLite. The OIDC settings, client secret
  * included, are one JSON column: the API hides the secret, the store keeps it.
  */
-export class SqliteIdentityProviderStore implements IdentityProviderStore {
+export class SqliteIdentityProviderStore implements SyncIdentityProviderStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
@@ -104,7 +104,7 @@ export class SqliteIdentityProviderStore implements IdentityProviderStore {
       });
       this.lists.touched(TABLE.table);
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): void {
@@ -112,7 +112,7 @@ export class SqliteIdentityProviderStore implements IdentityProviderStore {
       if (!this.getStmt.get(uid)) throw new NotFoundError("identity provider", uid);
       this.deleteStmt.run(uid);
       this.lists.touched(TABLE.table);
-    })();
+    }).immediate();
   }
 
   private requireRole(uid: string): void {

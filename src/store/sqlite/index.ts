@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
-import type { Store } from "../store.js";
+import type { Store, StoreParts } from "../store.js";
+import { asyncPart, ConnectionGate, direct } from "./async.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
 import { prepareDataDir } from "./data-dir.js";
@@ -60,18 +61,16 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   }
   migrate(db);
 
-  // The authorization version lives in this process only: the store owns its
-  // one connection, so every write to identities, roles and role bindings
-  // passes through here. Several processes sharing one database would need
-  // the version in the database instead.
+  // The authorization version: every write to identities, roles and role
+  // bindings through this connection moves it, and refresh() moves it when
+  // another connection (another worker process) has committed anything.
   let authzVersion = 0;
   const authzChanged = () => {
     authzVersion++;
   };
 
   const lists = new ListRunner(db);
-  let open = true;
-  return {
+  const sync = {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
     identities: new SqliteIdentityStore(db, lists, authzChanged),
     roles: new SqliteRoleStore(db, lists, authzChanged),
@@ -83,24 +82,48 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     tags: new SqliteTagStore(db, lists),
     advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
+  };
+  const gate = new ConnectionGate();
+  const partsVia = (run: <R>(fn: () => R) => Promise<R>): StoreParts => {
+    const out: Record<string, unknown> = {};
+    for (const [name, part] of Object.entries(sync)) out[name] = asyncPart(part, run);
+    return out as unknown as StoreParts;
+  };
+  const parts = partsVia((fn) => gate.shared(fn));
+  // Inside a transaction the gate is held already: its operations run directly.
+  const txParts = partsVia(direct);
+  let open = true;
+  return {
+    ...parts,
     authzVersion: () => authzVersion,
+    refresh: () =>
+      gate.shared(() => {
+        if (lists.noticeOtherConnections()) authzVersion++;
+      }),
     transaction(fn) {
-      const before = authzVersion;
-      try {
-        return db.transaction(fn)();
-      } catch (err) {
-        // A rollback undoes authorization changes that caches may already have
-        // read inside the transaction: move the version again so they reload.
-        if (authzVersion !== before) authzVersion++;
-        throw err;
-      }
+      return gate.exclusive(async () => {
+        const before = authzVersion;
+        db.exec("BEGIN IMMEDIATE");
+        try {
+          const result = await fn(txParts);
+          db.exec("COMMIT");
+          return result;
+        } catch (err) {
+          if (db.inTransaction) db.exec("ROLLBACK");
+          // A rollback undoes authorization changes that caches may already have
+          // read inside the transaction: move the version again so they reload.
+          if (authzVersion !== before) authzVersion++;
+          throw err;
+        }
+      });
     },
     ready: () => open,
-    close() {
-      if (!open) return;
-      open = false;
-      if (file !== ":memory:") db.pragma("wal_checkpoint(TRUNCATE)");
-      db.close();
-    },
+    close: () =>
+      gate.exclusive(async () => {
+        if (!open) return;
+        open = false;
+        if (file !== ":memory:") db.pragma("wal_checkpoint(TRUNCATE)");
+        db.close();
+      }),
   };
 }

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError } from "../../domain/errors.js";
-import type { KeyStore, SigningKeyRecord } from "../store.js";
+import type { SyncKeyStore, SigningKeyRecord } from "../store.js";
 
 interface SigningKeyRow {
   kid: string;
@@ -10,7 +10,7 @@ interface SigningKeyRow {
 }
 
 /** KeyStore over the secrets and signing_keys tables. */
-export class SqliteKeyStore implements KeyStore {
+export class SqliteKeyStore implements SyncKeyStore {
   private readonly getStmt: Statement;
   private readonly insertStmt: Statement;
   private readonly signingKeysStmt: Statement;
@@ -36,7 +36,7 @@ export class SqliteKeyStore implements KeyStore {
       if (row) return row.value;
       this.insertStmt.run(name, make());
       return (this.getStmt.get(name) as { value: Buffer }).value;
-    })();
+    }).immediate();
   }
 
   signingKeys(): SigningKeyRecord[] {

@@ -153,13 +153,23 @@ export class ListRunner {
     return `${this.versionOf(table)}\u0000${sql}\u0000${JSON.stringify(params)}`;
   }
 
-  /** Notices commits by other connections, which no touched() call announces. */
-  private checkExternalWrites(): void {
+  /**
+   * Notices commits by other connections (other worker processes, the CLI),
+   * which no touched() call announces: every cached entry is dropped when
+   * there was one. Returns whether there was.
+   */
+  noticeOtherConnections(): boolean {
     const version = this.dataVersion.get() as number;
-    if (version !== this.seenDataVersion) {
-      if (this.seenDataVersion !== -1) this.externalVersion++;
-      this.seenDataVersion = version;
-    }
+    if (version === this.seenDataVersion) return false;
+    const first = this.seenDataVersion === -1;
+    this.seenDataVersion = version;
+    if (first) return false;
+    this.externalVersion++;
+    return true;
+  }
+
+  private checkExternalWrites(): void {
+    this.noticeOtherConnections();
   }
 
   /** The column names of a plain select list ("uid, parent_uid, ..."). */

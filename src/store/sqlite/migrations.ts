@@ -172,9 +172,12 @@ export function migrate(db: Database): void {
     );
   }
   for (let v = current; v < MIGRATIONS.length; v++) {
+    // IMMEDIATE takes the write lock first; the version is read again under
+    // it, so processes starting at once apply each step exactly once.
     db.transaction(() => {
+      if ((db.pragma("user_version", { simple: true }) as number) !== v) return;
       db.exec(MIGRATIONS[v]!);
       db.pragma(`user_version = ${v + 1}`);
-    })();
+    }).immediate();
   }
 }

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, RepoStore } from "../store.js";
+import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, SyncRepoStore } from "../store.js";
 import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<RepoOrder> = {
@@ -52,7 +52,7 @@ function toParams(repo: RepoRecord) {
  * before the write so it is reported as AlreadyExistsError naming the repo
  * that holds the name. A repo with tags cannot be deleted.
  */
-export class SqliteRepoStore implements RepoStore {
+export class SqliteRepoStore implements SyncRepoStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly byNameStmt: Statement;
@@ -87,7 +87,7 @@ export class SqliteRepoStore implements RepoStore {
       this.requireNameFree(repo.parentUid, repo.name, repo.uid);
       this.insertStmt.run(toParams(repo));
       this.lists.touched(TABLE.table);
-    })();
+    }).immediate();
   }
 
   get(uid: string): RepoRecord | null {
@@ -107,7 +107,7 @@ export class SqliteRepoStore implements RepoStore {
       this.updateStmt.run(toParams(next));
       this.lists.touched(TABLE.table);
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): void {
@@ -120,7 +120,7 @@ export class SqliteRepoStore implements RepoStore {
       }
       this.deleteStmt.run(uid);
       this.lists.touched(TABLE.table);
-    })();
+    }).immediate();
   }
 
   /** Throws AlreadyExistsError naming the other repo of group that holds name. */

@@ -6,7 +6,7 @@ import type {
   RoleBindingFilter,
   RoleBindingOrder,
   RoleBindingRecord,
-  RoleBindingStore,
+  SyncRoleBindingStore,
 } from "../store.js";
 import { exact, type ListRunner, type ListableTable } from "./list.js";
 
@@ -36,7 +36,7 @@ function toRecord(row: RoleBindingRow): RoleBindingRecord {
 }
 
 /** RoleBindingStore over SQLite; references are checked first so a NotFoundError names their kind. */
-export class SqliteRoleBindingStore implements RoleBindingStore {
+export class SqliteRoleBindingStore implements SyncRoleBindingStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
@@ -77,7 +77,7 @@ export class SqliteRoleBindingStore implements RoleBindingStore {
       }
       this.lists.touched(TABLE.table);
       this.authzChanged();
-    })();
+    }).immediate();
   }
 
   get(uid: string): RoleBindingRecord | null {
@@ -101,7 +101,7 @@ export class SqliteRoleBindingStore implements RoleBindingStore {
       this.lists.touched(TABLE.table);
       this.authzChanged();
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): boolean {

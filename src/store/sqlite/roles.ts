@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
+import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, SyncRoleStore } from "../store.js";
 import { exact, type ListRunner, type ListableTable } from "./list.js";
 
 const TABLE: ListableTable<RoleOrder> = {
@@ -53,7 +53,7 @@ const ROLE_USES: readonly { label: string; existsSql: string; detail: string }[]
  * provider's default role, cannot be deleted; the group invites that grant it
  * go with it (FK cascade).
  */
-export class SqliteRoleStore implements RoleStore {
+export class SqliteRoleStore implements SyncRoleStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly groupExistsStmt: Statement;
@@ -114,7 +114,7 @@ export class SqliteRoleStore implements RoleStore {
       this.lists.touched(TABLE.table);
       this.authzChanged();
       return next;
-    })();
+    }).immediate();
   }
 
   delete(uid: string): void {
@@ -135,6 +135,6 @@ export class SqliteRoleStore implements RoleStore {
       this.lists.touched(TABLE.table);
       this.lists.touched("group_invites");
       this.authzChanged();
-    })();
+    }).immediate();
   }
 }

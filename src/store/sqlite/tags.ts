@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
-import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
+import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, SyncTagStore } from "../store.js";
 import type { Clause, ListRunner, ListableTable } from "./list.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
@@ -38,7 +38,7 @@ function toRecord(row: TagRow): TagRecord {
  * flags the include filters use are computed from the name on insert (a tag
  * keeps its name, so they never go stale).
  */
-export class SqliteTagStore implements TagStore {
+export class SqliteTagStore implements SyncTagStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
   private readonly byNameStmt: Statement;
@@ -83,7 +83,7 @@ export class SqliteTagStore implements TagStore {
       }
       this.lists.touched(TABLE.table);
       return { tag: stored, created: !existing };
-    })();
+    }).immediate();
   }
 
   get(uid: string): TagRecord | null {

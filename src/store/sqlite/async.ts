@@ -1,0 +1,48 @@
+import { methodNames } from "../decorate.js";
+import type { Async } from "../store.js";
+
+/**
+ * One SQLite connection under an asynchronous interface. A transaction spans
+ * awaits, so while one is open nothing else may use the connection: its
+ * reads would see uncommitted rows and its writes would join the
+ * transaction. The gate lets one transaction at a time hold the connection;
+ * other operations wait for it and otherwise run at once.
+ */
+export class ConnectionGate {
+  private held: Promise<void> | null = null;
+
+  /** Runs fn alone on the connection: no other operation starts before it settles. */
+  async exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    while (this.held) await this.held;
+    let release!: () => void;
+    this.held = new Promise<void>((resolve) => (release = resolve));
+    try {
+      return await fn();
+    } finally {
+      this.held = null;
+      release();
+    }
+  }
+
+  /** Runs fn once no transaction holds the connection. */
+  async shared<T>(fn: () => T): Promise<T> {
+    while (this.held) await this.held;
+    return fn();
+  }
+}
+
+/**
+ * The asynchronous form of a synchronous part: each method runs through
+ * `run`, and what it throws becomes a rejection.
+ */
+export function asyncPart<T extends object>(part: T, run: <R>(fn: () => R) => Promise<R>): Async<T> {
+  const out: Record<string, unknown> = {};
+  for (const name of methodNames(part)) {
+    const method = (part as Record<string, (...args: unknown[]) => unknown>)[name]!;
+    out[name] = (...args: unknown[]) => run(() => method.apply(part, args));
+  }
+  return out as Async<T>;
+}
+
+/** Runs fn now, turning a throw into a rejection (inside a transaction, which holds the gate already). */
+export const direct = async <R>(fn: () => R): Promise<R> => fn();

@@ -1,0 +1,58 @@
+import cluster, { type Worker } from "node:cluster";
+
+/** How long a worker that died is given before it is started again, at most. */
+const MAX_RESTART_DELAY_MS = 10_000;
+
+/** What the primary process writes about its workers (one JSON line each, like the workers' own logs). */
+function note(level: "info" | "warn" | "error", msg: string, fields: Record<string, unknown> = {}): void {
+  const levels = { info: 30, warn: 40, error: 50 };
+  process.stdout.write(`${JSON.stringify({ level: levels[level], time: Date.now(), pid: process.pid, role: "primary", msg, ...fields })}\n`);
+}
+
+/**
+ * Runs `count` worker processes of this same command on the one port
+ * (node:cluster hands each incoming connection to one of them), restarts a
+ * worker that dies, and on SIGTERM/SIGINT passes the signal on and exits 0
+ * once every worker has shut down gracefully. Resolves with the exit code.
+ */
+export function runPrimary(count: number): Promise<number> {
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    let failures = 0;
+    const live = new Set<Worker>();
+    const start = () => {
+      const worker = cluster.fork();
+      live.add(worker);
+      worker.on("exit", (code, signal) => {
+        live.delete(worker);
+        if (stopping) {
+          if (live.size === 0) resolve(0);
+          return;
+        }
+        failures++;
+        const delay = Math.min(MAX_RESTART_DELAY_MS, 100 * 2 ** Math.min(failures, 7));
+        note("error", "worker died; starting another", { worker: worker.process.pid, code, signal, restartInMs: delay });
+        setTimeout(() => {
+          if (!stopping) start();
+        }, delay).unref();
+      });
+      worker.on("listening", () => {
+        failures = 0;
+      });
+    };
+    for (let i = 0; i < count; i++) start();
+    note("info", `started ${count} workers`, { workers: count });
+    const stop = (signal: NodeJS.Signals) => {
+      if (stopping) return;
+      stopping = true;
+      note("info", "shutting down", { signal });
+      if (live.size === 0) resolve(0);
+      for (const worker of live) worker.process.kill(signal);
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+}
+
+/** True in a worker process started by runPrimary. */
+export const isWorker = (): boolean => cluster.isWorker;
