@@ -30,8 +30,17 @@ function config(): Config {
   }
 }
 
-/** The store in the configured data directory, with its permission check unless the operator opted out. */
+/**
+ * The configured store: PostgreSQL at PLATFORM_DATABASE_URL when set, else
+ * SQLite in the data directory, with its permission check unless the
+ * operator opted out.
+ */
 async function openStore(cfg: Config): Promise<Store> {
+  if (cfg.databaseUrl !== "") {
+    // Loaded only when used: the embedded default never loads the driver.
+    const { openPostgresStore } = await import("./store/postgres/index.js");
+    return openPostgresStore({ url: cfg.databaseUrl });
+  }
   return openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
 }
 

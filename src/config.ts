@@ -7,8 +7,13 @@ export interface Config {
   port: number;
   /** Interface to listen on. */
   host: string;
-  /** Directory of the SQLite database and its WAL. */
+  /** Directory of the SQLite database and its WAL (unused with a database URL). */
   dataDir: string;
+  /**
+   * PostgreSQL connection URL (PLATFORM_DATABASE_URL, postgres://…); "" keeps
+   * the embedded SQLite store in dataDir.
+   */
+  databaseUrl: string;
   /** The API's own address: the audience of the tokens it issues. */
   baseUrl: string;
   /** The token-issuing address (issuer of API tokens; serves /sts/exchange). */
@@ -114,6 +119,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   for (const issuer of userIssuers) {
     if (!/^https?:\/\/[^\s]+$/.test(issuer)) problems.push(`PLATFORM_USER_ISSUERS: ${issuer} is not an http(s) URL`);
   }
+  const databaseUrl = env.PLATFORM_DATABASE_URL ?? "";
+  if (databaseUrl !== "" && !/^postgres(ql)?:\/\/\S+$/.test(databaseUrl)) problems.push("PLATFORM_DATABASE_URL: must be a postgres:// or postgresql:// URL");
   const userAudiences = list(env.PLATFORM_USER_AUDIENCES);
   const corsOrigins = list(env.PLATFORM_CORS_ORIGINS);
   for (const origin of corsOrigins) {
@@ -123,6 +130,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port,
     host: env.HOST ?? "0.0.0.0",
     dataDir: resolve(env.PLATFORM_DATA_DIR ?? "./data"),
+    databaseUrl,
     baseUrl,
     authUrl,
     logLevel,

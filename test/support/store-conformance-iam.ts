@@ -527,14 +527,14 @@ export function iamConformance(getStore: () => Store): void {
       const store = getStore();
       await store.groups.create(group(A, null, "org"));
       let version = store.authzVersion();
-      const changes = async (what: string, write: () => unknown) => {
-        write();
+      const changes = async (what: string, write: () => Promise<unknown>) => {
+        await write();
         const next = store.authzVersion();
         assert.notEqual(next, version, `authzVersion changes after ${what}`);
         version = next;
       };
-      const unchanged = async (what: string, read: () => unknown) => {
-        read();
+      const unchanged = async (what: string, read: () => Promise<unknown>) => {
+        await read();
         assert.equal(store.authzVersion(), version, `authzVersion stays after ${what}`);
       };
 

@@ -1,0 +1,116 @@
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
+import { exact, listRecords, one, type PgTable } from "./list.js";
+import { sqlState, type Runner } from "./tx.js";
+
+/** A kind of record that lives below a group and blocks the group's deletion. */
+export interface PgChildKind {
+  /** Plural name used in the precondition message, e.g. "repos". */
+  label: string;
+  /** SQL returning a row when the group (the single "?" parameter) holds one. */
+  existsSql: string;
+}
+
+const TABLE: PgTable<GroupOrder> = {
+  table: "groups",
+  select: "uid, parent_uid, name, description, verified, resource_limits, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+const SELECT_ONE = `SELECT ${TABLE.select} FROM groups WHERE uid = ?`;
+
+interface GroupRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  verified: boolean;
+  resource_limits: string;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: GroupRow): GroupRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    verified: row.verified,
+    resourceLimits: row.resource_limits === "{}" ? {} : (JSON.parse(row.resource_limits) as Record<string, number>),
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** GroupStore over PostgreSQL; children of every kind are checked before a delete, and the foreign keys hold regardless. */
+export class PgGroupStore implements GroupStore {
+  private readonly childChecks: readonly PgChildKind[];
+
+  constructor(
+    private readonly run: Runner,
+    childKinds: readonly PgChildKind[],
+  ) {
+    this.childChecks = [{ label: "child groups", existsSql: "SELECT 1 FROM groups WHERE parent_uid = ? LIMIT 1" }, ...childKinds];
+  }
+
+  create(group: GroupRecord): Promise<void> {
+    return this.run.atomically(async (q) => {
+      if (group.parentUid !== null && !(await one(q, "SELECT 1 FROM groups WHERE uid = ?", [group.parentUid]))) {
+        throw new NotFoundError("group", group.parentUid);
+      }
+      try {
+        await q.query(
+          `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+          [group.uid, group.parentUid, group.name, group.description, group.verified, JSON.stringify(group.resourceLimits), group.createTime, group.updateTime],
+        );
+      } catch (err) {
+        if (sqlState(err) === "23505") throw new AlreadyExistsError("group", group.uid);
+        // The parent went between the check and the insert.
+        if (sqlState(err) === "23503" && group.parentUid !== null) throw new NotFoundError("group", group.parentUid);
+        throw err;
+      }
+    });
+  }
+
+  async get(uid: string): Promise<GroupRecord | null> {
+    const row = await one<GroupRow>(this.run.q, SELECT_ONE, [uid]);
+    return row && toRecord(row);
+  }
+
+  list(query: ListQuery<GroupFilter, GroupOrder>): Promise<ListResult<GroupRecord>> {
+    return listRecords(this.run.q, TABLE, query, exact({ "t.name": query.filter.name }), toRecord);
+  }
+
+  update(uid: string, changes: GroupChanges, updateTime: number): Promise<GroupRecord> {
+    return this.run.atomically(async (q) => {
+      const row = await one<GroupRow>(q, `${SELECT_ONE} FOR UPDATE`, [uid]);
+      if (!row) throw new NotFoundError("group", uid);
+      const next = { ...toRecord(row), ...changes, updateTime };
+      await q.query("UPDATE groups SET name = $2, description = $3, update_time = $4 WHERE uid = $1", [uid, next.name, next.description, updateTime]);
+      return next;
+    });
+  }
+
+  delete(uid: string): Promise<void> {
+    return this.run.atomically(async (q) => {
+      if (!(await one(q, "SELECT 1 FROM groups WHERE uid = ?", [uid]))) throw new NotFoundError("group", uid);
+      for (const check of this.childChecks) {
+        if (await one(q, check.existsSql, [uid])) {
+          throw new FailedPreconditionError([
+            { type: "RESOURCE_NOT_EMPTY", subject: uid, description: `the group still has ${check.label}; delete them first` },
+          ]);
+        }
+      }
+      try {
+        await q.query("DELETE FROM groups WHERE uid = $1", [uid]);
+      } catch (err) {
+        // A child committed between the checks and the delete: the foreign key refuses.
+        if (sqlState(err) === "23503") {
+          throw new FailedPreconditionError([{ type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the group still has records below it; delete them first" }]);
+        }
+        throw err;
+      }
+    });
+  }
+}

@@ -1,0 +1,133 @@
+import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import type {
+  IdentityChanges,
+  IdentityFilter,
+  IdentityOrder,
+  IdentityRecord,
+  IdentityRelationship,
+  IdentityStore,
+  ListQuery,
+  ListResult,
+} from "../store.js";
+import { exact, exists, insertRow, listRecords, one, updateRow, type PgTable } from "./list.js";
+import { sqlState, type Runner } from "./tx.js";
+
+const TABLE: PgTable<IdentityOrder> = {
+  table: "identities",
+  select: "uid, parent_uid, name, description, email, email_unverified, company, relationship_kind, relationship, last_seen_time, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+
+interface IdentityRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  email: string;
+  email_unverified: string;
+  company: string;
+  relationship_kind: IdentityRelationship["kind"];
+  relationship: string;
+  last_seen_time: number;
+  create_time: number;
+  update_time: number;
+}
+
+function toRecord(row: IdentityRow): IdentityRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    email: row.email,
+    emailUnverified: row.email_unverified,
+    company: row.company,
+    relationship:
+      row.relationship_kind === "claimMatch"
+        ? { kind: "claimMatch", claimMatch: JSON.parse(row.relationship) }
+        : { kind: "staticKeys", staticKeys: JSON.parse(row.relationship) },
+    lastSeenTime: row.last_seen_time,
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+function relationshipColumns(r: IdentityRelationship): { relationship_kind: string; relationship: string } {
+  return { relationship_kind: r.kind, relationship: JSON.stringify(r.kind === "claimMatch" ? r.claimMatch : r.staticKeys) };
+}
+
+/** IdentityStore over PostgreSQL; deleting an identity deletes its role bindings in the same transaction. */
+export class PgIdentityStore implements IdentityStore {
+  constructor(private readonly run: Runner) {}
+
+  create(identity: IdentityRecord): Promise<void> {
+    return this.run.atomically(async (q) => {
+      if (identity.parentUid !== null && !(await exists(q, "SELECT 1 FROM groups WHERE uid = ?", [identity.parentUid]))) {
+        throw new NotFoundError("group", identity.parentUid);
+      }
+      if (await exists(q, "SELECT 1 FROM identities WHERE uid = ?", [identity.uid])) throw new AlreadyExistsError("identity", identity.uid);
+      try {
+        await insertRow(q, "identities", {
+          uid: identity.uid,
+          parent_uid: identity.parentUid,
+          name: identity.name,
+          description: identity.description,
+          email: identity.email,
+          email_unverified: identity.emailUnverified,
+          company: identity.company,
+          ...relationshipColumns(identity.relationship),
+          last_seen_time: identity.lastSeenTime,
+          create_time: identity.createTime,
+          update_time: identity.updateTime,
+        });
+      } catch (err) {
+        if (sqlState(err) === "23505") throw new AlreadyExistsError("identity", identity.uid);
+        if (sqlState(err) === "23503" && identity.parentUid !== null) throw new NotFoundError("group", identity.parentUid);
+        throw err;
+      }
+      await this.run.authzChanged(q);
+    });
+  }
+
+  async get(uid: string): Promise<IdentityRecord | null> {
+    const row = await one<IdentityRow>(this.run.q, `SELECT ${TABLE.select} FROM identities WHERE uid = ?`, [uid]);
+    return row && toRecord(row);
+  }
+
+  list(query: ListQuery<IdentityFilter, IdentityOrder>): Promise<ListResult<IdentityRecord>> {
+    const { name, relationshipKind } = query.filter;
+    return listRecords(this.run.q, TABLE, query, exact({ "t.name": name, "t.relationship_kind": relationshipKind }), toRecord);
+  }
+
+  update(uid: string, changes: IdentityChanges, updateTime: number): Promise<IdentityRecord> {
+    return this.run.atomically(async (q) => {
+      const row = await one<IdentityRow>(q, `SELECT ${TABLE.select} FROM identities WHERE uid = ? FOR UPDATE`, [uid]);
+      if (!row) throw new NotFoundError("identity", uid);
+      const next: IdentityRecord = { ...toRecord(row), ...changes, updateTime };
+      await updateRow(q, "identities", uid, {
+        name: next.name,
+        description: next.description,
+        company: next.company,
+        ...relationshipColumns(next.relationship),
+        update_time: updateTime,
+      });
+      await this.run.authzChanged(q);
+      return next;
+    });
+  }
+
+  /** Only last_seen_time changes: neither list order nor authorization depends on it. */
+  async touchLastSeen(uid: string, time: number): Promise<void> {
+    await this.run.q.query("UPDATE identities SET last_seen_time = $2 WHERE uid = $1", [uid, time]);
+  }
+
+  delete(uid: string): Promise<void> {
+    return this.run.atomically(async (q) => {
+      const { rowCount } = await q.query("DELETE FROM identities WHERE uid = $1", [uid]);
+      if (!rowCount) throw new NotFoundError("identity", uid);
+      // No foreign key does this since bindings may name a person before sign-up.
+      await q.query("DELETE FROM role_bindings WHERE identity_uid = $1", [uid]);
+      await this.run.authzChanged(q);
+    });
+  }
+}

@@ -1,0 +1,124 @@
+import pg from "pg";
+import type { Store, StoreParts } from "../store.js";
+import { PgAccountAssociationStore } from "./account-associations.js";
+import { PgAdvisoryStore } from "./advisories.js";
+import { PgGroupInviteStore } from "./group-invites.js";
+import { PgGroupStore, type PgChildKind } from "./groups.js";
+import { PgIdentityStore } from "./identities.js";
+import { PgIdentityProviderStore } from "./identity-providers.js";
+import { PgKeyStore } from "./keys.js";
+import { PgRepoStore } from "./repos.js";
+import { PgRoleBindingStore } from "./role-bindings.js";
+import { PgRoleStore } from "./roles.js";
+import { PgTagStore } from "./tags.js";
+import type { Queryable } from "./list.js";
+import { migratePostgres } from "./migrations.js";
+import { poolRunner, serializable, txRunner, type Runner } from "./tx.js";
+
+/** Options for opening the PostgreSQL store. */
+export interface PostgresStoreOptions {
+  /** postgres://user:password@host:port/database (PLATFORM_DATABASE_URL). */
+  url: string;
+  /** Connections this process keeps at most (default 10); keep processes × this below max_connections. */
+  maxConnections?: number;
+}
+
+/** Kinds of record that live below a group, checked before the group may be deleted. */
+const GROUP_CHILD_KINDS: readonly PgChildKind[] = [
+  { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
+  { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
+  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
+  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
+  // The association is the group's own (same uid), not a record below it.
+  { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
+  { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
+  { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
+  { label: "advisories", existsSql: "SELECT 1 FROM advisories WHERE parent_uid = ? LIMIT 1" },
+];
+
+/** int8 (bigint) columns hold milliseconds and counters, well inside a double's exact range. */
+const types = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === pg.types.builtins.INT8 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
+/** The parts over one runner (the pool, or an open transaction's client). */
+function partsOver(run: Runner): StoreParts {
+  return {
+    groups: new PgGroupStore(run, GROUP_CHILD_KINDS),
+    identities: new PgIdentityStore(run),
+    roles: new PgRoleStore(run),
+    roleBindings: new PgRoleBindingStore(run),
+    identityProviders: new PgIdentityProviderStore(run),
+    accountAssociations: new PgAccountAssociationStore(run),
+    groupInvites: new PgGroupInviteStore(run),
+    repos: new PgRepoStore(run),
+    tags: new PgTagStore(run),
+    advisories: new PgAdvisoryStore(run),
+    keys: new PgKeyStore(run),
+  };
+}
+
+/**
+ * Opens the PostgreSQL store: a pool, the schema migrated (under an advisory
+ * lock, so several processes may start at once). Every write transaction is
+ * SERIALIZABLE and retried on serialization failures; invariants are also
+ * held by the schema (foreign keys, unique constraints), so no interleaving
+ * of processes can orphan a row or redeem an invite twice.
+ */
+export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Store> {
+  const pool = new pg.Pool({
+    connectionString: opts.url,
+    max: opts.maxConnections ?? 10,
+    application_name: "platform-api",
+    connectionTimeoutMillis: 5_000,
+    idleTimeoutMillis: 30_000,
+    types,
+  });
+  // An idle client losing its connection (a database restart) must not crash the process.
+  pool.on("error", () => {});
+  try {
+    await migratePostgres(pool);
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
+  // The authorization version: the database's counter as of the last
+  // refresh, plus this process's own authorization writes since (so they
+  // count at once, inside transactions too, and a rollback moves it again).
+  let dbVersion = 0;
+  let local = 0;
+  const noted = () => {
+    local++;
+  };
+  const parts = partsOver(poolRunner(pool, noted));
+  let open = true;
+  const readAuthzVersion = async (q: Queryable) => {
+    const { rows } = await q.query<{ version: number }>("SELECT version FROM table_versions WHERE name = 'authz'");
+    dbVersion = rows[0]?.version ?? 0;
+  };
+  await readAuthzVersion(pool);
+  return {
+    ...parts,
+    authzVersion: () => dbVersion + local,
+    // One primary-key read a request: an authorization change committed by any
+    // process is seen by the next request of every process.
+    refresh: () => readAuthzVersion(pool),
+    async transaction(fn) {
+      const before = local;
+      try {
+        return await serializable(pool, (client) => fn(partsOver(txRunner(client, noted))));
+      } catch (err) {
+        // Caches may have read the rolled-back authorization data inside: move the version again.
+        if (local !== before) local++;
+        throw err;
+      }
+    },
+    ready: () => open,
+    async close() {
+      if (!open) return;
+      open = false;
+      await pool.end();
+    },
+  };
+}

@@ -1,0 +1,247 @@
+import type pg from "pg";
+
+/** The key of the advisory lock migrations run under: one process migrates, the others wait and find nothing to do. */
+const MIGRATION_LOCK = 0x706c6174; // "plat"
+
+/**
+ * The PostgreSQL schema, the same tables and columns as SQLite's after all
+ * its migrations. Every uid, name and other ordered key is `text COLLATE "C"`,
+ * so keyset order is byte order on both engines and a descendants range
+ * (uid > p || '/' AND uid < p || '0') is an index range scan. Times are
+ * bigint milliseconds; JSON columns hold the same text as SQLite's.
+ * Entry i moves the schema from version i to i+1; never edit a released one.
+ */
+const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE groups (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" REFERENCES groups(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    verified boolean NOT NULL DEFAULT false,
+    resource_limits text NOT NULL DEFAULT '{}',
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX groups_parent ON groups(parent_uid, uid);
+  CREATE INDEX groups_name ON groups(name, uid);
+  CREATE INDEX groups_create_time ON groups(create_time, uid);
+  CREATE INDEX groups_update_time ON groups(update_time, uid);
+
+  CREATE TABLE secrets (
+    name text COLLATE "C" PRIMARY KEY,
+    value bytea NOT NULL
+  );
+
+  CREATE TABLE identities (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" REFERENCES groups(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    email text NOT NULL DEFAULT '',
+    email_unverified text NOT NULL DEFAULT '',
+    company text NOT NULL DEFAULT '',
+    relationship_kind text COLLATE "C" NOT NULL CHECK (relationship_kind IN ('claimMatch', 'staticKeys')),
+    relationship text NOT NULL,
+    last_seen_time bigint NOT NULL DEFAULT 0,
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX identities_parent ON identities(parent_uid, uid);
+  CREATE INDEX identities_name ON identities(name, uid);
+  CREATE INDEX identities_create_time ON identities(create_time, uid);
+  CREATE INDEX identities_update_time ON identities(update_time, uid);
+
+  CREATE TABLE roles (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" REFERENCES groups(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    capabilities text NOT NULL DEFAULT '[]',
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX roles_parent ON roles(parent_uid, uid);
+  CREATE INDEX roles_name ON roles(name, uid);
+  CREATE INDEX roles_create_time ON roles(create_time, uid);
+  CREATE INDEX roles_update_time ON roles(update_time, uid);
+
+  -- identity_uid has no foreign key: a binding may name a person before their first sign-in.
+  CREATE TABLE role_bindings (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    identity_uid text COLLATE "C" NOT NULL,
+    role_uid text COLLATE "C" NOT NULL REFERENCES roles(uid) ON DELETE RESTRICT,
+    create_time bigint NOT NULL
+  );
+  CREATE INDEX role_bindings_parent ON role_bindings(parent_uid, uid);
+  CREATE INDEX role_bindings_identity ON role_bindings(identity_uid);
+  CREATE INDEX role_bindings_role ON role_bindings(role_uid);
+  CREATE INDEX role_bindings_create_time ON role_bindings(create_time, uid);
+
+  -- seq keeps insertion order among keys created in the same millisecond (SQLite's rowid).
+  CREATE TABLE signing_keys (
+    kid text COLLATE "C" PRIMARY KEY,
+    private_jwk text NOT NULL,
+    public_jwk text NOT NULL,
+    create_time bigint NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY
+  );
+
+  CREATE TABLE identity_providers (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    default_role text COLLATE "C" NOT NULL REFERENCES roles(uid) ON DELETE RESTRICT,
+    oidc text NOT NULL,
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX identity_providers_parent ON identity_providers(parent_uid, uid);
+  CREATE INDEX identity_providers_name ON identity_providers(name, uid);
+  CREATE INDEX identity_providers_create_time ON identity_providers(create_time, uid);
+  CREATE INDEX identity_providers_update_time ON identity_providers(update_time, uid);
+  CREATE INDEX identity_providers_default_role ON identity_providers(default_role);
+
+  CREATE TABLE account_associations (
+    uid text COLLATE "C" PRIMARY KEY REFERENCES groups(uid) ON DELETE RESTRICT,
+    parent_uid text COLLATE "C",
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    providers text NOT NULL DEFAULT '{}',
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX account_associations_parent ON account_associations(parent_uid, uid);
+  CREATE INDEX account_associations_name ON account_associations(name, uid);
+  CREATE INDEX account_associations_create_time ON account_associations(create_time, uid);
+  CREATE INDEX account_associations_update_time ON account_associations(update_time, uid);
+
+  CREATE TABLE group_invites (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    role_uid text COLLATE "C" NOT NULL REFERENCES roles(uid) ON DELETE CASCADE,
+    email text NOT NULL DEFAULT '',
+    expiration_time bigint NOT NULL,
+    single_use boolean NOT NULL DEFAULT false,
+    key_id text COLLATE "C" NOT NULL UNIQUE,
+    code_hash text NOT NULL,
+    create_time bigint NOT NULL
+  );
+  CREATE INDEX group_invites_parent ON group_invites(parent_uid, uid);
+  CREATE INDEX group_invites_role ON group_invites(role_uid);
+  CREATE INDEX group_invites_create_time ON group_invites(create_time, uid);
+  CREATE INDEX group_invites_expiration_time ON group_invites(expiration_time, uid);
+
+  CREATE TABLE repos (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    description text NOT NULL DEFAULT '',
+    catalog_tier integer NOT NULL DEFAULT 0,
+    bundles text NOT NULL DEFAULT '[]',
+    aliases text NOT NULL DEFAULT '[]',
+    active_tags text NOT NULL DEFAULT '[]',
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL,
+    UNIQUE (parent_uid, name)
+  );
+  CREATE INDEX repos_parent ON repos(parent_uid, uid);
+  CREATE INDEX repos_name ON repos(name, uid);
+  CREATE INDEX repos_create_time ON repos(create_time, uid);
+  CREATE INDEX repos_update_time ON repos(update_time, uid);
+
+  CREATE TABLE tags (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES repos(uid) ON DELETE RESTRICT,
+    name text COLLATE "C" NOT NULL,
+    digest text COLLATE "C" NOT NULL,
+    deprecated boolean NOT NULL DEFAULT false,
+    bundles text NOT NULL DEFAULT '[]',
+    update_time bigint NOT NULL,
+    is_referrer boolean NOT NULL,
+    is_dated boolean NOT NULL,
+    is_epoch boolean NOT NULL,
+    UNIQUE (parent_uid, name)
+  );
+  CREATE INDEX tags_parent ON tags(parent_uid, uid);
+  CREATE INDEX tags_name ON tags(name, uid);
+  CREATE INDEX tags_update_time ON tags(update_time, uid);
+  CREATE INDEX tags_digest ON tags(digest);
+
+  CREATE TABLE advisories (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    advisory_id text COLLATE "C" NOT NULL,
+    legacy_advisory_id text NOT NULL DEFAULT '',
+    author text NOT NULL DEFAULT '',
+    artifact_name text NOT NULL DEFAULT '',
+    artifact_type text NOT NULL DEFAULT '',
+    artifact_architecture text NOT NULL DEFAULT '',
+    component_name text NOT NULL DEFAULT '',
+    component_location text NOT NULL DEFAULT '',
+    component_type text NOT NULL DEFAULT '',
+    origin text NOT NULL DEFAULT '',
+    aliases text NOT NULL DEFAULT '[]',
+    severities text NOT NULL DEFAULT '[]',
+    events text NOT NULL DEFAULT '[]',
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL,
+    delete_time bigint
+  );
+  CREATE INDEX advisories_parent ON advisories(parent_uid, uid);
+  CREATE INDEX advisories_advisory_id ON advisories(advisory_id, uid);
+  CREATE INDEX advisories_create_time ON advisories(create_time, uid);
+  CREATE INDEX advisories_update_time ON advisories(update_time, uid);
+  CREATE INDEX advisories_artifact_name ON advisories(artifact_name);
+  CREATE INDEX advisories_component_name ON advisories(component_name);
+  CREATE INDEX advisories_origin ON advisories(origin);
+
+  -- Versions caches are checked against; 'authz' moves with every write to identities, roles and role bindings.
+  CREATE TABLE table_versions (
+    name text COLLATE "C" PRIMARY KEY,
+    version bigint NOT NULL
+  );
+  INSERT INTO table_versions (name, version) VALUES ('authz', 0);
+  `,
+];
+
+/** The schema version this code expects. */
+export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;
+
+/**
+ * Brings the schema up to date, each step in its own transaction, while
+ * holding a session advisory lock: processes starting at once wait for one
+ * another, and each step is applied exactly once. Refuses a database whose
+ * schema is newer than this code.
+ */
+export async function migratePostgres(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+    try {
+      await client.query("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+      const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
+      const current = rows[0]?.v ?? 0;
+      if (current > MIGRATIONS.length) {
+        throw new Error(`database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`);
+      }
+      for (let v = current; v < MIGRATIONS.length; v++) {
+        await client.query("BEGIN");
+        try {
+          await client.query(MIGRATIONS[v]!);
+          await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
+          await client.query("COMMIT");
+        } catch (err) {
+          await client.query("ROLLBACK");
+          throw err;
+        }
+      }
+    } finally {
+      await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
+    }
+  } finally {
+    client.release();
+  }
+}

@@ -1,0 +1,92 @@
+import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
+import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
+import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
+import { exists, insertRow, listRecords, one, updateRow, type Clause, type PgTable } from "./list.js";
+import { sqlState, type Runner } from "./tx.js";
+
+// parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
+const TABLE: PgTable<TagOrder> = {
+  table: "tags",
+  select: "uid, parent_uid, name, digest, deprecated, bundles, update_time",
+  orderColumns: { uid: "uid", name: "name", updated_at: "update_time" },
+};
+
+interface TagRow {
+  uid: string;
+  parent_uid: string;
+  name: string;
+  digest: string;
+  deprecated: boolean;
+  bundles: string;
+  update_time: number;
+}
+
+function toRecord(row: TagRow): TagRecord {
+  return {
+    uid: row.uid,
+    repoUid: row.parent_uid,
+    name: row.name,
+    digest: row.digest,
+    deprecated: row.deprecated,
+    bundles: JSON.parse(row.bundles) as string[],
+    updateTime: row.update_time,
+  };
+}
+
+/** TagStore over PostgreSQL. put() creates or updates by (repo, name), the unique constraint deciding a race. */
+export class PgTagStore implements TagStore {
+  constructor(private readonly run: Runner) {}
+
+  put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): Promise<{ tag: TagRecord; created: boolean }> {
+    return this.run.atomically(async (q) => {
+      if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [tag.repoUid]))) throw new NotFoundError("repo", tag.repoUid);
+      const existing = await one<{ uid: string }>(q, "SELECT uid FROM tags WHERE parent_uid = ? AND name = ? FOR UPDATE", [tag.repoUid, tag.name]);
+      const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
+      const columns = { digest: stored.digest, deprecated: stored.deprecated, bundles: JSON.stringify(stored.bundles), update_time: stored.updateTime };
+      if (existing) {
+        if (opts.mayUpdate === false) throw new PermissionDeniedError();
+        await updateRow(q, "tags", existing.uid, columns);
+        return { tag: stored, created: false };
+      }
+      if (await exists(q, "SELECT 1 FROM tags WHERE uid = ?", [tag.uid])) throw new AlreadyExistsError("tag", tag.uid);
+      try {
+        await insertRow(q, "tags", {
+          uid: tag.uid,
+          parent_uid: tag.repoUid,
+          name: tag.name,
+          ...columns,
+          is_referrer: isReferrerTag(tag.name),
+          is_dated: isDatedTag(tag.name),
+          is_epoch: isEpochTag(tag.name),
+        });
+      } catch (err) {
+        if (sqlState(err) === "23505") throw new AlreadyExistsError("tag", tag.uid);
+        if (sqlState(err) === "23503") throw new NotFoundError("repo", tag.repoUid);
+        throw err;
+      }
+      return { tag: stored, created: true };
+    });
+  }
+
+  async get(uid: string): Promise<TagRecord | null> {
+    const row = await one<TagRow>(this.run.q, `SELECT ${TABLE.select} FROM tags WHERE uid = ?`, [uid]);
+    return row && toRecord(row);
+  }
+
+  list(query: ListQuery<TagFilter, TagOrder>): Promise<ListResult<TagRecord>> {
+    const f = query.filter;
+    const filters: Clause[] = [];
+    if (f.name !== undefined) filters.push({ sql: "t.name = ?", params: [f.name] });
+    if (f.digest !== undefined) filters.push({ sql: "t.digest = ?", params: [f.digest] });
+    if (f.updatedSince !== undefined) filters.push({ sql: "t.update_time > ?", params: [f.updatedSince] });
+    if (!f.includeReferrers) filters.push({ sql: "NOT t.is_referrer", params: [] });
+    if (!f.includeDates) filters.push({ sql: "NOT t.is_dated", params: [] });
+    if (!f.includeEpochs) filters.push({ sql: "NOT t.is_epoch", params: [] });
+    return listRecords(this.run.q, TABLE, query, filters, toRecord);
+  }
+
+  async delete(uid: string): Promise<void> {
+    const { rowCount } = await this.run.q.query("DELETE FROM tags WHERE uid = $1", [uid]);
+    if (!rowCount) throw new NotFoundError("tag", uid);
+  }
+}

@@ -1,0 +1,96 @@
+import type { Queryable } from "./list.js";
+
+/** SQLSTATEs after which a whole transaction may simply run again. */
+const RETRYABLE = new Set([
+  "40001", // serialization_failure
+  "40P01", // deadlock_detected
+]);
+/** Attempts of one transaction before its serialization failure reaches the caller. */
+export const MAX_ATTEMPTS = 8;
+
+/** A pooled connection, as the pool hands it out. */
+export interface PoolClient extends Queryable {
+  release(destroy?: boolean | Error): void;
+}
+
+/** Where connections come from. */
+export interface ClientSource extends Queryable {
+  connect(): Promise<PoolClient>;
+}
+
+/** The SQLSTATE of a driver error, if it has one. */
+export function sqlState(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/**
+ * How a part runs statements: `q` for single statements, `atomically` for a
+ * sequence that must see one snapshot and commit together. Bound to the pool,
+ * atomically opens a SERIALIZABLE transaction (retried on serialization
+ * failures); bound to an open transaction's client, it runs in that
+ * transaction.
+ */
+export interface Runner {
+  readonly q: Queryable;
+  atomically<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
+  /** Marks the authorization data (identities, roles, role bindings) as changed by this write. */
+  authzChanged(q: Queryable): Promise<void>;
+}
+
+/** Bumps the authorization version in the writing transaction, and tells this process at once. */
+function bumpAuthz(noted: () => void): (q: Queryable) => Promise<void> {
+  return async (q) => {
+    await q.query("UPDATE table_versions SET version = version + 1 WHERE name = 'authz'");
+    noted();
+  };
+}
+
+/**
+ * Runs fn in a SERIALIZABLE transaction on one client of the pool, running
+ * it again (up to MAX_ATTEMPTS) when PostgreSQL reports a serialization
+ * failure or deadlock: fn must have no effects outside the transaction.
+ */
+export async function serializable<T>(pool: ClientSource, fn: (client: Queryable) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    signal?.throwIfAborted();
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
+      const result = await fn(client);
+      await client.query("COMMIT");
+      return result;
+    } catch (err) {
+      try {
+        await client.query("ROLLBACK");
+      } catch (rollbackErr) {
+        broken = rollbackErr as Error;
+      }
+      const state = sqlState(err);
+      if (state === undefined || !RETRYABLE.has(state) || attempt >= MAX_ATTEMPTS) throw err;
+      // A short random pause lets the winner of the conflict commit first.
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 ** attempt));
+    } finally {
+      client.release(broken);
+    }
+  }
+}
+
+/** The runner of statements outside any transaction; noted() runs after each authorization write. */
+export function poolRunner(pool: ClientSource, noted: () => void): Runner {
+  return {
+    q: pool,
+    atomically: (fn) => serializable(pool, fn),
+    authzChanged: bumpAuthz(noted),
+  };
+}
+
+/** The runner of statements inside an open transaction. */
+export function txRunner(client: Queryable, noted: () => void): Runner {
+  return {
+    q: client,
+    atomically: (fn) => fn(client),
+    authzChanged: bumpAuthz(noted),
+  };
+}

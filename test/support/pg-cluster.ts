@@ -1,0 +1,132 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+
+/**
+ * A throwaway PostgreSQL cluster for tests: Debian's binaries, initdb in a
+ * temp directory, listening on 127.0.0.1 on a free port with trust auth.
+ * PostgreSQL refuses to run as root, so as root it runs as the `postgres`
+ * OS user. fsync is off unless durable (functional suites do not need it).
+ */
+export interface PgCluster {
+  port: number;
+  /** postgres://postgres@127.0.0.1:PORT/<database> */
+  url(database?: string): string;
+  createDatabase(name: string): Promise<void>;
+  stop(mode?: "fast" | "immediate"): void;
+  start(): void;
+  destroy(): void;
+}
+
+/** The newest installed PostgreSQL's bin directory, or undefined. */
+function binDir(): string | undefined {
+  const root = "/usr/lib/postgresql";
+  if (!existsSync(root)) return undefined;
+  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, "bin", "initdb"))).sort((a, b) => Number(b) - Number(a));
+  return versions[0] === undefined ? undefined : join(root, versions[0], "bin");
+}
+
+/** True when PostgreSQL's server binaries are installed (suites skip with a reason otherwise). */
+export function pgAvailable(): boolean {
+  return binDir() !== undefined;
+}
+
+const asRoot = process.getuid?.() === 0;
+
+/** Runs a PostgreSQL binary, as the postgres user when we are root. */
+function run(bin: string, args: string[]): void {
+  const argv = asRoot ? ["runuser", "-u", "postgres", "--", bin, ...args] : [bin, ...args];
+  const res = spawnSync(argv[0]!, argv.slice(1), { encoding: "utf8", cwd: tmpdir() });
+  if (res.status !== 0) throw new Error(`${bin} ${args.join(" ")} failed: ${res.stderr || res.stdout}`);
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const live = new Set<PgCluster>();
+process.once("exit", () => {
+  for (const cluster of live) {
+    try {
+      cluster.destroy();
+    } catch {
+      // best effort
+    }
+  }
+});
+
+/** Starts a new cluster. */
+export async function startPgCluster(opts: { durable?: boolean } = {}): Promise<PgCluster> {
+  const bin = binDir();
+  if (!bin) throw new Error("PostgreSQL is not installed (apt-get install postgresql)");
+  const dir = mkdtempSync(join(tmpdir(), "platform-pg-"));
+  const data = join(dir, "data");
+  if (asRoot) {
+    const uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }).trim());
+    const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }).trim());
+    chownSync(dir, uid, gid);
+    chmodSync(dir, 0o700);
+  }
+  run(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"]);
+  const port = await freePort();
+  const settings = [
+    `-c listen_addresses=127.0.0.1`,
+    `-c unix_socket_directories=${dir}`,
+    `-c port=${port}`,
+    `-c max_connections=200`,
+    ...(opts.durable ? [] : ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]),
+  ].join(" ");
+  const cluster: PgCluster = {
+    port,
+    url: (database = "postgres") => `postgres://postgres@127.0.0.1:${port}/${database}`,
+    async createDatabase(name) {
+      const client = new pg.Client({ connectionString: cluster.url() });
+      await client.connect();
+      try {
+        await client.query(`CREATE DATABASE "${name.replace(/"/g, "")}"`);
+      } finally {
+        await client.end();
+      }
+    },
+    stop(mode = "fast") {
+      run(join(bin, "pg_ctl"), ["-D", data, "-m", mode, "-w", "stop"]);
+    },
+    start() {
+      run(join(bin, "pg_ctl"), ["-D", data, "-o", settings, "-l", join(dir, "log"), "-w", "start"]);
+    },
+    destroy() {
+      live.delete(cluster);
+      try {
+        cluster.stop("immediate");
+      } catch {
+        // already stopped
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  cluster.start();
+  live.add(cluster);
+  return cluster;
+}
+
+let shared: Promise<PgCluster> | undefined;
+let databases = 0;
+
+/** One cluster per test process, made on first use; each call gets a fresh empty database on it. */
+export async function freshPgDatabase(): Promise<string> {
+  shared ??= startPgCluster();
+  const cluster = await shared;
+  const name = `t${process.pid}_${++databases}`;
+  await cluster.createDatabase(name);
+  return cluster.url(name);
+}
