@@ -62,7 +62,7 @@ function tempDir(): string {
   return dir;
 }
 
-const importInto = (group: string, ...paths: string[]) => platformCli(srv.dataDir, ["import-advisories", "--group", group, ...paths]);
+const importInto = (group: string, ...paths: string[]) => platformCli(srv, ["import-advisories", "--group", group, ...paths]);
 
 /** Every advisory of group, as the server lists them (uid order). */
 async function listed(group: string): Promise<Json[]> {
@@ -204,14 +204,14 @@ describe("import-advisories", () => {
       [["import-advisories", "--group", org, join(DATA, "no-such-dir")], /no-such-dir: no such file or directory/],
     ];
     for (const [args, message] of cases) {
-      const run = await platformCli(srv.dataDir, args);
+      const run = await platformCli(srv, args);
       assert.equal(run.code, 2, `${args.join(" ")}: ${run.stderr}`);
       assert.match(run.stderr, message);
     }
-    const help = await platformCli(srv.dataDir, ["import-advisories", "--help"]);
+    const help = await platformCli(srv, ["import-advisories", "--help"]);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /usage: platform-api import-advisories --group <uid> <file-or-dir>\.\.\./);
-    assert.match((await platformCli(srv.dataDir, ["--help"])).stdout, /import-advisories +import OSV vulnerability records/);
+    assert.match((await platformCli(srv, ["--help"])).stdout, /import-advisories +import OSV vulnerability records/);
     assert.equal((await listed(org)).length, 12);
   });
 });

@@ -18,7 +18,6 @@ import {
   ReviewState,
 } from "../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
 import { advisoryMessage, advisoryRecord } from "../src/services/vulnerabilities/advisory-messages.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type { AdvisoryEventRecord, AdvisoryRecord } from "../src/store/store.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "./support/assertions.js";
 import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
@@ -82,7 +81,7 @@ function handMade(group: string): AdvisoryRecord {
 }
 
 async function importInto(group: string, ...paths: string[]) {
-  const run = await platformCli(srv.dataDir, ["import-advisories", "--group", group, ...paths]);
+  const run = await platformCli(srv, ["import-advisories", "--group", group, ...paths]);
   assert.equal(run.code, 0, run.stderr);
   return importCounts(run);
 }
@@ -99,7 +98,7 @@ before(async () => {
   writeFileSync(join(tmp, "unfixed.json"), JSON.stringify(unfixed));
   assert.deepEqual(await importInto(orgA, DATA, tmp), { created: 13, updated: 0, unchanged: 0, skipped: 0 });
   assert.deepEqual(await importInto(orgB, join(DATA, "ghsa")), { created: 2, updated: 0, unchanged: 0, skipped: 0 });
-  const second = openSqliteStore({ dataDir: srv.dataDir });
+  const second = await srv.openStore();
   hand = handMade(orgA);
   assert.deepEqual(await second.advisories.upsert([hand]), ["created"]);
   await second.close();

@@ -50,6 +50,7 @@ function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr:
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     PLATFORM_DATA_DIR: srv.dataDir,
+    PLATFORM_DATABASE_URL: srv.databaseUrl,
     PLATFORM_BASE_URL: BASE,
     PLATFORM_AUTH_URL: AUTH,
     PORT: String(srv.port),

@@ -28,7 +28,6 @@ import { TagsService } from "../gen/platform/registry/v2beta1/tags_pb.js";
 import { AdvisoriesService } from "../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
 import { isAtOrBelow } from "../src/domain/uidp.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { assertRestError } from "./support/assertions.js";
 import { adminOk, buildAuthzFixture, restAs, snapshot, type AuthzFixture, type Caller, type Json } from "./support/authz-fixture.js";
 import { testTransport, type TestTransport } from "./support/connect.js";
@@ -51,7 +50,7 @@ before(async () => {
 /** Writes B's advisory through a second connection to the server's database: advisories have no create RPC. */
 async function writeAdvisoryOfB(): Promise<string> {
   const uid = `${fx.B.folder.uid}/${"a".repeat(16)}`;
-  const store = openSqliteStore({ dataDir: srv.dataDir });
+  const store = await srv.openStore();
   const t = Date.now();
   const names = { artifactName: "b-lib", componentName: "b-lib", origin: "b-lib", artifactType: "library", componentType: "go", artifactArchitecture: "", componentLocation: "" };
   const detection = { uid: `${uid}/${"1".repeat(16)}`, createTime: t, author: "b", reviewer: "", reviewState: 2, issue: null, type: "detection", data: { manual: {} } };
@@ -615,7 +614,7 @@ describe("prefix confusion", () => {
     // directly, through a second connection to the server's database.
     nearOrg = nearMiss(fx.A.org.uid);
     nearFolder = nearMiss(fx.A.folder.uid);
-    const store = openSqliteStore({ dataDir: srv.dataDir });
+    const store = await srv.openStore();
     const now = Date.now();
     const group = (uid: string, parentUid: string | null, name: string) =>
       store.groups.create({ uid, parentUid, name, description: "", verified: false, resourceLimits: {}, createTime: now, updateTime: now });

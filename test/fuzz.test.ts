@@ -49,7 +49,8 @@ let agent: http.Agent;
 let grpcRaw: RawGrpcClient;
 
 before(async () => {
-  srv = await startTestServer();
+  // Row checksums read SQLite's file: the fuzzer runs on SQLite whatever the suite's engine.
+  srv = await startTestServer({ backend: "sqlite" });
   fixture = await createFuzzFixture(srv);
   rows = openRowChecksummer(srv.dataDir);
   agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
@@ -283,7 +284,7 @@ describe("limits", () => {
   let crowded: string;
   let other: string;
   before(async () => {
-    lim = await startTestServer();
+    lim = await startTestServer({ backend: "sqlite" });
     crowded = await fillCollections(lim, await createFuzzFixture(lim), CROWD);
     other = (await ok(rest(lim.url, "POST", "/iam/v2beta1/groups", { name: "other org" }))).uid;
   });

@@ -101,7 +101,7 @@ before(async () => {
   adminToken = await mintAdminToken(server);
   secrets.push(adminToken);
   setDefaultToken(server.port, adminToken);
-  srv = { url: server.url, port: server.port, dataDir, server, adminToken, close: () => server.close() };
+  srv = { url: server.url, port: server.port, dataDir, databaseUrl: "", openStore: async () => openSqliteStore({ dataDir }), server, adminToken, close: () => server.close() };
 });
 after(async () => {
   await server.close();

@@ -28,7 +28,7 @@ test("a fresh data directory is created 0700 and every database file 0600, WAL a
   assert.equal(modeOf(dir), 0o700);
   assert.equal(modeOf(join(dir, "platform.db")), 0o600);
 
-  const srv = await startTestServer({ dataDir: dir });
+  const srv = await startTestServer({ dataDir: dir, backend: "sqlite" });
   try {
     await createGroup(srv.url, null, "perm-check");
     for (const suffix of ["", "-wal", "-shm"]) {

@@ -660,7 +660,7 @@ async function sendToApi(token: string, name: string, tally: Tally, opts: { grpc
 describe("forged-token battery (RFC 8725)", () => {
   let ourKey: ServerKey;
   before(async () => {
-    ourKey = await readServerKey(srv.dataDir);
+    ourKey = await readServerKey(srv);
     const escaped = A.url.replace(/[.]/g, "\\.");
     // A pattern identity that trusts A's URL in any case and with trailing slashes, so the verifier (not the match) must refuse those.
     const loose = await createIdentity(org.uid, { name: "deployer loose", claimMatch: { issuerPattern: `(?i)${escaped}/*`, subject: SUBJECT } });

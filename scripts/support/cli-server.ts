@@ -135,11 +135,11 @@ function listeningAddress(line: string): { url: string; port: number; pid: numbe
 }
 
 /** Runs `platform-api admin-token` over dataDir and returns the administrator's API token. */
-export function mintAdminToken(dataDir: string): Promise<string> {
+export function mintAdminToken(dataDir: string, env: Record<string, string> = {}): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["bin/platform-api.js", "admin-token"], {
       cwd: ROOT,
-      env: environment(dataDir, "silent"),
+      env: { ...environment(dataDir, "silent"), ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

@@ -1,6 +1,6 @@
 import { createPrivateKey, createPublicKey, type KeyObject } from "node:crypto";
 import { decodeJwt, decodeProtectedHeader, type JWK } from "jose";
-import { openSqliteStore } from "../../src/store/sqlite/index.js";
+import type { TestStorage } from "./server.js";
 
 /** This server's newest signing key, read from its data directory (as the CLI does). */
 export interface ServerKey {
@@ -15,8 +15,8 @@ export interface ServerKey {
  * Whoever can read the data directory holds the root of trust; tests use it
  * to sign tokens that are correct in every respect but one.
  */
-export async function readServerKey(dataDir: string): Promise<ServerKey> {
-  const store = openSqliteStore({ dataDir });
+export async function readServerKey(storage: TestStorage): Promise<ServerKey> {
+  const store = await storage.openStore();
   try {
     const newest = (await store.keys.signingKeys()).at(-1)!;
     const privateKey = createPrivateKey({ key: JSON.parse(newest.privateJwk) as JWK & { kty: string }, format: "jwk" });

@@ -12,13 +12,15 @@ export interface CliRun {
 
 /**
  * Runs the real `platform-api` command (bin/platform-api.js) in a child
- * process from the repository root, over dataDir, as a user would.
+ * process from the repository root, over a data directory or a test
+ * server's storage (its PostgreSQL database too), as a user would.
  */
-export function platformCli(dataDir: string, args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
+export function platformCli(storage: string | { dataDir: string; databaseUrl: string }, args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
+  const where = typeof storage === "string" ? { PLATFORM_DATA_DIR: storage } : { PLATFORM_DATA_DIR: storage.dataDir, PLATFORM_DATABASE_URL: storage.databaseUrl };
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["bin/platform-api.js", ...args], {
       cwd: ROOT,
-      env: { ...process.env, PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", ...env },
+      env: { ...process.env, ...where, LOG_LEVEL: "silent", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

@@ -3,13 +3,42 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/app.js";
+import { openPostgresStore } from "../../src/store/postgres/index.js";
 import { openSqliteStore } from "../../src/store/sqlite/index.js";
+import type { Store } from "../../src/store/store.js";
+import { freshPgDatabase } from "./pg-cluster.js";
 
-/** A real server on a real port with its own SQLite directory. */
-export interface TestServer {
+/**
+ * The store engine of the end-to-end suites: SQLite by default;
+ * PLATFORM_TEST_BACKEND=postgres runs them on PostgreSQL, each server on a
+ * fresh database of a throwaway cluster.
+ */
+export const TEST_BACKEND = process.env.PLATFORM_TEST_BACKEND === "postgres" ? "postgres" : "sqlite";
+
+/** Where a test server keeps its data, and how to open a second connection to it. */
+export interface TestStorage {
+  /** The SQLite directory (unused on PostgreSQL, but always a fresh directory). */
+  dataDir: string;
+  /** The PostgreSQL database's URL, "" on SQLite. */
+  databaseUrl: string;
+  /** Another store on the same data, as a second process would open it. */
+  openStore(): Promise<Store>;
+}
+
+/** Fresh storage on the suite's engine (or the one named). */
+export async function freshStorage(dataDir = mkdtempSync(join(tmpdir(), "platform-test-")), backend = TEST_BACKEND): Promise<TestStorage> {
+  const databaseUrl = backend === "postgres" ? await freshPgDatabase() : "";
+  return {
+    dataDir,
+    databaseUrl,
+    openStore: async () => (databaseUrl !== "" ? openPostgresStore({ url: databaseUrl, maxConnections: 4 }) : openSqliteStore({ dataDir })),
+  };
+}
+
+/** A real server on a real port with its own storage. */
+export interface TestServer extends TestStorage {
   url: string;
   port: number;
-  dataDir: string;
   server: RunningServer;
   /** An API token of the built-in administrator, used by default by rest(), grpcClient() and testTransport(). */
   adminToken: string;
@@ -36,9 +65,17 @@ export async function mintAdminToken(server: RunningServer): Promise<string> {
 
 /** Starts the real server on port 0 over a fresh data directory. */
 export async function startTestServer(
-  opts: { env?: Record<string, string>; now?: () => number; timeouts?: ServerOptions["timeouts"]; dataDir?: string } = {},
+  opts: {
+    env?: Record<string, string>;
+    now?: () => number;
+    timeouts?: ServerOptions["timeouts"];
+    dataDir?: string;
+    /** The engine, when a suite needs one (e.g. it reads SQLite's file itself). */
+    backend?: "sqlite" | "postgres";
+  } = {},
 ): Promise<TestServer> {
-  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "platform-test-"));
+  const storage = await freshStorage(opts.dataDir, opts.backend);
+  const { dataDir } = storage;
   const config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
@@ -49,14 +86,14 @@ export async function startTestServer(
     PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
     ...opts.env,
   });
-  const store = openSqliteStore({ dataDir });
+  const store = await storage.openStore();
   const server = await startServer({ config, store, now: opts.now, timeouts: opts.timeouts });
   const adminToken = await mintAdminToken(server);
   setDefaultToken(server.port, adminToken);
   return {
+    ...storage,
     url: server.url,
     port: server.port,
-    dataDir,
     server,
     adminToken,
     async close() {
