@@ -114,3 +114,11 @@ export class ResourceExhaustedError extends ApiError {
     this.name = "ResourceExhaustedError";
   }
 }
+
+/** The store cannot be reached for now (a database restarting, a network partition): the call may be retried. */
+export class UnavailableError extends ApiError {
+  constructor(message = "Unavailable: the database cannot be reached right now; retry shortly") {
+    super(Code.Unavailable, "UNAVAILABLE", message);
+    this.name = "UnavailableError";
+  }
+}

@@ -204,7 +204,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   );
   app.get("/.well-known/jwks.json", async (_req, reply) => reply.header("cache-control", "public, max-age=300").send(await tokens.jwks()));
   app.get("/readyz", async (_req, reply) => {
-    const ready = health.status("") === 1 && store.ready();
+    // One cheap read: a database that stopped answering makes the process not ready at once.
+    const reachable = await store.refresh().then(
+      () => true,
+      () => false,
+    );
+    const ready = health.status("") === 1 && reachable && store.ready();
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
   });
 

@@ -122,10 +122,15 @@ export async function startPgCluster(opts: { durable?: boolean } = {}): Promise<
 let shared: Promise<PgCluster> | undefined;
 let databases = 0;
 
-/** One cluster per test process, made on first use; each call gets a fresh empty database on it. */
-export async function freshPgDatabase(): Promise<string> {
+/** The cluster of this test process, started on first use. */
+export function sharedPgCluster(): Promise<PgCluster> {
   shared ??= startPgCluster();
-  const cluster = await shared;
+  return shared;
+}
+
+/** A fresh empty database on this process's cluster. */
+export async function freshPgDatabase(): Promise<string> {
+  const cluster = await sharedPgCluster();
   const name = `t${process.pid}_${++databases}`;
   await cluster.createDatabase(name);
   return cluster.url(name);

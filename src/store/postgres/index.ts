@@ -13,7 +13,8 @@ import { PgRoleStore } from "./roles.js";
 import { PgTagStore } from "./tags.js";
 import type { Queryable } from "./list.js";
 import { migratePostgres } from "./migrations.js";
-import { poolRunner, serializable, txRunner, type Runner } from "./tx.js";
+import { UnavailableError } from "../../domain/errors.js";
+import { isConnectionError, poolRunner, serializable, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
 
 /** Options for opening the PostgreSQL store. */
 export interface PostgresStoreOptions {
@@ -41,6 +42,67 @@ const types = {
   getTypeParser: ((oid: number, format?: "text" | "binary") =>
     oid === pg.types.builtins.INT8 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
+
+/** How often an unreachable database is probed, to report ready again as soon as it answers. */
+const PROBE_INTERVAL_MS = 1_000;
+
+/**
+ * Whether the database answers: a connection failure marks it down (the
+ * store reports not ready) and starts a probe that marks it up again.
+ */
+class Reachability {
+  up = true;
+  private probe: NodeJS.Timeout | undefined;
+
+  constructor(private readonly pool: pg.Pool) {}
+
+  /** Passes a result through, marking the database up. */
+  ok<T>(value: T): T {
+    this.up = true;
+    return value;
+  }
+
+  /** Turns a connection failure into UnavailableError (and starts probing); other errors pass unchanged. */
+  fail(err: unknown): never {
+    if (!isConnectionError(err)) throw err;
+    this.down();
+    throw new UnavailableError();
+  }
+
+  private down(): void {
+    this.up = false;
+    if (this.probe) return;
+    this.probe = setInterval(() => {
+      this.pool.query("SELECT 1").then(
+        () => {
+          this.up = true;
+          this.stop();
+        },
+        () => {},
+      );
+    }, PROBE_INTERVAL_MS);
+    this.probe.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.probe);
+    this.probe = undefined;
+  }
+}
+
+/** The pool as the parts see it: every failure to reach the database becomes UnavailableError (HTTP 503). */
+function guardedSource(pool: pg.Pool, reach: Reachability): ClientSource {
+  const guard = <R>(q: { query(text: string, params?: unknown[]): Promise<R> }) => ({
+    query: (text: string, params?: unknown[]) => q.query(text, params).then((r) => reach.ok(r), (err: unknown) => reach.fail(err)),
+  });
+  return {
+    ...(guard(pool) as ClientSource),
+    async connect(): Promise<PoolClient> {
+      const client = await pool.connect().then((c) => reach.ok(c), (err: unknown) => reach.fail(err));
+      return { ...(guard(client) as PoolClient), release: (destroy) => client.release(destroy) };
+    },
+  };
+}
 
 /** The parts over one runner (the pool, or an open transaction's client). */
 function partsOver(run: Runner): StoreParts {
@@ -91,7 +153,9 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
   const noted = () => {
     local++;
   };
-  const parts = partsOver(poolRunner(pool, noted));
+  const reach = new Reachability(pool);
+  const source = guardedSource(pool, reach);
+  const parts = partsOver(poolRunner(source, noted));
   let open = true;
   const readAuthzVersion = async (q: Queryable) => {
     const { rows } = await q.query<{ version: number }>("SELECT version FROM table_versions WHERE name = 'authz'");
@@ -103,21 +167,22 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     authzVersion: () => dbVersion + local,
     // One primary-key read a request: an authorization change committed by any
     // process is seen by the next request of every process.
-    refresh: () => readAuthzVersion(pool),
+    refresh: () => readAuthzVersion(source),
     async transaction(fn) {
       const before = local;
       try {
-        return await serializable(pool, (client) => fn(partsOver(txRunner(client, noted))));
+        return await serializable(source, (client) => fn(partsOver(txRunner(client, noted))));
       } catch (err) {
         // Caches may have read the rolled-back authorization data inside: move the version again.
         if (local !== before) local++;
         throw err;
       }
     },
-    ready: () => open,
+    ready: () => open && reach.up,
     async close() {
       if (!open) return;
       open = false;
+      reach.stop();
       await pool.end();
     },
   };

@@ -18,6 +18,23 @@ export interface ClientSource extends Queryable {
   connect(): Promise<PoolClient>;
 }
 
+/**
+ * True for errors that say the database cannot be reached or the connection
+ * broke (not that the statement was wrong): connection exceptions (class 08),
+ * an administrator or crash shutdown (57P01-57P03), too many connections,
+ * and the driver's own socket errors.
+ */
+export function isConnectionError(err: unknown): boolean {
+  const state = sqlState(err);
+  if (state !== undefined) return state.startsWith("08") || ["57P01", "57P02", "57P03", "53300"].includes(state);
+  const code = (err as { code?: unknown } | null)?.code;
+  const message = err instanceof Error ? err.message : "";
+  return (
+    (typeof code === "string" && ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"].includes(code)) ||
+    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(message)
+  );
+}
+
 /** The SQLSTATE of a driver error, if it has one. */
 export function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
@@ -62,10 +79,13 @@ export async function serializable<T>(pool: ClientSource, fn: (client: Queryable
       await client.query("COMMIT");
       return result;
     } catch (err) {
-      try {
-        await client.query("ROLLBACK");
-      } catch (rollbackErr) {
-        broken = rollbackErr as Error;
+      if (isConnectionError(err)) broken = err as Error;
+      else {
+        try {
+          await client.query("ROLLBACK");
+        } catch (rollbackErr) {
+          broken = rollbackErr as Error;
+        }
       }
       const state = sqlState(err);
       if (state === undefined || !RETRYABLE.has(state) || attempt >= MAX_ATTEMPTS) throw err;
