@@ -5,6 +5,8 @@ import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
 import { isUidp } from "./domain/uidp.js";
 import { prepareStore, startServer } from "./server/app.js";
+import { FailedPreconditionError } from "./domain/errors.js";
+import { copyStore } from "./store/copy.js";
 import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
 import type { Store } from "./store/store.js";
@@ -105,6 +107,37 @@ const COMMANDS: Record<string, Command> = {
         await store.close();
       }
       return 0;
+    },
+  },
+  "migrate-to-postgres": {
+    summary: "copy an SQLite deployment's data into PostgreSQL",
+    help: `usage: PLATFORM_DATABASE_URL=postgres://… platform-api migrate-to-postgres
+
+Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identities, roles, role bindings, identity providers, account associations, invites, repos, tags, advisories, the signing keys and the server's secrets) into the PostgreSQL database at PLATFORM_DATABASE_URL, in one transaction, keeping every uid and time: tokens issued before keep working, and the administrator stays the administrator. Stop the server first. The target must be a fresh database (migrated but with no groups or identities, and no server run on it). Prints the counts. Exits 0 when copied, 1 when the target is not empty, 2 on usage errors.`,
+    async run() {
+      const cfg = config();
+      if (cfg.databaseUrl === "") {
+        process.stderr.write("PLATFORM_DATABASE_URL must name the target PostgreSQL database\n");
+        return 2;
+      }
+      const source = openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
+      try {
+        const { openPostgresStore } = await import("./store/postgres/index.js");
+        const target = await openPostgresStore({ url: cfg.databaseUrl });
+        try {
+          const counts = await copyStore(source, target);
+          for (const [kind, n] of Object.entries(counts)) process.stdout.write(`${kind}: ${n}\n`);
+          return 0;
+        } catch (err) {
+          if (!(err instanceof FailedPreconditionError)) throw err;
+          process.stderr.write(`${err.preconditionViolations[0]?.description ?? err.message}; nothing was copied\n`);
+          return 1;
+        } finally {
+          await target.close();
+        }
+      } finally {
+        await source.close();
+      }
     },
   },
   "import-advisories": {

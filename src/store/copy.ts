@@ -1,0 +1,91 @@
+import { randomBytes } from "node:crypto";
+import { FailedPreconditionError } from "../domain/errors.js";
+import type { ListQuery, ListResult, Store, StoreParts } from "./store.js";
+
+/** Records read from the source per page. */
+const PAGE = 500;
+
+/** Every record of one kind, in uid order (a parent's uid sorts before its children's). */
+async function* everything<T extends { uid: string }, TFilter>(
+  list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
+  filter: TFilter,
+): AsyncGenerator<T> {
+  let after: { key: string; uid: string } | null = null;
+  for (;;) {
+    const page = await list({ hierarchy: {}, filter, order: { field: "uid", desc: false }, after, offset: 0, limit: PAGE, visibleWithin: null });
+    yield* page.items;
+    const last = page.items[page.items.length - 1];
+    if (!page.hasMore || last === undefined) return;
+    after = { key: last.uid, uid: last.uid };
+  }
+}
+
+/** How many records of each kind were copied. */
+export type CopyCounts = Record<string, number>;
+
+/**
+ * Copies everything one store holds into another, empty one (another
+ * engine, typically: SQLite into PostgreSQL), in one transaction of the
+ * target: groups, roles, identities, role bindings, identity providers,
+ * account associations, invites, repos, tags, advisories, the signing keys
+ * and the server's secrets, with their uids and times. Built-in roles the
+ * target already has are kept. Refuses a target that holds any group or
+ * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
+ */
+export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
+  const probe = { hierarchy: {}, filter: {}, order: { field: "uid" as const, desc: false }, after: null, offset: 0, limit: 1, visibleWithin: null };
+  if ((await to.groups.list(probe)).totalCount > 0 || (await to.identities.list(probe)).totalCount > 0) {
+    throw new FailedPreconditionError([{ type: "TARGET_NOT_EMPTY", subject: "target", description: "the target store already holds groups or identities" }]);
+  }
+  const counts: CopyCounts = {};
+  const copyAll = async <T extends { uid: string }, TFilter>(
+    kind: string,
+    list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
+    filter: TFilter,
+    write: (record: T) => Promise<unknown>,
+  ) => {
+    counts[kind] = 0;
+    for await (const record of everything(list, filter)) {
+      if ((await write(record)) !== SKIPPED) counts[kind]++;
+    }
+  };
+  const keys = await from.keys.signingKeys();
+  // A source that never served has no secrets yet: they are made as a first start would make them.
+  const secrets = [
+    ["page-token-key", await from.keys.secret("page-token-key", () => randomBytes(32))],
+    ["admin-subject", await from.keys.secret("admin-subject", () => randomBytes(20))],
+  ] as const;
+  await to.transaction(async (tx: StoreParts) => {
+    await copyAll("groups", (q) => from.groups.list(q), {}, (g) => tx.groups.create(g));
+    // Built-in roles have the same uid everywhere: the target's own are kept.
+    await copyAll("roles", (q) => from.roles.list(q), {}, async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)));
+    await copyAll("identities", (q) => from.identities.list(q), {}, (i) => tx.identities.create(i));
+    await copyAll("role bindings", (q) => from.roleBindings.list(q), {}, (b) => tx.roleBindings.create([b]));
+    await copyAll("identity providers", (q) => from.identityProviders.list(q), {}, (p) => tx.identityProviders.create(p));
+    await copyAll("account associations", (q) => from.accountAssociations.list(q), {}, (a) => tx.accountAssociations.create(a));
+    await copyAll("group invites", (q) => from.groupInvites.list(q), {}, (i) => tx.groupInvites.create(i));
+    await copyAll("repos", (q) => from.repos.list(q), {}, (r) => tx.repos.create(r));
+    const allTags = { includeReferrers: true, includeDates: true, includeEpochs: true };
+    await copyAll("tags", (q) => from.tags.list(q), allTags, (t) => tx.tags.put(t));
+    await copyAll("advisories", (q) => from.advisories.list(q), {}, (a) => tx.advisories.upsert([a]));
+    const existing = new Set((await tx.keys.signingKeys()).map((k) => k.kid));
+    counts["signing keys"] = 0;
+    for (const key of keys) {
+      if (existing.has(key.kid)) continue;
+      await tx.keys.addSigningKey(key);
+      counts["signing keys"]++;
+    }
+    for (const [name, value] of secrets) {
+      const kept = await tx.keys.secret(name, () => value);
+      if (!kept.equals(value)) {
+        throw new FailedPreconditionError([
+          { type: "TARGET_NOT_EMPTY", subject: name, description: `the target already has its own ${name} (a server ran on it): migrate into a fresh database` },
+        ]);
+      }
+    }
+  });
+  return counts;
+}
+
+/** What a copy function returns for a record it left alone. */
+const SKIPPED = Symbol("skipped");
