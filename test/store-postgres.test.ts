@@ -5,7 +5,11 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import pg from "pg";
+import { PgGroupStore } from "../src/store/postgres/groups.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";
+import type { Queryable } from "../src/store/postgres/list.js";
+import { migratePostgres } from "../src/store/postgres/migrations.js";
 import type { Store } from "../src/store/store.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { group, invite, role } from "./support/store-fixtures.js";
@@ -60,4 +64,58 @@ if (!pgAvailable()) {
       assert.notEqual(b.authzVersion(), before);
     });
   });
+
+  describe("postgresql: query plans on 20,000 groups", () => {
+    let pool: pg.Pool;
+    before(async () => {
+      pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 2 });
+      await migratePostgres(pool);
+      // 200 organizations of 99 folders each, uids as the server makes them.
+      await pool.query(`
+        INSERT INTO groups (uid, parent_uid, name, create_time, update_time)
+        SELECT lpad(to_hex(o), 40, '0'), NULL, 'org ' || o, o, o FROM generate_series(1, 200) AS o;
+        INSERT INTO groups (uid, parent_uid, name, create_time, update_time)
+        SELECT lpad(to_hex(o), 40, '0') || '/' || lpad(to_hex(f), 16, '0'), lpad(to_hex(o), 40, '0'), 'folder ' || f, o * 1000 + f, o * 1000 + f
+          FROM generate_series(1, 200) AS o, generate_series(1, 99) AS f;
+        ANALYZE groups;`);
+    });
+    after(async () => {
+      await pool.end();
+    });
+
+    /** The statements a list runs, captured, then explained against the real table. */
+    async function plansOf(list: (store: PgGroupStore) => Promise<unknown>): Promise<string[]> {
+      const seen: { text: string; params?: unknown[] }[] = [];
+      const recorder: Queryable = {
+        query: async <R>(text: string, params?: unknown[]) => {
+          seen.push({ text, params });
+          return (await pool.query(text, params)) as unknown as { rows: R[]; rowCount: number | null };
+        },
+      };
+      await list(new PgGroupStore({ q: recorder, atomically: (fn) => fn(recorder), authzChanged: async () => {} }, []));
+      const plans: string[] = [];
+      for (const { text, params } of seen) plans.push(JSON.stringify((await pool.query(`EXPLAIN (FORMAT JSON) ${text}`, params)).rows));
+      return plans;
+    }
+
+    const org = lpad(7);
+    const q = (over: object) => ({ hierarchy: {}, filter: {}, order: { field: "uid" as const, desc: false }, after: null, offset: 0, limit: 50, visibleWithin: null, ...over });
+    for (const [label, query] of [
+      ["descendants of an organization", q({ hierarchy: { descendantsOf: org } })],
+      ["children of an organization", q({ hierarchy: { childrenOf: org } })],
+      ["a keyset page in create_time order below an organization", q({ hierarchy: { descendantsOf: org }, order: { field: "created_at", desc: false }, after: { key: 7_050, uid: `${org}/0000000000000032` } })],
+      ["visible within two organizations", q({ visibleWithin: [org, lpad(9)] })],
+    ] as const) {
+      test(`${label}: the page and its count use the indexes, no sequential scan of groups`, async () => {
+        const plans = await plansOf((store) => store.list(query as never));
+        assert.equal(plans.length, 2, "one page statement, one count");
+        for (const plan of plans) assert.doesNotMatch(plan, /"Node Type":"Seq Scan"[^}]*"Relation Name":"groups"/, plan);
+      });
+    }
+  });
+}
+
+/** An organization uid of the plan fixture. */
+function lpad(n: number): string {
+  return n.toString(16).padStart(40, "0");
 }

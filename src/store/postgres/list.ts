@@ -88,10 +88,16 @@ function hierarchyClauses(h: HierarchyFilter): Clause[] {
   return out;
 }
 
+/**
+ * At or below one of the uids, written out per uid (each an equality or a
+ * range on the primary key), so the planner combines index scans rather
+ * than scanning the table: the list is the caller's top grants, a handful.
+ */
 function visibilityClause(within: readonly string[], rootsVisible: boolean): Clause {
-  const atOrBelow = `EXISTS (SELECT 1 FROM unnest(?::text[]) AS v(u) WHERE t.uid = v.u OR (t.uid > v.u || '/' AND t.uid < v.u || '0'))`;
-  const sql = rootsVisible && within.length > 0 ? `t.parent_uid IS NULL OR ${atOrBelow}` : atOrBelow;
-  return { sql, params: [[...within]] };
+  if (within.length === 0) return { sql: "FALSE", params: [] };
+  const atOrBelow = within.map(() => "t.uid = ? OR (t.uid > ? AND t.uid < ?)").join(" OR ");
+  const params = within.flatMap((u) => [u, `${u}/`, `${u}0`]);
+  return rootsVisible ? { sql: `t.parent_uid IS NULL OR ${atOrBelow}`, params } : { sql: atOrBelow, params };
 }
 
 function keysetClause(column: string, desc: boolean, after: Cursor): Clause {
