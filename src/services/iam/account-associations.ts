@@ -12,9 +12,10 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription } from "../../domain/names.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { AccountAssociationChanges, AccountAssociationOrder, AccountAssociationRecord } from "../../store/store.js";
-import { principalOf, type ServiceDeps } from "../context.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { AccountAssociationChanges, AccountAssociationFilter, AccountAssociationOrder, AccountAssociationRecord } from "../../store/store.js";
+import type { ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { checkProviders, PROVIDER_FIELDS, providerMessages, providersOf } from "./account-providers.js";
 
 const PAGING: PagingSpec<AccountAssociationOrder> = {
@@ -53,6 +54,13 @@ function checkText(a: AccountAssociation, fields: ReadonlySet<string>): FieldVio
 /** AccountAssociationsService: the cloud accounts a group owns, kept as data (contract §7). */
 export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl<typeof AccountAssociationsService> {
   const { store } = deps;
+  const LIST: ListSpec<AccountAssociationRecord, AccountAssociationFilter, AccountAssociationOrder> = {
+    name: "accountAssociations",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_ACCOUNT_ASSOCIATIONS_LIST,
+    list: (q) => store.accountAssociations.list(q),
+    cursor: accountAssociationCursor,
+  };
   return {
     async createAccountAssociation(req) {
       // The association's uid is its group's: one per group.
@@ -77,14 +85,8 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
     async listAccountAssociations(req, ctx): Promise<ListAccountAssociationsResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["accountAssociations", hierarchy, filter]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ACCOUNT_ASSOCIATIONS_LIST);
-      const result = await store.accountAssociations.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.iam.v2beta1.ListAccountAssociationsResponse",
-        accountAssociations: result.items.map(accountAssociationMessage),
-        ...pageEnvelope(plan, result, accountAssociationCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.iam.v2beta1.ListAccountAssociationsResponse", accountAssociations: page.items.map(accountAssociationMessage), ...page.envelope };
     },
 
     async updateAccountAssociation(req) {

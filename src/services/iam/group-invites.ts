@@ -14,9 +14,10 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { newInviteCode } from "../../domain/invite-code.js";
 import { isUidp, newChildUid } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import { type PagingSpec } from "../../store/paging.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, RoleRecord, Store } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { grantableRole } from "./role-refs.js";
 
 const PAGING: PagingSpec<GroupInviteOrder> = {
@@ -74,6 +75,13 @@ function roleLookup(store: Store): (uid: string) => Promise<RoleRecord | null> {
 /** GroupInvitesService: codes that let someone join a group with a role (contract §8). No Update. */
 export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof GroupInvitesService> {
   const { store } = deps;
+  const LIST: ListSpec<GroupInviteRecord, GroupInviteFilter, GroupInviteOrder> = {
+    name: "groupInvites",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_GROUP_INVITES_LIST,
+    list: (q) => store.groupInvites.list(q),
+    cursor: groupInviteCursor,
+  };
   return {
     async createGroupInvite(req, ctx) {
       const parent = requireUidp("parent", req.parent);
@@ -113,15 +121,9 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
     async listGroupInvites(req, ctx): Promise<ListGroupInvitesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter: GroupInviteFilter = req.keyId === "" ? {} : { keyId: req.keyId };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["groupInvites", hierarchy, filter]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_GROUP_INVITES_LIST);
-      const result = await store.groupInvites.list({ hierarchy, filter, ...plan, visibleWithin });
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
       const roleOf = roleLookup(store);
-      return {
-        $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse",
-        groupInvites: await Promise.all(result.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))),
-        ...pageEnvelope(plan, result, groupInviteCursor, deps.pageTokens),
-      };
+      return { $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse", groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))), ...page.envelope };
     },
 
     async deleteGroupInvite(req) {

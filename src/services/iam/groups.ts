@@ -14,9 +14,10 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { builtinRoleUid } from "../../domain/builtin-roles.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid, newRootUid } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { GroupChanges, GroupOrder, GroupRecord } from "../../store/store.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
 
 const PAGING: PagingSpec<GroupOrder> = {
@@ -58,6 +59,13 @@ function validateFields(group: { name: string; description: string }, fields: It
 /** GroupsService: organizations and folders (spec §4.1). */
 export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   const { store } = deps;
+  const LIST: ListSpec<GroupRecord, GroupFilter, GroupOrder> = {
+    name: "groups",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_GROUPS_LIST,
+    list: (q) => store.groups.list(q),
+    cursor: groupCursor,
+  };
   return {
     async createGroup(req, ctx) {
       const principal = principalOf(ctx);
@@ -98,16 +106,10 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
     },
 
     async listGroups(req, ctx): Promise<ListGroupsResponse> {
-      const principal = principalOf(ctx);
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["groups", hierarchy, filter]);
-      const result = await store.groups.list({ hierarchy, filter, ...plan, visibleWithin: await deps.authz.visibleWithin(principal, Capability.CAP_IAM_GROUPS_LIST) });
-      return {
-        $typeName: "platform.iam.v2beta1.ListGroupsResponse",
-        groups: result.items.map(groupMessage),
-        ...pageEnvelope(plan, result, groupCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.iam.v2beta1.ListGroupsResponse", groups: page.items.map(groupMessage), ...page.envelope };
     },
 
     async updateGroup(req) {

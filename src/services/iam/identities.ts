@@ -15,9 +15,10 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid } from "../../domain/uidp.js";
 import { userIdentityUid } from "../../domain/user-identity.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityChanges, IdentityFilter, IdentityOrder, IdentityRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { identityMessage, relationshipOf } from "./identity-messages.js";
 
 const PAGING: PagingSpec<IdentityOrder> = {
@@ -55,6 +56,15 @@ function checkText(identity: Identity, fields: Iterable<string>): FieldViolation
 /** IdentitiesService: people and assumable workload identities (spec §4.2, contract §3). */
 export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof IdentitiesService> {
   const { store } = deps;
+  const LIST: ListSpec<IdentityRecord, IdentityFilter, IdentityOrder> = {
+    name: "identities",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_IDENTITY_LIST,
+    list: (q) => store.identities.list(q),
+    cursor: identityCursor,
+  };
+  // AWS identities and service principals are not supported: nothing can match.
+  const NOTHING: typeof LIST = { ...LIST, list: async () => ({ items: [], hasMore: false, totalCount: 0 }) };
   return {
     async createIdentity(req) {
       const parent = requireUidp("parent", req.parent);
@@ -96,15 +106,8 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       const filter: IdentityFilter = {};
       if (req.name !== "") filter.name = req.name;
       if (kind) filter.relationshipKind = kind;
-      const plan = planPage(req, PAGING, deps.pageTokens, ["identities", hierarchy, filter, req.relationshipType]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_LIST);
-      // AWS identities and service principals are not supported: nothing can match.
-      const result = kind === null ? { items: [], hasMore: false, totalCount: 0 } : await store.identities.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.iam.v2beta1.ListIdentitiesResponse",
-        identities: result.items.map(identityMessage),
-        ...pageEnvelope(plan, result, identityCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter, tokenKey: [req.relationshipType] }, kind === null ? NOTHING : LIST);
+      return { $typeName: "platform.iam.v2beta1.ListIdentitiesResponse", identities: page.items.map(identityMessage), ...page.envelope };
     },
 
     async updateIdentity(req, ctx) {

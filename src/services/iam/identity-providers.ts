@@ -14,9 +14,10 @@ import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { isUidp, newChildUid } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { IdentityProviderChanges, IdentityProviderOrder, IdentityProviderRecord } from "../../store/store.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { checkOidc, OIDC_PATHS, oidcSettingsOf, updatedOidc } from "./oidc-settings.js";
 import { grantableRole } from "./role-refs.js";
 
@@ -70,6 +71,13 @@ function checkText(input: IdentityProvider, fields: ReadonlySet<string>): FieldV
 /** IdentityProvidersService: an organization's own OIDC sign-in providers (contract §6). */
 export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<typeof IdentityProvidersService> {
   const { store, authz } = deps;
+  const LIST: ListSpec<IdentityProviderRecord, IdentityProviderFilter, IdentityProviderOrder> = {
+    name: "identityProviders",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_IDENTITY_PROVIDERS_LIST,
+    list: (q) => store.identityProviders.list(q),
+    cursor: identityProviderCursor,
+  };
 
   async function existing(uid: string): Promise<IdentityProviderRecord> {
     const provider = await store.identityProviders.get(uid);
@@ -110,14 +118,8 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
     async listIdentityProviders(req, ctx): Promise<ListIdentityProvidersResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["identityProviders", hierarchy, filter]);
-      const visibleWithin = await authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_IDENTITY_PROVIDERS_LIST);
-      const result = await store.identityProviders.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.iam.v2beta1.ListIdentityProvidersResponse",
-        identityProviders: result.items.map(identityProviderMessage),
-        ...pageEnvelope(plan, result, identityProviderCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.iam.v2beta1.ListIdentityProvidersResponse", identityProviders: page.items.map(identityProviderMessage), ...page.envelope };
     },
 
     async updateIdentityProvider(req, ctx) {

@@ -12,9 +12,10 @@ import { InvalidArgumentError, invalidField, NotFoundError, type FieldViolation 
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { isAtOrBelow, isUidp, newChildUid, parentOf } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { createHydrator, hydrateAll, roleBindingMessage, type BindingRefs } from "./hydrate.js";
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
@@ -36,6 +37,13 @@ function checkUid(field: string, value: string): FieldViolation[] {
 /** RoleBindingsService: grants of a role to an identity in a group (spec §4.4, contract §5). */
 export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof RoleBindingsService> {
   const { store, authz } = deps;
+  const LIST: ListSpec<RoleBindingRecord, RoleBindingFilter, RoleBindingOrder> = {
+    name: "roleBindings",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_ROLE_BINDINGS_LIST,
+    list: (q) => store.roleBindings.list(q),
+    cursor: roleBindingCursor,
+  };
 
   // A missing reference and one the caller may not see give the same NOT_FOUND,
   // so a binding request never reveals what exists in another organization.
@@ -140,15 +148,9 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
         filter[key] = value;
       }
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const plan = planPage(req, PAGING, deps.pageTokens, ["roleBindings", hierarchy, filter]);
       const principal = principalOf(ctx);
-      const visibleWithin = await authz.visibleWithin(principal, Capability.CAP_IAM_ROLE_BINDINGS_LIST);
-      const result = await store.roleBindings.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse",
-        roleBindings: await hydrateAll(result.items, createHydrator(store, readableBy(principal))),
-        ...pageEnvelope(plan, result, roleBindingCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await hydrateAll(page.items, createHydrator(store, readableBy(principal))), ...page.envelope };
     },
 
     async updateRoleBinding(req, ctx) {

@@ -16,9 +16,10 @@ import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkRoleName } from "../../domain/names.js";
 import { newChildUid, parentOf } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { RoleChanges, RoleOrder, RoleRecord } from "../../store/store.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { RoleChanges, RoleFilter, RoleOrder, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 
 const PAGING: PagingSpec<RoleOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -65,6 +66,13 @@ function refuseBuiltIn(role: RoleRecord, action: "changed" | "deleted"): void {
 /** RolesService: built-in and custom roles (spec §4.3, contract §4). */
 export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesService> {
   const { store } = deps;
+  const LIST: ListSpec<RoleRecord, RoleFilter, RoleOrder> = {
+    name: "roles",
+    paging: PAGING,
+    capability: Capability.CAP_IAM_ROLES_LIST,
+    list: (q) => store.roles.list(q),
+    cursor: roleCursor,
+  };
 
   /** The existing role, or NOT_FOUND. */
   async function existing(uid: string): Promise<RoleRecord> {
@@ -113,14 +121,8 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
     async listRoles(req, ctx): Promise<ListRolesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["roles", hierarchy, filter]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_IAM_ROLES_LIST);
-      const result = await store.roles.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.iam.v2beta1.ListRolesResponse",
-        roles: result.items.map(roleMessage),
-        ...pageEnvelope(plan, result, roleCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.iam.v2beta1.ListRolesResponse", roles: page.items.map(roleMessage), ...page.envelope };
     },
 
     async updateRole(req, ctx) {

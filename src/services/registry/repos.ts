@@ -15,9 +15,10 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription } from "../../domain/names.js";
 import { checkActiveTags, checkAliases, checkBundles, checkRepoName } from "../../domain/registry-names.js";
 import { newChildUid } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { RepoChanges, RepoOrder, RepoRecord } from "../../store/store.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { RepoChanges, RepoFilter, RepoOrder, RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 
 const PAGING: PagingSpec<RepoOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -72,6 +73,13 @@ function validateFields(repo: Repo, fields: ReadonlySet<string>): void {
 /** ReposService: the registry catalogue's repositories, each directly below a group (spec §4.5, contract §9). */
 export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposService> {
   const { store, authz } = deps;
+  const LIST: ListSpec<RepoRecord, RepoFilter, RepoOrder> = {
+    name: "repos",
+    paging: PAGING,
+    capability: Capability.CAP_REPO_LIST,
+    list: (q) => store.repos.list(q),
+    cursor: repoCursor,
+  };
 
   async function existing(uid: string): Promise<RepoRecord> {
     const repo = await store.repos.get(uid);
@@ -121,14 +129,8 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
     async listRepos(req, ctx): Promise<ListReposResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === undefined ? {} : { name: req.name };
-      const plan = planPage(req, PAGING, deps.pageTokens, ["repos", hierarchy, filter]);
-      const visibleWithin = await authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
-      const result = await store.repos.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.registry.v2beta1.ListReposResponse",
-        repos: result.items.map(repoMessage),
-        ...pageEnvelope(plan, result, repoCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.registry.v2beta1.ListReposResponse", repos: page.items.map(repoMessage), ...page.envelope };
     },
 
     async updateRepo(req, ctx) {

@@ -7,9 +7,10 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkBundles, checkDigest, checkTagName } from "../../domain/registry-names.js";
 import { newChildUid } from "../../domain/uidp.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
+import { type PagingSpec } from "../../store/paging.js";
 import type { TagFilter, TagOrder, TagRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 
 const PAGING: PagingSpec<TagOrder> = {
   orderFields: ["uid", "name", "updated_at"],
@@ -41,6 +42,13 @@ export function tagCursor(t: TagRecord, field: TagOrder) {
  */
 export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsService> {
   const { store } = deps;
+  const LIST: ListSpec<TagRecord, TagFilter, TagOrder> = {
+    name: "tags",
+    paging: PAGING,
+    capability: Capability.CAP_TAG_LIST,
+    list: (q) => store.tags.list(q),
+    cursor: tagCursor,
+  };
   return {
     async createTag(req, ctx) {
       const parent = requireUidp("parent", req.parent);
@@ -84,14 +92,8 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
       if (req.digest !== "") filter.digest = req.digest;
       // Times are stored in whole milliseconds: "after" a fractional one is after its floor.
       if (req.updatedSince) filter.updatedSince = Number(req.updatedSince.seconds) * 1000 + Math.floor(req.updatedSince.nanos / 1e6);
-      const plan = planPage(req, PAGING, deps.pageTokens, ["tags", hierarchy, filter]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_TAG_LIST);
-      const result = await store.tags.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.registry.v2beta1.ListTagsResponse",
-        tags: result.items.map(tagMessage),
-        ...pageEnvelope(plan, result, tagCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.registry.v2beta1.ListTagsResponse", tags: page.items.map(tagMessage), ...page.envelope };
     },
 
     async deleteTag(req) {

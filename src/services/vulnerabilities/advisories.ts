@@ -9,9 +9,10 @@ import {
 } from "../../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { pageEnvelope, planPage, type PagingSpec } from "../../store/paging.js";
-import type { AdvisoryFilter, AdvisoryOrder } from "../../store/store.js";
-import { principalOf, type ServiceDeps } from "../context.js";
+import { type PagingSpec } from "../../store/paging.js";
+import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord } from "../../store/store.js";
+import type { ServiceDeps } from "../context.js";
+import { listPage, type ListSpec } from "../list-page.js";
 import { advisoryCursor, advisoryMessage } from "./advisory-messages.js";
 
 const PAGING: PagingSpec<AdvisoryOrder> = {
@@ -85,6 +86,13 @@ function advisoryFilter(req: ListAdvisoriesRequest): AdvisoryFilter {
 /** AdvisoriesService: read-only access to the advisories the import command writes (contract §11). */
 export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof AdvisoriesService> {
   const { store } = deps;
+  const LIST: ListSpec<AdvisoryRecord, AdvisoryFilter, AdvisoryOrder> = {
+    name: "advisories",
+    paging: PAGING,
+    capability: Capability.CAP_ADVISORIES_LIST,
+    list: (q) => store.advisories.list(q),
+    cursor: advisoryCursor,
+  };
   return {
     async getAdvisory(req) {
       // advisories.list at the advisory's uid was checked before this lookup.
@@ -97,14 +105,8 @@ export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof A
     async listAdvisories(req, ctx): Promise<ListAdvisoriesResponse> {
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = advisoryFilter(req);
-      const plan = planPage(req, PAGING, deps.pageTokens, ["advisories", hierarchy, filter]);
-      const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_ADVISORIES_LIST);
-      const result = await store.advisories.list({ hierarchy, filter, ...plan, visibleWithin });
-      return {
-        $typeName: "platform.vulnerabilities.v2beta1.ListAdvisoriesResponse",
-        advisories: result.items.map(advisoryMessage),
-        ...pageEnvelope(plan, result, advisoryCursor, deps.pageTokens),
-      };
+      const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
+      return { $typeName: "platform.vulnerabilities.v2beta1.ListAdvisoriesResponse", advisories: page.items.map(advisoryMessage), ...page.envelope };
     },
   };
 }
