@@ -1,91 +1,13 @@
 import { NotFoundError } from "../../domain/errors.js";
-import type { AdvisoryEventRecord, AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, AdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
-import { exists, listRecords, one, type Clause, type PgTable } from "./list.js";
+import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, AdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
+import { exists, listRecords, one, type Clause } from "./list.js";
 import type { Runner } from "./tx.js";
-
-const TABLE: PgTable<AdvisoryOrder> = {
-  table: "advisories",
-  select:
-    "uid, parent_uid, advisory_id, legacy_advisory_id, author, artifact_name, artifact_type, artifact_architecture, component_name, component_location, component_type, origin, aliases, severities, events, create_time, update_time, delete_time",
-  orderColumns: { uid: "uid", advisory_id: "advisory_id", created_at: "create_time", updated_at: "update_time" },
-};
-
-/** The ReviewState number of an approved event: latestEventType looks at approved events only. */
-const REVIEW_STATE_APPROVED = 2;
-
-interface AdvisoryRow {
-  uid: string;
-  parent_uid: string;
-  advisory_id: string;
-  legacy_advisory_id: string;
-  author: string;
-  artifact_name: string;
-  artifact_type: string;
-  artifact_architecture: string;
-  component_name: string;
-  component_location: string;
-  component_type: string;
-  origin: string;
-  aliases: string;
-  severities: string;
-  events: string;
-  create_time: number;
-  update_time: number;
-  delete_time: number | null;
-}
-
-function toRecord(row: AdvisoryRow): AdvisoryRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    advisoryId: row.advisory_id,
-    legacyAdvisoryId: row.legacy_advisory_id,
-    author: row.author,
-    artifactName: row.artifact_name,
-    artifactType: row.artifact_type,
-    artifactArchitecture: row.artifact_architecture,
-    componentName: row.component_name,
-    componentLocation: row.component_location,
-    componentType: row.component_type,
-    origin: row.origin,
-    aliases: JSON.parse(row.aliases) as string[],
-    severities: JSON.parse(row.severities) as AdvisoryRecord["severities"],
-    events: JSON.parse(row.events) as AdvisoryEventRecord[],
-    createTime: row.create_time,
-    updateTime: row.update_time,
-    deleteTime: row.delete_time,
-  };
-}
-
-/** Exact-match list filters and the column each one reads. */
-const EXACT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
-  ["advisoryIds", "advisory_id"],
-  ["legacyAdvisoryIds", "legacy_advisory_id"],
-  ["artifactNames", "artifact_name"],
-  ["artifactTypes", "artifact_type"],
-  ["artifactArchitectures", "artifact_architecture"],
-  ["componentNames", "component_name"],
-  ["componentTypes", "component_type"],
-  ["componentLocations", "component_location"],
-];
-
-/** Event list filters and the event field each one reads: at least one event must match. */
-const EVENT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
-  ["eventReviewStates", "reviewState"],
-  ["eventAuthors", "author"],
-  ["eventReviewers", "reviewer"],
-  ["eventTypes", "type"],
-];
+import { comparable, containsPattern, EVENT_FILTERS, EXACT_FILTERS, REVIEW_STATE_APPROVED, TABLE, toRecord, type AdvisoryRow } from "../rows/advisories.js";
 
 /** A list-valued filter as text values; an empty list is treated as absent, as an empty repeated field is. */
 function values(filter: AdvisoryFilter, key: keyof AdvisoryFilter): string[] | null {
   const v = filter[key];
   return Array.isArray(v) && v.length > 0 ? v.map(String) : null;
-}
-
-/** A LIKE pattern matching text anywhere, with the wildcards in text taken literally. */
-function containsPattern(text: string): string {
-  return `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 }
 
 /** The filters as SQL over the same JSON text columns SQLite reads, as jsonb. */
@@ -128,21 +50,6 @@ function filterClauses(f: AdvisoryFilter): Clause[] {
     });
   }
   return out;
-}
-
-/** JSON with object keys sorted at every level, so equal values give equal text. */
-function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v !== null && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : v,
-  );
-}
-
-/** What decides whether an upsert changes an advisory: everything but its and its events' create and update times. */
-function comparable(a: AdvisoryRecord): string {
-  const { createTime: _created, updateTime: _updated, events, ...rest } = a;
-  return canonicalJson({ ...rest, events: events.map(({ createTime: _eventCreated, ...e }) => e) });
 }
 
 const COLUMNS =

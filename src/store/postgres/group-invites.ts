@@ -1,40 +1,10 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, GroupInviteStore, ListQuery, ListResult } from "../store.js";
-import { exact, exists, insertRow, listRecords, one, type PgTable } from "./list.js";
+import { exact, exists, insertRow, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
+import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
 
 // parent_uid is the invite's group: the hierarchy filters work on it as on any table.
-const TABLE: PgTable<GroupInviteOrder> = {
-  table: "group_invites",
-  select: "uid, parent_uid, role_uid, email, expiration_time, single_use, key_id, code_hash, create_time",
-  orderColumns: { uid: "uid", created_at: "create_time", expiration_time: "expiration_time" },
-};
-
-interface GroupInviteRow {
-  uid: string;
-  parent_uid: string;
-  role_uid: string;
-  email: string;
-  expiration_time: number;
-  single_use: boolean;
-  key_id: string;
-  code_hash: string;
-  create_time: number;
-}
-
-function toRecord(row: GroupInviteRow): GroupInviteRecord {
-  return {
-    uid: row.uid,
-    groupUid: row.parent_uid,
-    roleUid: row.role_uid,
-    email: row.email,
-    expirationTime: row.expiration_time,
-    singleUse: row.single_use,
-    keyId: row.key_id,
-    codeHash: row.code_hash,
-    createTime: row.create_time,
-  };
-}
 
 /** GroupInviteStore over PostgreSQL; consuming an invite is one conditional DELETE, so exactly one of any number of concurrent redeemers wins. */
 export class PgGroupInviteStore implements GroupInviteStore {

@@ -1,7 +1,10 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
-import { exact, listRecords, one, type PgTable } from "./list.js";
+import { exact, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
+import { TABLE, toRecord, type GroupRow } from "../rows/groups.js";
+
+const SELECT_ONE = `SELECT ${TABLE.select} FROM groups WHERE uid = ?`;
 
 /** A kind of record that lives below a group and blocks the group's deletion. */
 export interface PgChildKind {
@@ -9,37 +12,6 @@ export interface PgChildKind {
   label: string;
   /** SQL returning a row when the group (the single "?" parameter) holds one. */
   existsSql: string;
-}
-
-const TABLE: PgTable<GroupOrder> = {
-  table: "groups",
-  select: "uid, parent_uid, name, description, verified, resource_limits, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-const SELECT_ONE = `SELECT ${TABLE.select} FROM groups WHERE uid = ?`;
-
-interface GroupRow {
-  uid: string;
-  parent_uid: string | null;
-  name: string;
-  description: string;
-  verified: boolean;
-  resource_limits: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: GroupRow): GroupRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    verified: row.verified,
-    resourceLimits: row.resource_limits === "{}" ? {} : (JSON.parse(row.resource_limits) as Record<string, number>),
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
 }
 
 /** GroupStore over PostgreSQL; children of every kind are checked before a delete, and the foreign keys hold regardless. */

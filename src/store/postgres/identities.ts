@@ -9,48 +9,9 @@ import type {
   ListQuery,
   ListResult,
 } from "../store.js";
-import { exact, exists, insertRow, listRecords, one, updateRow, type PgTable } from "./list.js";
+import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-
-const TABLE: PgTable<IdentityOrder> = {
-  table: "identities",
-  select: "uid, parent_uid, name, description, email, email_unverified, company, relationship_kind, relationship, last_seen_time, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface IdentityRow {
-  uid: string;
-  parent_uid: string | null;
-  name: string;
-  description: string;
-  email: string;
-  email_unverified: string;
-  company: string;
-  relationship_kind: IdentityRelationship["kind"];
-  relationship: string;
-  last_seen_time: number;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: IdentityRow): IdentityRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    email: row.email,
-    emailUnverified: row.email_unverified,
-    company: row.company,
-    relationship:
-      row.relationship_kind === "claimMatch"
-        ? { kind: "claimMatch", claimMatch: JSON.parse(row.relationship) }
-        : { kind: "staticKeys", staticKeys: JSON.parse(row.relationship) },
-    lastSeenTime: row.last_seen_time,
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { TABLE, toRecord, type IdentityRow } from "../rows/identities.js";
 
 function relationshipColumns(r: IdentityRelationship): { relationship_kind: string; relationship: string } {
   return { relationship_kind: r.kind, relationship: JSON.stringify(r.kind === "claimMatch" ? r.claimMatch : r.staticKeys) };

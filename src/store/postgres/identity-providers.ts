@@ -1,46 +1,8 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type {
-  IdentityProviderChanges,
-  IdentityProviderFilter,
-  IdentityProviderOrder,
-  IdentityProviderRecord,
-  IdentityProviderStore,
-  ListQuery,
-  ListResult,
-  OidcSettings,
-} from "../store.js";
-import { exact, exists, insertRow, listRecords, one, updateRow, type PgTable } from "./list.js";
+import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord, IdentityProviderStore, ListQuery, ListResult } from "../store.js";
+import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-
-const TABLE: PgTable<IdentityProviderOrder> = {
-  table: "identity_providers",
-  select: "uid, parent_uid, name, description, default_role, oidc, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface IdentityProviderRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  description: string;
-  default_role: string;
-  oidc: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: IdentityProviderRow): IdentityProviderRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    defaultRole: row.default_role,
-    oidc: JSON.parse(row.oidc) as OidcSettings,
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { TABLE, toRecord, type IdentityProviderRow } from "../rows/identity-providers.js";
 
 /** IdentityProviderStore over PostgreSQL; the OIDC settings, client secret included, are one JSON column. */
 export class PgIdentityProviderStore implements IdentityProviderStore {

@@ -3,7 +3,8 @@ import type { Store, StoreParts } from "../store.js";
 import { PgAccountAssociationStore } from "./account-associations.js";
 import { PgAdvisoryStore } from "./advisories.js";
 import { PgGroupInviteStore } from "./group-invites.js";
-import { PgGroupStore, type PgChildKind } from "./groups.js";
+import { GROUP_CHILD_KINDS } from "../rows/groups.js";
+import { PgGroupStore } from "./groups.js";
 import { PgIdentityStore } from "./identities.js";
 import { PgIdentityProviderStore } from "./identity-providers.js";
 import { PgKeyStore } from "./keys.js";
@@ -24,18 +25,6 @@ export interface PostgresStoreOptions {
   maxConnections?: number;
 }
 
-/** Kinds of record that live below a group, checked before the group may be deleted. */
-const GROUP_CHILD_KINDS: readonly PgChildKind[] = [
-  { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
-  { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
-  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
-  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
-  // The association is the group's own (same uid), not a record below it.
-  { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
-  { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
-  { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
-  { label: "advisories", existsSql: "SELECT 1 FROM advisories WHERE parent_uid = ? LIMIT 1" },
-];
 
 /** int8 (bigint) columns hold milliseconds and counters, well inside a double's exact range. */
 const types = {

@@ -1,41 +1,8 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, RepoStore } from "../store.js";
-import { exact, exists, insertRow, listRecords, one, updateRow, type PgTable, type Queryable } from "./list.js";
+import { exact, exists, insertRow, listRecords, one, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-
-const TABLE: PgTable<RepoOrder> = {
-  table: "repos",
-  select: "uid, parent_uid, name, description, catalog_tier, bundles, aliases, active_tags, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface RepoRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  description: string;
-  catalog_tier: number;
-  bundles: string;
-  aliases: string;
-  active_tags: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: RepoRow): RepoRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    catalogTier: row.catalog_tier,
-    bundles: JSON.parse(row.bundles) as string[],
-    aliases: JSON.parse(row.aliases) as string[],
-    activeTags: JSON.parse(row.active_tags) as string[],
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { TABLE, toRecord, type RepoRow } from "../rows/repos.js";
 
 /** The changeable columns of a repo. */
 function changeable(repo: RepoRecord) {

@@ -1,26 +1,10 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleBindingStore } from "../store.js";
-import { exact, exists, listRecords, one, type PgTable, type Queryable } from "./list.js";
+import { exact, exists, listRecords, one, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
+import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
 
 // parent_uid is the binding's group: the hierarchy filters work on it as on any table.
-const TABLE: PgTable<RoleBindingOrder> = {
-  table: "role_bindings",
-  select: "uid, parent_uid, identity_uid, role_uid, create_time",
-  orderColumns: { uid: "uid", created_at: "create_time" },
-};
-
-interface RoleBindingRow {
-  uid: string;
-  parent_uid: string;
-  identity_uid: string;
-  role_uid: string;
-  create_time: number;
-}
-
-function toRecord(row: RoleBindingRow): RoleBindingRecord {
-  return { uid: row.uid, groupUid: row.parent_uid, identityUid: row.identity_uid, roleUid: row.role_uid, createTime: row.create_time };
-}
 
 /** RoleBindingStore over PostgreSQL; references are checked first so a NotFoundError names their kind, and the foreign keys hold regardless. */
 export class PgRoleBindingStore implements RoleBindingStore {

@@ -1,37 +1,8 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
-import { exact, exists, insertRow, listRecords, one, updateRow, type PgTable } from "./list.js";
+import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-
-const TABLE: PgTable<RoleOrder> = {
-  table: "roles",
-  select: "uid, parent_uid, name, description, capabilities, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-  // Built-in roles are roots: anyone who may list roles somewhere sees them.
-  rootsVisible: true,
-};
-
-interface RoleRow {
-  uid: string;
-  parent_uid: string | null;
-  name: string;
-  description: string;
-  capabilities: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: RoleRow): RoleRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    capabilities: JSON.parse(row.capabilities) as number[],
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { TABLE, toRecord, type RoleRow } from "../rows/roles.js";
 
 /** Capabilities as stored: each once, ascending. */
 function normalized(capabilities: readonly number[]): number[] {

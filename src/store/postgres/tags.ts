@@ -1,37 +1,11 @@
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
-import { exists, insertRow, listRecords, one, updateRow, type Clause, type PgTable } from "./list.js";
+import { exists, insertRow, listRecords, one, updateRow, type Clause } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
+import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
-const TABLE: PgTable<TagOrder> = {
-  table: "tags",
-  select: "uid, parent_uid, name, digest, deprecated, bundles, update_time",
-  orderColumns: { uid: "uid", name: "name", updated_at: "update_time" },
-};
-
-interface TagRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  digest: string;
-  deprecated: boolean;
-  bundles: string;
-  update_time: number;
-}
-
-function toRecord(row: TagRow): TagRecord {
-  return {
-    uid: row.uid,
-    repoUid: row.parent_uid,
-    name: row.name,
-    digest: row.digest,
-    deprecated: row.deprecated,
-    bundles: JSON.parse(row.bundles) as string[],
-    updateTime: row.update_time,
-  };
-}
 
 /** TagStore over PostgreSQL. put() creates or updates by (repo, name), the unique constraint deciding a race. */
 export class PgTagStore implements TagStore {

@@ -1,44 +1,11 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type {
-  AccountAssociationChanges,
-  AccountAssociationFilter,
-  AccountAssociationOrder,
-  AccountAssociationRecord,
-  SyncAccountAssociationStore,
-  AccountProviders,
-  ListQuery,
-  ListResult,
-} from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
+import type { AccountAssociationChanges, AccountAssociationFilter, AccountAssociationOrder, AccountAssociationRecord, SyncAccountAssociationStore, ListQuery, ListResult } from "../store.js";
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord } from "../rows/account-associations.js";
 
 // The association's uid is its group's: ordering by "group" is ordering by uid,
 // and parent_uid (the group's parent) makes the hierarchy filters work as elsewhere.
-const TABLE: ListableTable<AccountAssociationOrder> = {
-  table: "account_associations",
-  select: "uid, name, description, providers, create_time, update_time",
-  orderColumns: { group: "uid", uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface AccountAssociationRow {
-  uid: string;
-  name: string;
-  description: string;
-  providers: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: AccountAssociationRow): AccountAssociationRecord {
-  return {
-    uid: row.uid,
-    name: row.name,
-    description: row.description,
-    providers: JSON.parse(row.providers) as AccountProviders,
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
 
 /** AccountAssociationStore over SQLite: at most one association per group, keyed by the group's uid. */
 export class SqliteAccountAssociationStore implements SyncAccountAssociationStore {

@@ -8,40 +8,10 @@ import type {
   ListQuery,
   ListResult,
 } from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
 
 // parent_uid is the invite's group: the hierarchy filters work on it as on any table.
-const TABLE: ListableTable<GroupInviteOrder> = {
-  table: "group_invites",
-  select: "uid, parent_uid, role_uid, email, expiration_time, single_use, key_id, code_hash, create_time",
-  orderColumns: { uid: "uid", created_at: "create_time", expiration_time: "expiration_time" },
-};
-
-interface GroupInviteRow {
-  uid: string;
-  parent_uid: string;
-  role_uid: string;
-  email: string;
-  expiration_time: number;
-  single_use: number;
-  key_id: string;
-  code_hash: string;
-  create_time: number;
-}
-
-function toRecord(row: GroupInviteRow): GroupInviteRecord {
-  return {
-    uid: row.uid,
-    groupUid: row.parent_uid,
-    roleUid: row.role_uid,
-    email: row.email,
-    expirationTime: row.expiration_time,
-    singleUse: row.single_use === 1,
-    keyId: row.key_id,
-    codeHash: row.code_hash,
-    createTime: row.create_time,
-  };
-}
 
 /** GroupInviteStore over SQLite; an invite goes with its role (FK cascade). */
 export class SqliteGroupInviteStore implements SyncGroupInviteStore {

@@ -1,7 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, SyncGroupStore, ListQuery, ListResult } from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord } from "../rows/groups.js";
 
 /** A kind of record that lives below a group and blocks the group's deletion. */
 export interface ChildKind {
@@ -9,36 +10,6 @@ export interface ChildKind {
   label: string;
   /** SQL returning a row when the group (the single parameter) holds one. */
   existsSql: string;
-}
-
-const TABLE: ListableTable<GroupOrder> = {
-  table: "groups",
-  select: "uid, parent_uid, name, description, verified, resource_limits, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface GroupRow {
-  uid: string;
-  parent_uid: string | null;
-  name: string;
-  description: string;
-  verified: number;
-  resource_limits: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: GroupRow): GroupRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    verified: row.verified === 1,
-    resourceLimits: row.resource_limits === "{}" ? {} : (JSON.parse(row.resource_limits) as Record<string, number>),
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
 }
 
 /** GroupStore over SQLite; children of every kind are checked before a delete. */

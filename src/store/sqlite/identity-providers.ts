@@ -1,46 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type {
-  IdentityProviderChanges,
-  IdentityProviderFilter,
-  IdentityProviderOrder,
-  IdentityProviderRecord,
-  SyncIdentityProviderStore,
-  ListQuery,
-  ListResult,
-  OidcSettings,
-} from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
-
-const TABLE: ListableTable<IdentityProviderOrder> = {
-  table: "identity_providers",
-  select: "uid, parent_uid, name, description, default_role, oidc, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface IdentityProviderRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  description: string;
-  default_role: string;
-  oidc: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: IdentityProviderRow): IdentityProviderRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    defaultRole: row.default_role,
-    oidc: JSON.parse(row.oidc) as OidcSettings,
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord, SyncIdentityProviderStore, ListQuery, ListResult } from "../store.js";
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord } from "../rows/identity-providers.js";
 
 /**
  * IdentityProviderStore over SQLite. The OIDC settings, client secret

@@ -5,7 +5,8 @@ import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
 import { prepareDataDir } from "./data-dir.js";
 import { SqliteGroupInviteStore } from "./group-invites.js";
-import { SqliteGroupStore, type ChildKind } from "./groups.js";
+import { GROUP_CHILD_KINDS } from "../rows/groups.js";
+import { SqliteGroupStore } from "./groups.js";
 import { SqliteIdentityStore } from "./identities.js";
 import { SqliteIdentityProviderStore } from "./identity-providers.js";
 import { SqliteKeyStore } from "./keys.js";
@@ -27,18 +28,6 @@ export interface SqliteStoreOptions {
   checkPermissions?: boolean;
 }
 
-/** Kinds of record that live below a group, checked before the group may be deleted. */
-const GROUP_CHILD_KINDS: readonly ChildKind[] = [
-  { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
-  { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
-  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
-  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
-  // The association is the group's own (same uid), not a record below it.
-  { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
-  { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
-  { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
-  { label: "advisories", existsSql: "SELECT 1 FROM advisories WHERE parent_uid = ? LIMIT 1" },
-];
 
 /**
  * Opens (creating if needed) the SQLite store: WAL journal, synchronous=FULL so

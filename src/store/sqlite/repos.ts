@@ -1,41 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, SyncRepoStore } from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
-
-const TABLE: ListableTable<RepoOrder> = {
-  table: "repos",
-  select: "uid, parent_uid, name, description, catalog_tier, bundles, aliases, active_tags, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-};
-
-interface RepoRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  description: string;
-  catalog_tier: number;
-  bundles: string;
-  aliases: string;
-  active_tags: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: RepoRow): RepoRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    catalogTier: row.catalog_tier,
-    bundles: JSON.parse(row.bundles) as string[],
-    aliases: JSON.parse(row.aliases) as string[],
-    activeTags: JSON.parse(row.active_tags) as string[],
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord } from "../rows/repos.js";
 
 /** The statement parameters of a record: list fields travel as JSON text. */
 function toParams(repo: RepoRecord) {

@@ -8,32 +8,10 @@ import type {
   RoleBindingRecord,
   SyncRoleBindingStore,
 } from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
 
 // parent_uid is the binding's group: the hierarchy filters work on it as on any table.
-const TABLE: ListableTable<RoleBindingOrder> = {
-  table: "role_bindings",
-  select: "uid, parent_uid, identity_uid, role_uid, create_time",
-  orderColumns: { uid: "uid", created_at: "create_time" },
-};
-
-interface RoleBindingRow {
-  uid: string;
-  parent_uid: string;
-  identity_uid: string;
-  role_uid: string;
-  create_time: number;
-}
-
-function toRecord(row: RoleBindingRow): RoleBindingRecord {
-  return {
-    uid: row.uid,
-    groupUid: row.parent_uid,
-    identityUid: row.identity_uid,
-    roleUid: row.role_uid,
-    createTime: row.create_time,
-  };
-}
 
 /** RoleBindingStore over SQLite; references are checked first so a NotFoundError names their kind. */
 export class SqliteRoleBindingStore implements SyncRoleBindingStore {

@@ -1,37 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, SyncRoleStore } from "../store.js";
-import { exact, type ListRunner, type ListableTable } from "./list.js";
-
-const TABLE: ListableTable<RoleOrder> = {
-  table: "roles",
-  select: "uid, parent_uid, name, description, capabilities, create_time, update_time",
-  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
-  // Built-in roles are roots: anyone who may list roles somewhere sees them.
-  rootsVisible: true,
-};
-
-interface RoleRow {
-  uid: string;
-  parent_uid: string | null;
-  name: string;
-  description: string;
-  capabilities: string;
-  create_time: number;
-  update_time: number;
-}
-
-function toRecord(row: RoleRow): RoleRecord {
-  return {
-    uid: row.uid,
-    parentUid: row.parent_uid,
-    name: row.name,
-    description: row.description,
-    capabilities: JSON.parse(row.capabilities) as number[],
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
+import { exact, type ListRunner } from "./list.js";
+import { TABLE, toRecord } from "../rows/roles.js";
 
 /** Capabilities as the record promises them: ascending, without duplicates. */
 function normalized(capabilities: readonly number[]): number[] {

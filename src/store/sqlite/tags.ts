@@ -2,36 +2,10 @@ import type { Database, Statement } from "better-sqlite3";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, SyncTagStore } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
+import type { Clause, ListRunner } from "./list.js";
+import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
-const TABLE: ListableTable<TagOrder> = {
-  table: "tags",
-  select: "uid, parent_uid, name, digest, deprecated, bundles, update_time",
-  orderColumns: { uid: "uid", name: "name", updated_at: "update_time" },
-};
-
-interface TagRow {
-  uid: string;
-  parent_uid: string;
-  name: string;
-  digest: string;
-  deprecated: number;
-  bundles: string;
-  update_time: number;
-}
-
-function toRecord(row: TagRow): TagRecord {
-  return {
-    uid: row.uid,
-    repoUid: row.parent_uid,
-    name: row.name,
-    digest: row.digest,
-    deprecated: row.deprecated === 1,
-    bundles: JSON.parse(row.bundles) as string[],
-    updateTime: row.update_time,
-  };
-}
 
 /**
  * TagStore over SQLite. put() creates or updates by (repo, name); the tag-form

@@ -1,0 +1,46 @@
+import type { GroupOrder, GroupRecord } from "../store.js";
+import { type TableSpec, isTrue } from "./table.js";
+
+/** The groups table as both engines read it: its list spec, row and record. */
+export const TABLE: TableSpec<GroupOrder> = {
+  table: "groups",
+  select: "uid, parent_uid, name, description, verified, resource_limits, create_time, update_time",
+  orderColumns: { uid: "uid", name: "name", created_at: "create_time", updated_at: "update_time" },
+};
+
+export interface GroupRow {
+  uid: string;
+  parent_uid: string | null;
+  name: string;
+  description: string;
+  verified: number | boolean;
+  resource_limits: string;
+  create_time: number;
+  update_time: number;
+}
+
+export function toRecord(row: GroupRow): GroupRecord {
+  return {
+    uid: row.uid,
+    parentUid: row.parent_uid,
+    name: row.name,
+    description: row.description,
+    verified: isTrue(row.verified),
+    resourceLimits: row.resource_limits === "{}" ? {} : (JSON.parse(row.resource_limits) as Record<string, number>),
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** Kinds of record that live below a group, checked before the group may be deleted. */
+export const GROUP_CHILD_KINDS: readonly { label: string; existsSql: string }[] = [
+  { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
+  { label: "roles", existsSql: "SELECT 1 FROM roles WHERE parent_uid = ? LIMIT 1" },
+  { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE parent_uid = ? LIMIT 1" },
+  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
+  // The association is the group's own (same uid), not a record below it.
+  { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
+  { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
+  { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
+  { label: "advisories", existsSql: "SELECT 1 FROM advisories WHERE parent_uid = ? LIMIT 1" },
+];
