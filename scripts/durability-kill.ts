@@ -12,7 +12,12 @@
  * every round is read again, the server stops with SIGTERM and the closed
  * database is checked once more.
  *
- *   npx tsx scripts/durability-kill.ts [--rounds 20] [--writes 1000] [--concurrency 16] [--quick] [--keep] [--inject-loss]
+ *   npx tsx scripts/durability-kill.ts [--rounds 20] [--writes 1000] [--concurrency 16] [--quick] [--keep] [--inject-loss] [--postgres]
+ *
+ * --postgres runs the servers on a throwaway PostgreSQL cluster with fsync on
+ * (Debian's binaries): every other round PostgreSQL itself is also stopped
+ * with `pg_ctl -m immediate` (a crash) and started again, and the database
+ * check looks for orphaned rows instead of SQLite's integrity_check.
  *
  * --writes is the mean number of acknowledged writes per round: the kill
  * comes after a random count between half and one and a half times it.
@@ -26,6 +31,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import Database from "better-sqlite3";
+import pg from "pg";
+import { startPgCluster, type PgCluster } from "../test/support/pg-cluster.js";
 import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "./support/cli-server.js";
 import { grpcGroupsClient, restCall, restCreateGroup, type CreatedGroup } from "./support/groups-client.js";
 
@@ -55,6 +62,7 @@ const { values: args } = parseArgs({
     quick: { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
     "inject-loss": { type: "boolean", default: false },
+    postgres: { type: "boolean", default: false },
   },
 });
 const rounds = positive("rounds", args.rounds ?? (args.quick ? "3" : "20"));
@@ -145,15 +153,39 @@ async function verify(server: ServerProcess, token: string, acks: readonly Ack[]
   return { lost, errors };
 }
 
-/** Starts the server over dataDir and mints an administrator token for it. */
+/** With --postgres: the cluster and the environment that points the server at its database. */
+let cluster: PgCluster | undefined;
+let env: Record<string, string> = {};
+
+/** Starts the server over dataDir (or the PostgreSQL database) and mints an administrator token for it. */
 async function start(dataDir: string): Promise<{ server: ServerProcess; token: string }> {
-  const server = await startServerProcess(dataDir);
-  return { server, token: await mintAdminToken(dataDir) };
+  const server = await startServerProcess(dataDir, { env });
+  return { server, token: await mintAdminToken(dataDir, env) };
+}
+
+/** PostgreSQL's side of the check: no row whose parent, group or role is gone. */
+async function checkPostgres(): Promise<string[]> {
+  const client = new pg.Client({ connectionString: env.PLATFORM_DATABASE_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ what: string; n: number }>(`
+      SELECT 'groups without their parent' AS what, count(*)::int AS n FROM groups g WHERE g.parent_uid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM groups p WHERE p.uid = g.parent_uid)
+      UNION ALL SELECT 'role bindings without their group or role', count(*)::int FROM role_bindings b
+        WHERE NOT EXISTS (SELECT 1 FROM groups g WHERE g.uid = b.parent_uid) OR NOT EXISTS (SELECT 1 FROM roles r WHERE r.uid = b.role_uid)`);
+    return rows.filter((r) => r.n > 0).map((r) => `${r.what}: ${r.n}`);
+  } finally {
+    await client.end();
+  }
 }
 
 async function main(): Promise<number> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-durability-"));
-  console.log(`durability: ${rounds} rounds, ~${writes} writes each, ${concurrency} concurrent writers (REST and gRPC), data in ${dataDir}`);
+  if (args.postgres) {
+    cluster = await startPgCluster({ durable: true });
+    await cluster.createDatabase("durability");
+    env = { PLATFORM_DATABASE_URL: cluster.url("durability") };
+  }
+  console.log(`durability${args.postgres ? " (PostgreSQL, fsync on; crashed every other round)" : ""}: ${rounds} rounds, ~${writes} writes each, ${concurrency} concurrent writers (REST and gRPC), data in ${dataDir}`);
   const problems: string[] = [];
   const allAcks: Ack[] = [];
   let attempted = 0;
@@ -173,7 +205,11 @@ async function main(): Promise<number> {
     if (args["inject-loss"] && round === 1) r.acks.push({ uid: `${orgs[0]}/${"0".repeat(16)}`, name: "never created", round, via: "rest" });
     attempted += r.attempted;
     allAcks.push(...r.acks);
-    const dbProblems = checkDatabase(dataDir);
+    if (cluster && round % 2 === 0) {
+      cluster.stop("immediate");
+      cluster.start();
+    }
+    const dbProblems = cluster ? await checkPostgres() : checkDatabase(dataDir);
     if (dbProblems.length === 0) integrityOk++;
     ({ server, token } = await start(dataDir));
     const check = await verify(server, token, r.acks);
@@ -192,13 +228,14 @@ async function main(): Promise<number> {
   for (const uid of final.lost.keys()) lost.add(uid);
   problems.push(...[...final.lost.values()].map((l) => `final read: lost ${l}`), ...final.errors.map((e) => `final read: unverified ${e}`));
   await stopServerProcess(server);
-  const finalDb = checkDatabase(dataDir);
+  const finalDb = cluster ? await checkPostgres() : checkDatabase(dataDir);
+  cluster?.destroy();
   problems.push(...finalDb.map((p) => `after a clean stop: ${p}`));
 
   const acknowledged = allAcks.length;
   console.log("");
   console.log(`rounds: ${rounds}`);
-  console.log(`kills: ${rounds} (SIGKILL during concurrent creates)`);
+  console.log(`kills: ${rounds} (SIGKILL during concurrent creates)${cluster ? `, PostgreSQL crashed ${Math.floor(rounds / 2)} times` : ""}`);
   console.log(`writes attempted: ${attempted + ORGANIZATIONS}`);
   console.log(`acknowledged: ${acknowledged}`);
   console.log(`lost: ${lost.size}`);

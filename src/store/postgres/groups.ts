@@ -25,25 +25,24 @@ export class PgGroupStore implements GroupStore {
     this.childChecks = [{ label: "child groups", existsSql: "SELECT 1 FROM groups WHERE parent_uid = ? LIMIT 1" }, ...childKinds];
   }
 
-  create(group: GroupRecord): Promise<void> {
-    return this.run.atomically(async (q) => {
-      if (group.parentUid !== null && !(await one(q, "SELECT 1 FROM groups WHERE uid = ?", [group.parentUid]))) {
-        throw new NotFoundError("group", group.parentUid);
-      }
-      try {
-        await q.query(
-          `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-          [group.uid, group.parentUid, group.name, group.description, group.verified, JSON.stringify(group.resourceLimits), group.createTime, group.updateTime],
-        );
-      } catch (err) {
-        if (sqlState(err) === "23505") throw new AlreadyExistsError("group", group.uid);
-        // The parent went between the check and the insert.
-        if (sqlState(err) === "23503" && group.parentUid !== null) throw new NotFoundError("group", group.parentUid);
-        throw err;
-      }
-    });
+  /**
+   * One INSERT, its constraints deciding: no read for the parent or the uid,
+   * so concurrent creates under one parent never conflict under SERIALIZABLE.
+   */
+  async create(group: GroupRecord): Promise<void> {
+    try {
+      await this.run.q.query(
+        `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [group.uid, group.parentUid, group.name, group.description, group.verified, JSON.stringify(group.resourceLimits), group.createTime, group.updateTime],
+      );
+    } catch (err) {
+      if (sqlState(err) === "23505") throw new AlreadyExistsError("group", group.uid);
+      if (sqlState(err) === "23503" && group.parentUid !== null) throw new NotFoundError("group", group.parentUid);
+      throw err;
+    }
   }
+
 
   async get(uid: string): Promise<GroupRecord | null> {
     const row = await one<GroupRow>(this.run.q, SELECT_ONE, [uid]);

@@ -6,7 +6,7 @@ const RETRYABLE = new Set([
   "40P01", // deadlock_detected
 ]);
 /** Attempts of one transaction before its serialization failure reaches the caller. */
-export const MAX_ATTEMPTS = 8;
+export const MAX_ATTEMPTS = 20;
 
 /** A pooled connection, as the pool hands it out. */
 export interface PoolClient extends Queryable {
@@ -90,7 +90,7 @@ export async function serializable<T>(pool: ClientSource, fn: (client: Queryable
       const state = sqlState(err);
       if (state === undefined || !RETRYABLE.has(state) || attempt >= MAX_ATTEMPTS) throw err;
       // A short random pause lets the winner of the conflict commit first.
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 ** attempt));
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(100, 2 ** attempt)));
     } finally {
       client.release(broken);
     }
