@@ -63,8 +63,3 @@ export function createHydrator(
   const role = memo((uid) => store.roles.get(uid));
   return async (b) => roleBindingMessage(b, { identity: await identity(b.identityUid), group: await group(b.groupUid), role: await role(b.roleUid) });
 }
-
-/** Hydrates a page of bindings, in order. */
-export function hydrateAll(bindings: readonly RoleBindingRecord[], hydrate: (b: RoleBindingRecord) => Promise<RoleBinding>): Promise<RoleBinding[]> {
-  return Promise.all(bindings.map(hydrate));
-}

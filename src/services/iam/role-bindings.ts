@@ -16,7 +16,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
-import { createHydrator, hydrateAll, roleBindingMessage, type BindingRefs } from "./hydrate.js";
+import { createHydrator, roleBindingMessage, type BindingRefs } from "./hydrate.js";
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
 const UPDATABLE = ["identity_uid", "role_uid"] as const;
@@ -150,7 +150,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const principal = principalOf(ctx);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await hydrateAll(page.items, createHydrator(store, readableBy(principal))), ...page.envelope };
+      return { $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await Promise.all(page.items.map(createHydrator(store, readableBy(principal)))), ...page.envelope };
     },
 
     async updateRoleBinding(req, ctx) {

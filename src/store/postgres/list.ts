@@ -1,20 +1,12 @@
 import { ancestorsOf } from "../../domain/uidp.js";
-import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../store.js";
+import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
+import { exact, keysetClause, type Clause } from "../rows/table.js";
+
+export { exact, type Clause };
 
 /** What runs a statement: the pool, or the client of an open transaction. */
 export interface Queryable {
   query<R = Record<string, unknown>>(text: string, params?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>;
-}
-
-/** A WHERE fragment with its parameters; "?" marks each, numbered when the statement is assembled. */
-export interface Clause {
-  sql: string;
-  params: unknown[];
-}
-
-/** Exact-match clauses for the filter values that are set, e.g. exact({ "t.name": filter.name }). */
-export function exact(columns: Record<string, string | undefined>): Clause[] {
-  return Object.entries(columns).flatMap(([column, value]) => (value === undefined ? [] : [{ sql: `${column} = ?`, params: [value] }]));
 }
 
 /** How a table is listed: its select list and the column behind each order field. */
@@ -98,12 +90,6 @@ function visibilityClause(within: readonly string[], rootsVisible: boolean): Cla
   const atOrBelow = within.map(() => "t.uid = ? OR (t.uid > ? AND t.uid < ?)").join(" OR ");
   const params = within.flatMap((u) => [u, `${u}/`, `${u}0`]);
   return rootsVisible ? { sql: `t.parent_uid IS NULL OR ${atOrBelow}`, params } : { sql: atOrBelow, params };
-}
-
-function keysetClause(column: string, desc: boolean, after: Cursor): Clause {
-  const op = desc ? "<" : ">";
-  if (column === "uid") return { sql: `t.uid ${op} ?`, params: [after.uid] };
-  return { sql: `(t.${column}, t.uid) ${op} (?, ?)`, params: [after.key, after.uid] };
 }
 
 /** True when the statement returns a row. */

@@ -1,18 +1,10 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
-import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../store.js";
+import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
 import { QueryCache } from "../query-cache.js";
+import { exact, keysetClause, type Clause } from "../rows/table.js";
 
-/** A WHERE fragment with its positional parameters. */
-export interface Clause {
-  sql: string;
-  params: unknown[];
-}
-
-/** Exact-match clauses for the filter values that are set, e.g. exact({ "t.name": filter.name }). */
-export function exact(columns: Record<string, string | undefined>): Clause[] {
-  return Object.entries(columns).flatMap(([column, value]) => (value === undefined ? [] : [{ sql: `${column} = ?`, params: [value] }]));
-}
+export { exact, type Clause };
 
 /** How a table is listed: its select list and the column behind each order field. */
 export interface ListableTable<TOrder extends string> {
@@ -76,7 +68,7 @@ export class ListRunner {
    * Cached, and frozen, like pages until the table is written.
    */
   one<TRow, TRecord>(spec: ListableTable<string>, stmt: Statement, uid: string, toRecord: (row: TRow) => TRecord): TRecord | null {
-    if (spec.writtenElsewhere) this.checkExternalWrites();
+    if (spec.writtenElsewhere) this.noticeOtherConnections();
     const key = `${this.versionOf(spec.table)}\u0000${spec.table}\u0000${uid}`;
     const cached = this.byUid.get(key);
     if (cached) return cached.record as TRecord | null;
@@ -120,7 +112,7 @@ export class ListRunner {
     // value it hands to JavaScript, JSON.parse a fraction of that.
     const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
 
-    if (spec.writtenElsewhere) this.checkExternalWrites();
+    if (spec.writtenElsewhere) this.noticeOtherConnections();
     const key = this.cacheKey(spec.table, sql, pageParams);
     const cached = this.pages.get(key);
     if (cached) return cached as ListResult<TRecord>;
@@ -166,10 +158,6 @@ export class ListRunner {
     if (first) return false;
     this.externalVersion++;
     return true;
-  }
-
-  private checkExternalWrites(): void {
-    this.noticeOtherConnections();
   }
 
   /** The column names of a plain select list ("uid, parent_uid, ..."). */
@@ -230,8 +218,3 @@ function visibilityClause(within: readonly string[], rootsVisible: boolean): Cla
   return { sql, params: [JSON.stringify(within)] };
 }
 
-function keysetClause(column: string, desc: boolean, after: Cursor): Clause {
-  const op = desc ? "<" : ">";
-  if (column === "uid") return { sql: `t.uid ${op} ?`, params: [after.uid] };
-  return { sql: `(t.${column}, t.uid) ${op} (?, ?)`, params: [after.key, after.uid] };
-}
