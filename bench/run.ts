@@ -5,22 +5,28 @@
  * different or busy machines stay comparable. Targets run in child processes.
  *
  * Environment: BENCH_ROUNDS (5), BENCH_DURATION seconds per row (4),
- * BENCH_GROUPS (100000), BENCH_ONLY=<scenario key substring>, and
- * BENCH_CPU_PROF=<dir> for one V8 CPU profile of the server per scenario.
+ * BENCH_GROUPS (100000), BENCH_ONLY=<scenario key substring>,
+ * BENCH_CPU_PROF=<dir> for one V8 CPU profile of the server per scenario,
+ * and BENCH_BACKEND=postgres (`npm run bench:postgres`): the same rows on a
+ * throwaway PostgreSQL cluster with fsync on, served by `platform-api serve`
+ * with 1 and then 2 worker processes.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
+import * as Net from "node:net";
 import { createInterface } from "node:readline";
 import autocannon from "autocannon";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
 import { adminSubject } from "../src/auth/authenticator.js";
 import { TokenService } from "../src/auth/tokens.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { openStore } from "../src/store/open.js";
 import { grpcClient } from "../test/support/grpc.js";
+import { startPgCluster, type PgCluster } from "../test/support/pg-cluster.js";
+import { postgresCommitRate, sqliteCommitRate } from "./commit-rate.js";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -30,6 +36,7 @@ const CONNECTIONS = 50;
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF;
 /** BENCH_ONLY=<substring>: run only the rows whose name contains it (the ceiling always runs). */
 const ONLY = process.env.BENCH_ONLY?.toLowerCase();
+const POSTGRES = process.env.BENCH_BACKEND === "postgres";
 /** The administrator's bearer token, set once the data directory is seeded. */
 let authHeaders: Record<string, string> = {};
 
@@ -64,6 +71,33 @@ function startTarget(args: string[], nodeFlags: string[] = []): Promise<{ child:
     });
     child.once("exit", (code) => reject(new Error(`target ${args[0]} exited with ${code}`)));
   });
+}
+
+/** `platform-api serve` as users run it, on PostgreSQL with `workers` processes; resolves once /readyz answers 200. */
+async function startCliServer(databaseUrl: string, dataDir: string, workers: number): Promise<{ child: ChildProcess; port: number }> {
+  const probe = Net.createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const port = (probe.address() as { port: number }).port;
+  await new Promise((resolve) => probe.close(resolve));
+  const env = {
+    ...process.env,
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    PLATFORM_DATABASE_URL: databaseUrl,
+    PLATFORM_DATA_DIR: dataDir,
+    PLATFORM_WORKERS: String(workers),
+    PLATFORM_BASE_URL: "http://bench.local",
+    PLATFORM_AUTH_URL: "http://bench.local",
+    LOG_LEVEL: "silent",
+  };
+  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "..", "src", "main.ts"), "serve"], { env, stdio: ["ignore", "ignore", "inherit"] });
+  for (let i = 0; i < 300; i++) {
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+    if (ready) return { child, port };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill("SIGKILL");
+  throw new Error("the server did not become ready");
 }
 
 async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
@@ -129,8 +163,8 @@ async function grpcLoad(name: string, port: number, uid: string, token: string):
 }
 
 /** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction; returns an admin token. */
-async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; token: string }> {
-  const store = openSqliteStore({ dataDir });
+async function seed(dataDir: string, databaseUrl: string): Promise<{ uid: string; orgUid: string; token: string }> {
+  const store = await openStore({ dataDir, databaseUrl });
   const tokens = await TokenService.open(store.keys, { issuer: "http://bench.local", audience: "http://bench.local" });
   const token = (await tokens.mint(await adminSubject(store.keys))).token;
   const now = Date.now();
@@ -161,13 +195,45 @@ async function seed(dataDir: string): Promise<{ uid: string; orgUid: string; tok
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-bench-"));
   if (CPU_PROF_DIR) mkdirSync(CPU_PROF_DIR, { recursive: true });
+  let cluster: PgCluster | undefined;
+  try {
+    let databaseUrl = "";
+    if (POSTGRES) {
+      // fsync on: the figures are what a durable deployment gets.
+      cluster = await startPgCluster({ durable: true });
+      await cluster.createDatabase("bench");
+      databaseUrl = cluster.url("bench");
+    }
+    const seeded = await seed(dataDir, databaseUrl);
+    authHeaders = { authorization: `Bearer ${seeded.token}` };
+    const commitRate = POSTGRES ? await postgresCommitRate(cluster!.url(), DURATION, 10) : sqliteCommitRate(dataDir, DURATION);
+    console.log(`single-row commits of a bare table, same engine and disk: ${Math.round(commitRate)}/s${POSTGRES ? " (10 connections)" : ""}`);
+    for (const processes of POSTGRES ? [1, 2] : [1]) {
+      const server = POSTGRES ? await startCliServer(databaseUrl, dataDir, processes) : await startTarget(["server", dataDir]);
+      try {
+        await measure(server, seeded, dataDir, commitRate, processes);
+      } finally {
+        server.child.kill("SIGTERM");
+        await new Promise((r) => server.child.once("exit", r));
+      }
+    }
+  } finally {
+    cluster?.destroy();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Every row against one running server, in rounds, then the table and the budget. */
+async function measure(
+  server: { child: ChildProcess; port: number },
+  seeded: { uid: string; orgUid: string; token: string },
+  dataDir: string,
+  commitRate: number,
+  processes: number,
+): Promise<void> {
+  const headers = authHeaders;
   const children: ChildProcess[] = [];
   try {
-    const seeded = await seed(dataDir);
-    const headers = { authorization: `Bearer ${seeded.token}` };
-    authHeaders = headers;
-    const server = await startTarget(["server", dataDir]);
-    children.push(server.child);
     const base = `http://127.0.0.1:${server.port}`;
     const getPath = `/iam/v2beta1/groups/${seeded.uid}`;
     const getBody = await (await fetch(base + getPath, { headers })).text();
@@ -224,11 +290,14 @@ async function main(): Promise<void> {
             method: "POST",
             headers: { "content-type": "application/json" },
             body: JSON.stringify({ name: "bench folder" }),
-            connections: 10,
+            connections: 32,
           }),
       },
     ];
-    const selected = scenarios.filter((s) => s.key === "ceiling" || s.key === "ceilingList" || !ONLY || s.key.toLowerCase().includes(ONLY));
+    // The gRPC row checks its answers against one process's /metrics: one process only.
+    const selected = scenarios
+      .filter((s) => s.key === "ceiling" || s.key === "ceilingList" || !ONLY || s.key.toLowerCase().includes(ONLY))
+      .filter((s) => s.key !== "grpcGet" || processes === 1);
     // Rounds alternate the scenarios, so a slow spell of a shared machine hits
     // every row alike; each figure is the median over rounds, and each ratio the
     // median of ratios taken within a round.
@@ -247,7 +316,7 @@ async function main(): Promise<void> {
           await new Promise((r) => setTimeout(r, 500)); // written before the next scenario starts
         }
         const after = cpuMillis(pid);
-        if (before !== null && after !== null) row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
+        if (before !== null && after !== null && processes === 1) row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
         samples.get(s.key)!.push(row);
       }
     }
@@ -270,7 +339,8 @@ async function main(): Promise<void> {
     /** Median over rounds of a/b in req/s, as a percentage. */
     const ratio = (a: string, b: string) => median(samples.get(a)!.map((r, i) => r.rps / samples.get(b)![i]!.rps)) * 100;
 
-    console.log(`\nPlatform API benchmark — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row, ${CONNECTIONS} connections; medians`);
+    const backend = POSTGRES ? `PostgreSQL, ${processes} server process${processes > 1 ? "es" : ""}` : "SQLite, one process";
+    console.log(`\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row, ${CONNECTIONS} connections; medians`);
     console.log("| scenario | req/s | p50 ms | p99 ms | server CPU µs/req | vs ceiling |");
     console.log("|---|---:|---:|---:|---:|---:|");
     for (const [key, r] of rows) {
@@ -287,12 +357,12 @@ async function main(): Promise<void> {
     budget("gRPC Get / REST Get", ["grpcGet", "restGet"], () => ratio("grpcGet", "restGet"), 70);
     budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => rows.get("listFirst")!.rps, 3000, " req/s");
     budget("deep page / first page", ["listDeep", "listFirst"], () => ratio("listDeep", "listFirst"), 90);
+    budget("creates / single-row commits of the same engine", ["create"], () => (rows.get("create")!.rps / commitRate) * 100, 50);
     if (rows.has("listFirst")) {
       console.log(`        (List first page / bare fastify serving the same list bytes: ${ratio("listFirst", "ceilingList").toFixed(1)}%)`);
     }
   } finally {
     for (const c of children) c.kill("SIGTERM");
-    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import Fastify from "fastify";
 import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server/app.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { openStore } from "../src/store/open.js";
 
 /** The base URL (token audience) the benchmark server is configured with. */
 export const BENCH_BASE_URL = "http://bench.local";
@@ -26,7 +26,7 @@ if (mode === "ceiling") {
   console.log(`PORT ${typeof address === "object" && address ? address.port : 0}`);
 } else if (mode === "server") {
   const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: arg!, LOG_LEVEL: "silent", PLATFORM_BASE_URL: BENCH_BASE_URL });
-  const server = await startServer({ config, store: openSqliteStore({ dataDir: config.dataDir }) });
+  const server = await startServer({ config, store: await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }) });
   console.log(`PORT ${server.port}`);
   process.once("SIGTERM", () => void server.close().then(() => process.exit(0)));
   if (process.env.BENCH_CPU_PROF) profileOnSignal(process.env.BENCH_CPU_PROF);

@@ -9,6 +9,7 @@ import { FailedPreconditionError } from "./domain/errors.js";
 import { copyStore } from "./store/copy.js";
 import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
+import { openStore as openConfiguredStore } from "./store/open.js";
 import type { Store } from "./store/store.js";
 import { isWorker, runPrimary } from "./workers.js";
 
@@ -37,13 +38,8 @@ function config(): Config {
  * SQLite in the data directory, with its permission check unless the
  * operator opted out.
  */
-async function openStore(cfg: Config): Promise<Store> {
-  if (cfg.databaseUrl !== "") {
-    // Loaded only when used: the embedded default never loads the driver.
-    const { openPostgresStore } = await import("./store/postgres/index.js");
-    return openPostgresStore({ url: cfg.databaseUrl });
-  }
-  return openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
+function openStore(cfg: Config): Promise<Store> {
+  return openConfiguredStore({ databaseUrl: cfg.databaseUrl, dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
 }
 
 const COMMANDS: Record<string, Command> = {

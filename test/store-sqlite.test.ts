@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
+import { createCachingStore } from "../src/store/caching.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type {
   AccountAssociationRecord,
@@ -28,10 +29,13 @@ after(async () => {
 });
 
 runStoreConformance("sqlite in memory", () => openSqliteStore({ dataDir: ":memory:" }));
-runStoreConformance("sqlite file", () => openSqliteStore({ dataDir: freshDir() }));
+runStoreConformance("sqlite file behind its caches", () => createCachingStore(openSqliteStore({ dataDir: freshDir() })));
 
 /** Drops the tables of migrations after 3, so a file looks like what an older server left. */
-const LATER_THAN_3 = "DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;";
+const VERSIONED = ["groups", "identities", "roles", "role_bindings", "identity_providers", "account_associations", "group_invites", "repos", "tags", "advisories", "signing_keys"];
+const LATER_THAN_3 =
+  VERSIONED.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER ${t}_version_${op};`)).join(" ") +
+  " DROP TABLE table_versions; DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;";
 
 const ROOT = "d".repeat(40);
 const CHILD = `${ROOT}/${"e".repeat(16)}`;

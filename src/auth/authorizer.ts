@@ -2,6 +2,7 @@ import type { Capability } from "../../gen/platform/capabilities/v1/capabilities
 import { PermissionDeniedError } from "../domain/errors.js";
 import { isAtOrBelow } from "../domain/uidp.js";
 import type { Store } from "../store/store.js";
+import { AUTHZ_TABLES } from "../store/versions.js";
 import type { Principal } from "./principal.js";
 
 /** One group where an identity holds capabilities (through one or more role bindings). */
@@ -45,7 +46,7 @@ export function createAuthorizer(store: Store, allCapabilities: readonly Capabil
   async function grantsOf(subject: string): Promise<Grant[]> {
     // The version is read before the data, so grants read after a write are
     // never cached under the version from before it.
-    const version = store.authzVersion();
+    const version = store.version(AUTHZ_TABLES);
     const hit = cache.get(subject);
     if (hit && hit.version === version) return hit.grants;
     const byGroup = new Map<string, Set<Capability>>();

@@ -122,3 +122,15 @@ export class UnavailableError extends ApiError {
     this.name = "UnavailableError";
   }
 }
+
+/** The caller gave up (cancelled the call, or its deadline passed) before the store did the work: nothing was done. */
+export class CancelledError extends ApiError {
+  constructor(deadline: boolean) {
+    super(
+      deadline ? Code.DeadlineExceeded : Code.Canceled,
+      deadline ? "DEADLINE_EXCEEDED" : "CANCELLED",
+      deadline ? "Deadline exceeded: the call's deadline passed before the store ran it" : "Cancelled: the caller cancelled the call",
+    );
+    this.name = "CancelledError";
+  }
+}

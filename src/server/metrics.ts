@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Registry, collectDefaultMetrics } from "prom-client";
-import { decorateStore } from "../store/decorate.js";
+import { createObservedStore } from "../store/observed.js";
 import type { Store } from "../store/store.js";
 import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";
 
@@ -58,17 +58,7 @@ export function metricsTokenMatches(authorization: string | undefined, token: st
   return timingSafeEqual(digest(m?.[1] ?? ""), digest(token)) && m !== null;
 }
 
-/**
- * The store observed: each part method's duration, until its promise
- * settles, lands in the store-time histogram (inside transactions too).
- */
+/** The store observed into the store-time histogram. */
 export function instrumentStore(store: Store, metrics: Metrics): Store {
-  return decorateStore(store, (part, method, original) => async (...args) => {
-    const start = performance.now();
-    try {
-      return await original(...args);
-    } finally {
-      metrics.storeTime.observe((performance.now() - start) / 1000, part, method);
-    }
-  });
+  return createObservedStore(store, (seconds, part, method) => metrics.storeTime.observe(seconds, part, method));
 }

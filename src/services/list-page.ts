@@ -12,7 +12,7 @@ export interface ListSpec<TRecord, TFilter, TOrder extends string> {
   paging: PagingSpec<TOrder>;
   /** The capability that makes a record visible to the caller. */
   capability: Capability;
-  list(query: ListQuery<TFilter, TOrder>): Promise<ListResult<TRecord>>;
+  list(query: ListQuery<TFilter, TOrder>, signal: AbortSignal): Promise<ListResult<TRecord>>;
   cursor(record: TRecord, field: TOrder): Cursor;
 }
 
@@ -31,6 +31,6 @@ export async function listPage<TRecord, TFilter, TOrder extends string>(
   const { hierarchy, filter } = query;
   const plan = planPage(req, spec.paging, deps.pageTokens, [spec.name, hierarchy, filter, ...(query.tokenKey ?? [])]);
   const visibleWithin = await deps.authz.visibleWithin(principalOf(ctx), spec.capability);
-  const result = await spec.list({ hierarchy, filter, ...plan, visibleWithin });
+  const result = await spec.list({ hierarchy, filter, ...plan, visibleWithin }, ctx.signal);
   return { items: result.items, envelope: pageEnvelope(plan, result, spec.cursor, deps.pageTokens) };
 }

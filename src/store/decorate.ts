@@ -52,9 +52,10 @@ export function decorateParts(parts: StoreParts, wrap: (part: string, method: st
 export function decorateStore(store: Store, wrap: (part: string, method: string, original: PartMethod) => PartMethod): Store {
   return {
     ...decorateParts(store, wrap),
-    authzVersion: () => store.authzVersion(),
+    readVersions: () => store.readVersions(),
+    version: (tables) => store.version(tables),
     refresh: () => store.refresh(),
-    transaction: (fn) => store.transaction((tx) => fn(decorateParts(tx, wrap))),
+    transaction: (fn, signal) => store.transaction((tx) => fn(decorateParts(tx, wrap)), signal),
     ready: () => store.ready(),
     close: () => store.close(),
   } satisfies Store;

@@ -11,12 +11,18 @@
 
 import type { ClaimMatchRecord } from "../domain/claim-match-record.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
+import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
-/** The asynchronous form of a store part: the same methods, each returning a promise. */
+/**
+ * The asynchronous form of a store part: the same methods, each returning a
+ * promise and taking, last and optional, the call's AbortSignal. A method
+ * whose signal has aborted (the caller cancelled, or its deadline passed)
+ * rejects with CancelledError before it does any work.
+ */
 export type Async<T> = {
-  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<Awaited<R>> : T[K];
+  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: [...A, signal?: AbortSignal]) => Promise<Awaited<R>> : T[K];
 };
 
 /** A keyset position: the order column's value and the uid of the last item returned. */
@@ -41,6 +47,12 @@ export interface ListQuery<TFilter, TOrder extends string> {
    * null means no narrowing (an administrator).
    */
   visibleWithin: readonly string[] | null;
+  /**
+   * The total count of this query's matches (its hierarchy, filter and
+   * visibility), when the caller knows it for the current data: the engine
+   * returns it as totalCount instead of counting again.
+   */
+  knownTotal?: number;
 }
 
 /** One page of a store list. */
@@ -625,11 +637,18 @@ export interface StoreParts {
 /** The whole persistence layer, composed of role-named parts. */
 export interface Store extends StoreParts {
   /**
-   * A number that changes whenever identities, roles or role bindings change:
-   * authorization caches are valid while it stays the same. It is current as
-   * of the last refresh().
+   * Each table's version, read from the database now: every write committed
+   * by any process has moved the versions of the tables it wrote.
    */
-  authzVersion(): number;
+  readVersions(): Promise<TableVersions>;
+  /**
+   * A number that changes whenever any of the tables is written, as this
+   * store knows them: current as of the last refresh() and this process's
+   * own writes since. Caches key their entries with it. A bare engine keeps
+   * no such view and answers a new number on every call, so nothing is cached
+   * over it; CachingStore keeps the view.
+   */
+  version(tables: readonly VersionedTable[]): number;
   /**
    * Brings what this process knows of other processes' writes up to date
    * (the versions caches are checked against); called once per request
@@ -640,8 +659,9 @@ export interface Store extends StoreParts {
    * Runs fn in one transaction: all of its writes commit together or none do.
    * fn must do its reads and writes through tx, and must have no effects
    * outside it: an engine may run it again after a serialization failure.
+   * An aborted signal stops it before it starts and between attempts.
    */
-  transaction<T>(fn: (tx: StoreParts) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<T>;
   /** True when the store can serve requests. */
   ready(): boolean;
   /** Flushes what it must and closes; idempotent. */

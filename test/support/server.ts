@@ -3,8 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/app.js";
-import { openPostgresStore } from "../../src/store/postgres/index.js";
-import { openSqliteStore } from "../../src/store/sqlite/index.js";
+import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
 import { freshPgDatabase } from "./pg-cluster.js";
 
@@ -31,7 +30,7 @@ export async function freshStorage(dataDir = mkdtempSync(join(tmpdir(), "platfor
   return {
     dataDir,
     databaseUrl,
-    openStore: async () => (databaseUrl !== "" ? openPostgresStore({ url: databaseUrl, maxConnections: 4 }) : openSqliteStore({ dataDir })),
+    openStore: () => openStore({ databaseUrl, dataDir, maxConnections: 4 }),
   };
 }
 

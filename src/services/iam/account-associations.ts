@@ -58,11 +58,11 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
     name: "accountAssociations",
     paging: PAGING,
     capability: Capability.CAP_IAM_ACCOUNT_ASSOCIATIONS_LIST,
-    list: (q) => store.accountAssociations.list(q),
+    list: (q, signal) => store.accountAssociations.list(q, signal),
     cursor: accountAssociationCursor,
   };
   return {
-    async createAccountAssociation(req) {
+    async createAccountAssociation(req, ctx) {
       // The association's uid is its group's: one per group.
       const group = requireUidp("parent", req.parent);
       const input = req.accountAssociation ?? create(AccountAssociationSchema);
@@ -71,7 +71,7 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const now = deps.now();
       const record: AccountAssociationRecord = { uid: group, name: input.name, description: input.description, providers, createTime: now, updateTime: now };
-      await store.accountAssociations.create(record);
+      await store.accountAssociations.create(record, ctx.signal);
       return accountAssociationMessage(record);
     },
 
@@ -89,7 +89,7 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       return { $typeName: "platform.iam.v2beta1.ListAccountAssociationsResponse", accountAssociations: page.items.map(accountAssociationMessage), ...page.envelope };
     },
 
-    async updateAccountAssociation(req) {
+    async updateAccountAssociation(req, ctx) {
       const input = req.accountAssociation ?? create(AccountAssociationSchema);
       const uid = requireUidp("account_association.uid", input.uid);
       const fields = fieldsToUpdate(AccountAssociationSchema, input, req.updateMask, UPDATABLE);
@@ -111,11 +111,11 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
         }
         changes.providers = providers;
       }
-      return accountAssociationMessage(await store.accountAssociations.update(uid, changes, deps.now()));
+      return accountAssociationMessage(await store.accountAssociations.update(uid, changes, deps.now(), ctx.signal));
     },
 
-    async deleteAccountAssociation(req) {
-      await store.accountAssociations.delete(requireUidp("uid", req.uid));
+    async deleteAccountAssociation(req, ctx) {
+      await store.accountAssociations.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

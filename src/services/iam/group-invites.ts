@@ -79,7 +79,7 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
     name: "groupInvites",
     paging: PAGING,
     capability: Capability.CAP_IAM_GROUP_INVITES_LIST,
-    list: (q) => store.groupInvites.list(q),
+    list: (q, signal) => store.groupInvites.list(q, signal),
     cursor: groupInviteCursor,
   };
   return {
@@ -107,7 +107,7 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
         codeHash: code.codeHash,
         createTime: now,
       };
-      await store.groupInvites.create(record);
+      await store.groupInvites.create(record, ctx.signal);
       return groupInviteMessage(record, role, code.code);
     },
 
@@ -126,8 +126,8 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
       return { $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse", groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))), ...page.envelope };
     },
 
-    async deleteGroupInvite(req) {
-      await store.groupInvites.delete(requireUidp("uid", req.uid));
+    async deleteGroupInvite(req, ctx) {
+      await store.groupInvites.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

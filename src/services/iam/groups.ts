@@ -63,7 +63,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
     name: "groups",
     paging: PAGING,
     capability: Capability.CAP_IAM_GROUPS_LIST,
-    list: (q) => store.groups.list(q),
+    list: (q, signal) => store.groups.list(q, signal),
     cursor: groupCursor,
   };
   return {
@@ -94,7 +94,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
             { uid: newChildUid(record.uid), groupUid: record.uid, identityUid: principal.subject, roleUid: builtinRoleUid("owner"), createTime: now },
           ]);
         }
-      });
+      }, ctx.signal);
       return groupMessage(record);
     },
 
@@ -112,7 +112,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       return { $typeName: "platform.iam.v2beta1.ListGroupsResponse", groups: page.items.map(groupMessage), ...page.envelope };
     },
 
-    async updateGroup(req) {
+    async updateGroup(req, ctx) {
       const input = req.group ?? create(GroupSchema);
       const uid = requireUidp("group.uid", input.uid);
       const fields = fieldsToUpdate(GroupSchema, input, req.updateMask, UPDATABLE);
@@ -120,11 +120,11 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       const changes: GroupChanges = {};
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
-      return groupMessage(await store.groups.update(uid, changes, deps.now()));
+      return groupMessage(await store.groups.update(uid, changes, deps.now(), ctx.signal));
     },
 
-    async deleteGroup(req) {
-      await store.groups.delete(requireUidp("uid", req.uid));
+    async deleteGroup(req, ctx) {
+      await store.groups.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

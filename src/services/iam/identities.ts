@@ -60,13 +60,13 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
     name: "identities",
     paging: PAGING,
     capability: Capability.CAP_IAM_IDENTITY_LIST,
-    list: (q) => store.identities.list(q),
+    list: (q, signal) => store.identities.list(q, signal),
     cursor: identityCursor,
   };
   // AWS identities and service principals are not supported: nothing can match.
   const NOTHING: typeof LIST = { ...LIST, list: async () => ({ items: [], hasMore: false, totalCount: 0 }) };
   return {
-    async createIdentity(req) {
+    async createIdentity(req, ctx) {
       const parent = requireUidp("parent", req.parent);
       const input = req.identity ?? create(IdentitySchema);
       const now = deps.now();
@@ -86,7 +86,7 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
         createTime: now,
         updateTime: now,
       };
-      await store.identities.create(record);
+      await store.identities.create(record, ctx.signal);
       return identityMessage(record);
     },
 
@@ -146,11 +146,11 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
       if (fields.has("company")) changes.company = input.company;
-      return identityMessage(await store.identities.update(uid, changes, now));
+      return identityMessage(await store.identities.update(uid, changes, now, ctx.signal));
     },
 
-    async deleteIdentity(req) {
-      await store.identities.delete(requireUidp("uid", req.uid));
+    async deleteIdentity(req, ctx) {
+      await store.identities.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
 

@@ -75,7 +75,7 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
     name: "identityProviders",
     paging: PAGING,
     capability: Capability.CAP_IAM_IDENTITY_PROVIDERS_LIST,
-    list: (q) => store.identityProviders.list(q),
+    list: (q, signal) => store.identityProviders.list(q, signal),
     cursor: identityProviderCursor,
   };
 
@@ -107,7 +107,7 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         createTime: now,
         updateTime: now,
       };
-      await store.identityProviders.create(record);
+      await store.identityProviders.create(record, ctx.signal);
       return identityProviderMessage(record);
     },
 
@@ -149,11 +149,11 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         await grantableRole(store, authz, principalOf(ctx), input.defaultRole, current.parentUid);
         changes.defaultRole = input.defaultRole;
       }
-      return identityProviderMessage(await store.identityProviders.update(uid, changes, deps.now()));
+      return identityProviderMessage(await store.identityProviders.update(uid, changes, deps.now(), ctx.signal));
     },
 
-    async deleteIdentityProvider(req) {
-      await store.identityProviders.delete(requireUidp("uid", req.uid));
+    async deleteIdentityProvider(req, ctx) {
+      await store.identityProviders.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

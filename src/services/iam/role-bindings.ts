@@ -41,7 +41,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
     name: "roleBindings",
     paging: PAGING,
     capability: Capability.CAP_IAM_ROLE_BINDINGS_LIST,
-    list: (q) => store.roleBindings.list(q),
+    list: (q, signal) => store.roleBindings.list(q, signal),
     cursor: roleBindingCursor,
   };
 
@@ -89,7 +89,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       const violations = [...checkUid("identity_uid", identityUid), ...checkUid("role_uid", roleUid)];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const { record, refs } = await prepare(principalOf(ctx), parent, identityUid, roleUid, deps.now());
-      await store.roleBindings.create([record]);
+      await store.roleBindings.create([record], ctx.signal);
       return roleBindingMessage(record, refs);
     },
 
@@ -120,7 +120,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       const now = deps.now();
       const prepared: Awaited<ReturnType<typeof prepare>>[] = [];
       for (const it of items) prepared.push(await prepare(principal, it.parent, it.identityUid, it.roleUid, now));
-      await store.roleBindings.create(prepared.map((p) => p.record));
+      await store.roleBindings.create(prepared.map((p) => p.record), ctx.signal);
       return {
         $typeName: "platform.iam.v2beta1.BatchCreateRoleBindingsResponse",
         roleBindings: prepared.map((p) => roleBindingMessage(p.record, p.refs)),
@@ -176,11 +176,11 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (fields.has("role_uid")) changes.roleUid = input.roleUid;
       // Pointing a binding at a new identity grants the role afresh: the same no-escalation rule applies.
       requireNoEscalation(role?.capabilities ?? [], await authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
-      return hydrate(await store.roleBindings.update(uid, changes));
+      return hydrate(await store.roleBindings.update(uid, changes, ctx.signal));
     },
 
-    async deleteRoleBinding(req) {
-      await store.roleBindings.delete(requireUidp("uid", req.uid));
+    async deleteRoleBinding(req, ctx) {
+      await store.roleBindings.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

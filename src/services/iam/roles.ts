@@ -70,7 +70,7 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
     name: "roles",
     paging: PAGING,
     capability: Capability.CAP_IAM_ROLES_LIST,
-    list: (q) => store.roles.list(q),
+    list: (q, signal) => store.roles.list(q, signal),
     cursor: roleCursor,
   };
 
@@ -98,7 +98,7 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
         createTime: now,
         updateTime: now,
       };
-      await store.roles.create(record);
+      await store.roles.create(record, ctx.signal);
       return roleMessage(record);
     },
 
@@ -140,13 +140,13 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
         const group = current.parentUid!;
         requireNoEscalation(changes.capabilities, await deps.authz.capabilitiesAt(principalOf(ctx), group), group);
       }
-      return roleMessage(await store.roles.update(uid, changes, deps.now()));
+      return roleMessage(await store.roles.update(uid, changes, deps.now(), ctx.signal));
     },
 
-    async deleteRole(req) {
+    async deleteRole(req, ctx) {
       const uid = requireUidp("uid", req.uid);
       refuseBuiltIn(await existing(uid), "deleted");
-      await store.roles.delete(uid);
+      await store.roles.delete(uid, ctx.signal);
       return {};
     },
   };

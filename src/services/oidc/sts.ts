@@ -167,7 +167,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
         req.identity !== "" ? await assume(requireUidp("identity", req.identity), token)
         : req.identityProvider !== "" ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
         : await signIn(token);
-      await store.identities.touchLastSeen(identity.uid, deps.now());
+      await store.identities.touchLastSeen(identity.uid, deps.now(), ctx.signal);
       const issued = await deps.tokens.mint(identity.uid);
       return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };
     },

@@ -77,7 +77,7 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
     name: "repos",
     paging: PAGING,
     capability: Capability.CAP_REPO_LIST,
-    list: (q) => store.repos.list(q),
+    list: (q, signal) => store.repos.list(q, signal),
     cursor: repoCursor,
   };
 
@@ -118,7 +118,7 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
         createTime: now,
         updateTime: now,
       };
-      await store.repos.create(record);
+      await store.repos.create(record, ctx.signal);
       return repoMessage(record);
     },
 
@@ -147,11 +147,11 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
       if (fields.has("bundles")) changes.bundles = input.bundles;
       if (fields.has("aliases")) changes.aliases = input.aliases;
       if (fields.has("active_tags")) changes.activeTags = input.activeTags;
-      return repoMessage(await store.repos.update(uid, changes, deps.now()));
+      return repoMessage(await store.repos.update(uid, changes, deps.now(), ctx.signal));
     },
 
-    async deleteRepo(req) {
-      await store.repos.delete(requireUidp("uid", req.uid));
+    async deleteRepo(req, ctx) {
+      await store.repos.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

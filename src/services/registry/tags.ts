@@ -46,7 +46,7 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
     name: "tags",
     paging: PAGING,
     capability: Capability.CAP_TAG_LIST,
-    list: (q) => store.tags.list(q),
+    list: (q, signal) => store.tags.list(q, signal),
     cursor: tagCursor,
   };
   return {
@@ -67,7 +67,7 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         deprecated: input.deprecated,
         bundles: input.bundles,
         updateTime: deps.now(),
-      }, { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) });
+      }, { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) }, ctx.signal);
       return tagMessage(tag);
     },
 
@@ -96,8 +96,8 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
       return { $typeName: "platform.registry.v2beta1.ListTagsResponse", tags: page.items.map(tagMessage), ...page.envelope };
     },
 
-    async deleteTag(req) {
-      await store.tags.delete(requireUidp("uid", req.uid));
+    async deleteTag(req, ctx) {
+      await store.tags.delete(requireUidp("uid", req.uid), ctx.signal);
       return {};
     },
   };

@@ -90,7 +90,7 @@ export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof A
     name: "advisories",
     paging: PAGING,
     capability: Capability.CAP_ADVISORIES_LIST,
-    list: (q) => store.advisories.list(q),
+    list: (q, signal) => store.advisories.list(q, signal),
     cursor: advisoryCursor,
   };
   return {

@@ -46,7 +46,6 @@ export class PgIdentityStore implements IdentityStore {
         if (sqlState(err) === "23503" && identity.parentUid !== null) throw new NotFoundError("group", identity.parentUid);
         throw err;
       }
-      await this.run.authzChanged(q);
     });
   }
 
@@ -72,7 +71,6 @@ export class PgIdentityStore implements IdentityStore {
         ...relationshipColumns(next.relationship),
         update_time: updateTime,
       });
-      await this.run.authzChanged(q);
       return next;
     });
   }
@@ -88,7 +86,6 @@ export class PgIdentityStore implements IdentityStore {
       if (!rowCount) throw new NotFoundError("identity", uid);
       // No foreign key does this since bindings may name a person before sign-up.
       await q.query("DELETE FROM role_bindings WHERE identity_uid = $1", [uid]);
-      await this.run.authzChanged(q);
     });
   }
 }

@@ -12,9 +12,11 @@ import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
 import { PgTagStore } from "./tags.js";
-import type { Queryable } from "./list.js";
 import { migratePostgres } from "./migrations.js";
 import { UnavailableError } from "../../domain/errors.js";
+import { versionsFromRows } from "../versions.js";
+import { decorateParts } from "../decorate.js";
+import { signalIn, throwIfCancelled } from "../signal.js";
 import { isConnectionError, poolRunner, serializable, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
 
 /** Options for opening the PostgreSQL store. */
@@ -93,8 +95,20 @@ function guardedSource(pool: pg.Pool, reach: Reachability): ClientSource {
   };
 }
 
-/** The parts over one runner (the pool, or an open transaction's client). */
+/**
+ * The parts over one runner (the pool, or an open transaction's client); a
+ * call whose signal aborted is refused before it runs a statement.
+ */
 function partsOver(run: Runner): StoreParts {
+  return decorateParts(rawPartsOver(run), (_part, _method, original) => async (...args) => {
+    const signal = signalIn(args);
+    if (!signal) return original(...args);
+    throwIfCancelled(signal);
+    return original(...args.slice(0, -1));
+  });
+}
+
+function rawPartsOver(run: Runner): StoreParts {
   return {
     groups: new PgGroupStore(run, GROUP_CHILD_KINDS),
     identities: new PgIdentityStore(run),
@@ -134,39 +148,22 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     await pool.end();
     throw err;
   }
-  // The authorization version: the database's counter as of the last
-  // refresh, plus this process's own authorization writes since (so they
-  // count at once, inside transactions too, and a rollback moves it again).
-  let dbVersion = 0;
-  let local = 0;
-  const noted = () => {
-    local++;
-  };
   const reach = new Reachability(pool);
   const source = guardedSource(pool, reach);
-  const parts = partsOver(poolRunner(source, noted));
+  const parts = partsOver(poolRunner(source));
   let open = true;
-  const readAuthzVersion = async (q: Queryable) => {
-    const { rows } = await q.query<{ version: number }>("SELECT version FROM table_versions WHERE name = 'authz'");
-    dbVersion = rows[0]?.version ?? 0;
-  };
-  await readAuthzVersion(pool);
+  let calls = 0;
   return {
     ...parts,
-    authzVersion: () => dbVersion + local,
-    // One primary-key read a request: an authorization change committed by any
-    // process is seen by the next request of every process.
-    refresh: () => readAuthzVersion(source),
-    async transaction(fn) {
-      const before = local;
-      try {
-        return await serializable(source, (client) => fn(partsOver(txRunner(client, noted))));
-      } catch (err) {
-        // Caches may have read the rolled-back authorization data inside: move the version again.
-        if (local !== before) local++;
-        throw err;
-      }
+    // One indexed read of 16 rows a table: a write committed by any process is
+    // seen by the next request of every process.
+    async readVersions() {
+      const { rows } = await source.query<{ name: string; version: string }>("SELECT name, sum(version) AS version FROM table_versions GROUP BY name");
+      return versionsFromRows(rows);
     },
+    version: () => ++calls,
+    refresh: async () => {},
+    transaction: (fn, signal) => serializable(source, (client) => fn(partsOver(txRunner(client))), signal),
     ready: () => open && reach.up,
     async close() {
       if (!open) return;

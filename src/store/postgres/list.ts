@@ -33,8 +33,8 @@ export async function one<R>(q: Queryable, sql: string, params: unknown[]): Prom
 /**
  * One page of records, whether more follow, and the total count: keyset
  * paging on (order column, uid), every key "C"-collated so the order is the
- * byte order SQLite uses too. No caching: on PostgreSQL a page costs what a
- * version check would.
+ * byte order SQLite uses too. The count is skipped when the caller knows it
+ * (query.knownTotal).
  */
 export async function listRecords<TOrder extends string, TRow, TRecord>(
   q: Queryable,
@@ -58,14 +58,16 @@ export async function listRecords<TOrder extends string, TRow, TRecord>(
   }
   pageParams.push(query.limit + 1, query.offset);
   const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
-  const [page, count] = await Promise.all([
+  const count = async () =>
+    query.knownTotal ?? (await q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${spec.table} AS t WHERE ${base}`), baseParams)).rows[0]!.n;
+  const [page, totalCount] = await Promise.all([
     q.query<TRow>(numbered(`SELECT ${spec.select} FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`), pageParams),
-    q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${spec.table} AS t WHERE ${base}`), baseParams),
+    count(),
   ]);
   const rows = page.rows;
   const hasMore = rows.length > query.limit;
   if (hasMore) rows.length = query.limit;
-  return { items: rows.map(toRecord), hasMore, totalCount: count.rows[0]!.n };
+  return { items: rows.map(toRecord), hasMore, totalCount };
 }
 
 /** The UIDPFilter over t.uid and t.parent_uid; descendants are an index range scan. */

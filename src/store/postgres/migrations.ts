@@ -198,14 +198,46 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX advisories_component_name ON advisories(component_name);
   CREATE INDEX advisories_origin ON advisories(origin);
 
-  -- Versions caches are checked against; 'authz' moves with every write to identities, roles and role bindings.
+  -- Table versions caches are checked against: a statement trigger moves a
+  -- table's count in the writing transaction (cascades too). Each connection
+  -- writes its own bucket (backend pid mod 16), so concurrent SERIALIZABLE
+  -- writers rarely touch the same row; a table's version is its buckets' sum.
   CREATE TABLE table_versions (
-    name text COLLATE "C" PRIMARY KEY,
-    version bigint NOT NULL
+    name text COLLATE "C" NOT NULL,
+    bucket integer NOT NULL,
+    version bigint NOT NULL,
+    PRIMARY KEY (name, bucket)
   );
-  INSERT INTO table_versions (name, version) VALUES ('authz', 0);
+  CREATE FUNCTION bump_table_version() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    UPDATE table_versions SET version = version + 1 WHERE name = TG_TABLE_NAME AND bucket = pg_backend_pid() % 16;
+    RETURN NULL;
+  END $$;
+  ${versionTriggers([
+    "groups",
+    "identities",
+    "roles",
+    "role_bindings",
+    "identity_providers",
+    "account_associations",
+    "group_invites",
+    "repos",
+    "tags",
+    "advisories",
+    "signing_keys",
+  ])}
   `,
 ];
+
+/** Version rows (every bucket at 0) and the statement trigger of each table. */
+function versionTriggers(tables: readonly string[]): string {
+  return tables
+    .map(
+      (t) => `INSERT INTO table_versions (name, bucket, version) SELECT '${t}', b, 0 FROM generate_series(0, 15) AS b;
+  CREATE TRIGGER ${t}_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION bump_table_version();`,
+    )
+    .join("\n  ");
+}
 
 /** The schema version this code expects. */
 export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;

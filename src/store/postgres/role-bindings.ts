@@ -33,7 +33,6 @@ export class PgRoleBindingStore implements RoleBindingStore {
           throw err;
         }
       }
-      await this.run.authzChanged(q);
     });
   }
 
@@ -55,18 +54,13 @@ export class PgRoleBindingStore implements RoleBindingStore {
       await requireIdentity(q, next.identityUid);
       await requireRole(q, next.roleUid);
       await q.query("UPDATE role_bindings SET identity_uid = $2, role_uid = $3 WHERE uid = $1", [uid, next.identityUid, next.roleUid]);
-      await this.run.authzChanged(q);
       return next;
     });
   }
 
-  delete(uid: string): Promise<boolean> {
-    return this.run.atomically(async (q) => {
-      const { rowCount } = await q.query("DELETE FROM role_bindings WHERE uid = $1", [uid]);
-      if (!rowCount) return false;
-      await this.run.authzChanged(q);
-      return true;
-    });
+  async delete(uid: string): Promise<boolean> {
+    const { rowCount } = await this.run.q.query("DELETE FROM role_bindings WHERE uid = $1", [uid]);
+    return (rowCount ?? 0) > 0;
   }
 
   async forIdentity(identityUid: string): Promise<RoleBindingRecord[]> {

@@ -44,7 +44,6 @@ export class PgRoleStore implements RoleStore {
         if (sqlState(err) === "23503" && role.parentUid !== null) throw new NotFoundError("group", role.parentUid);
         throw err;
       }
-      await this.run.authzChanged(q);
     });
   }
 
@@ -64,7 +63,6 @@ export class PgRoleStore implements RoleStore {
       const next: RoleRecord = { ...toRecord(row), ...changes, updateTime };
       next.capabilities = normalized(next.capabilities);
       await updateRow(q, "roles", uid, { name: next.name, description: next.description, capabilities: JSON.stringify(next.capabilities), update_time: updateTime });
-      await this.run.authzChanged(q);
       return next;
     });
   }
@@ -80,7 +78,6 @@ export class PgRoleStore implements RoleStore {
         if (sqlState(err) === "23503") throw inUse(uid, "role bindings or identity providers", "delete them first");
         throw err;
       }
-      await this.run.authzChanged(q);
     });
   }
 }

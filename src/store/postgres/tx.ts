@@ -1,3 +1,4 @@
+import { throwIfCancelled } from "../signal.js";
 import type { Queryable } from "./list.js";
 
 /** SQLSTATEs after which a whole transaction may simply run again. */
@@ -51,16 +52,6 @@ export function sqlState(err: unknown): string | undefined {
 export interface Runner {
   readonly q: Queryable;
   atomically<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
-  /** Marks the authorization data (identities, roles, role bindings) as changed by this write. */
-  authzChanged(q: Queryable): Promise<void>;
-}
-
-/** Bumps the authorization version in the writing transaction, and tells this process at once. */
-function bumpAuthz(noted: () => void): (q: Queryable) => Promise<void> {
-  return async (q) => {
-    await q.query("UPDATE table_versions SET version = version + 1 WHERE name = 'authz'");
-    noted();
-  };
 }
 
 /**
@@ -70,7 +61,7 @@ function bumpAuthz(noted: () => void): (q: Queryable) => Promise<void> {
  */
 export async function serializable<T>(pool: ClientSource, fn: (client: Queryable) => Promise<T>, signal?: AbortSignal): Promise<T> {
   for (let attempt = 1; ; attempt++) {
-    signal?.throwIfAborted();
+    throwIfCancelled(signal);
     const client = await pool.connect();
     let broken: Error | undefined;
     try {
@@ -97,20 +88,12 @@ export async function serializable<T>(pool: ClientSource, fn: (client: Queryable
   }
 }
 
-/** The runner of statements outside any transaction; noted() runs after each authorization write. */
-export function poolRunner(pool: ClientSource, noted: () => void): Runner {
-  return {
-    q: pool,
-    atomically: (fn) => serializable(pool, fn),
-    authzChanged: bumpAuthz(noted),
-  };
+/** The runner of statements outside any transaction. */
+export function poolRunner(pool: ClientSource): Runner {
+  return { q: pool, atomically: (fn) => serializable(pool, fn) };
 }
 
 /** The runner of statements inside an open transaction. */
-export function txRunner(client: Queryable, noted: () => void): Runner {
-  return {
-    q: client,
-    atomically: (fn) => fn(client),
-    authzChanged: bumpAuthz(noted),
-  };
+export function txRunner(client: Queryable): Runner {
+  return { q: client, atomically: (fn) => fn(client) };
 }

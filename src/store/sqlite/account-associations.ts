@@ -41,11 +41,10 @@ export class SqliteAccountAssociationStore implements SyncAccountAssociationStor
       parentUid: owner.parent_uid,
       providers: JSON.stringify(association.providers),
     });
-    this.lists.touched(TABLE.table);
   }
 
   get(uid: string): AccountAssociationRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<AccountAssociationFilter, AccountAssociationOrder>): ListResult<AccountAssociationRecord> {
@@ -64,14 +63,11 @@ export class SqliteAccountAssociationStore implements SyncAccountAssociationStor
         providers: JSON.stringify(next.providers),
         updateTime,
       });
-      this.lists.touched(TABLE.table);
       return next;
     }).immediate();
   }
 
   delete(uid: string): boolean {
-    const deleted = this.deleteStmt.run(uid).changes > 0;
-    if (deleted) this.lists.touched(TABLE.table);
-    return deleted;
+    return this.deleteStmt.run(uid).changes > 0;
   }
 }

@@ -4,7 +4,7 @@ import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, SyncAdvisoryStore, 
 import type { Clause, ListRunner, ListableTable } from "./list.js";
 import { comparable, containsPattern, EVENT_FILTERS, EXACT_FILTERS, REVIEW_STATE_APPROVED, TABLE as SHARED_TABLE, toRecord } from "../rows/advisories.js";
 
-const TABLE: ListableTable<AdvisoryOrder> = { ...SHARED_TABLE, writtenElsewhere: true };
+const TABLE: ListableTable<AdvisoryOrder> = SHARED_TABLE;
 
 /** A list-valued filter; an empty list is treated as absent, as an empty repeated field is. */
 function values(filter: AdvisoryFilter, key: keyof AdvisoryFilter): string | null {
@@ -99,7 +99,7 @@ export class SqliteAdvisoryStore implements SyncAdvisoryStore {
   }
 
   get(uid: string): AdvisoryRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): ListResult<AdvisoryRecord> {
@@ -124,7 +124,6 @@ export class SqliteAdvisoryStore implements SyncAdvisoryStore {
         });
         return current ? "updated" : "created";
       });
-      if (outcomes.some((o) => o !== "unchanged")) this.lists.touched(TABLE.table);
       return outcomes;
     }).immediate();
   }

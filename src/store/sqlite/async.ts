@@ -1,4 +1,5 @@
 import { methodNames } from "../decorate.js";
+import { signalIn, throwIfCancelled } from "../signal.js";
 import type { Async } from "../store.js";
 
 /**
@@ -33,13 +34,20 @@ export class ConnectionGate {
 
 /**
  * The asynchronous form of a synchronous part: each method runs through
- * `run`, and what it throws becomes a rejection.
+ * `run` (unless its signal aborted while it waited), and what it throws
+ * becomes a rejection.
  */
 export function asyncPart<T extends object>(part: T, run: <R>(fn: () => R) => Promise<R>): Async<T> {
   const out: Record<string, unknown> = {};
   for (const name of methodNames(part)) {
     const method = (part as Record<string, (...args: unknown[]) => unknown>)[name]!;
-    out[name] = (...args: unknown[]) => run(() => method.apply(part, args));
+    out[name] = (...args: unknown[]) => {
+      const signal = signalIn(args);
+      return run(() => {
+        throwIfCancelled(signal);
+        return method.apply(part, signal ? args.slice(0, -1) : args);
+      });
+    };
   }
   return out as Async<T>;
 }

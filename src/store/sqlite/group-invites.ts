@@ -44,11 +44,10 @@ export class SqliteGroupInviteStore implements SyncGroupInviteStore {
     // The key id is public (every invite shows it), so naming it in the error reveals nothing.
     if (this.byKeyIdStmt.get(invite.keyId)) throw new AlreadyExistsError("group invite key", invite.keyId);
     this.insertStmt.run({ ...invite, singleUse: invite.singleUse ? 1 : 0 });
-    this.lists.touched(TABLE.table);
   }
 
   get(uid: string): GroupInviteRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   findByKeyId(keyId: string): GroupInviteRecord | null {
@@ -65,8 +64,6 @@ export class SqliteGroupInviteStore implements SyncGroupInviteStore {
   }
 
   consume(uid: string): boolean {
-    const deleted = this.deleteStmt.run(uid).changes > 0;
-    if (deleted) this.lists.touched(TABLE.table);
-    return deleted;
+    return this.deleteStmt.run(uid).changes > 0;
   }
 }

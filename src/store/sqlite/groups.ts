@@ -50,11 +50,10 @@ export class SqliteGroupStore implements SyncGroupStore {
       verified: group.verified ? 1 : 0,
       resourceLimits: JSON.stringify(group.resourceLimits),
     });
-    this.lists.touched(TABLE.table);
   }
 
   get(uid: string): GroupRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<GroupFilter, GroupOrder>): ListResult<GroupRecord> {
@@ -67,7 +66,6 @@ export class SqliteGroupStore implements SyncGroupStore {
       if (!current) throw new NotFoundError("group", uid);
       const next = { ...current, ...changes, updateTime };
       this.updateStmt.run({ uid, name: next.name, description: next.description, updateTime });
-      this.lists.touched(TABLE.table);
       return next;
     }).immediate();
   }
@@ -87,7 +85,6 @@ export class SqliteGroupStore implements SyncGroupStore {
         }
       }
       this.deleteStmt.run(uid);
-      this.lists.touched(TABLE.table);
     }).immediate();
   }
 }

@@ -32,7 +32,6 @@ export class SqliteIdentityStore implements SyncIdentityStore {
   constructor(
     private readonly db: Database,
     private readonly lists: ListRunner,
-    private readonly authzChanged: () => void,
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO identities (uid, parent_uid, name, description, email, email_unverified, company,
@@ -59,12 +58,10 @@ export class SqliteIdentityStore implements SyncIdentityStore {
     if (this.getStmt.get(identity.uid)) throw new AlreadyExistsError("identity", identity.uid);
     const { relationship, ...fields } = identity;
     this.insertStmt.run({ ...fields, ...relationshipColumns(relationship) });
-    this.lists.touched(TABLE.table);
-    this.authzChanged();
   }
 
   get(uid: string): IdentityRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<IdentityFilter, IdentityOrder>): ListResult<IdentityRecord> {
@@ -85,8 +82,6 @@ export class SqliteIdentityStore implements SyncIdentityStore {
         ...relationshipColumns(next.relationship),
         updateTime,
       });
-      this.lists.touched(TABLE.table);
-      this.authzChanged();
       return next;
     }).immediate();
   }
@@ -98,7 +93,6 @@ export class SqliteIdentityStore implements SyncIdentityStore {
    */
   touchLastSeen(uid: string, time: number): void {
     this.touchStmt.run(time, uid);
-    this.lists.touched(TABLE.table);
   }
 
   delete(uid: string): void {
@@ -107,9 +101,6 @@ export class SqliteIdentityStore implements SyncIdentityStore {
       this.deleteStmt.run(uid);
       // No foreign key does this since bindings may name a person before sign-up.
       this.deleteBindingsStmt.run(uid);
-      this.lists.touched(TABLE.table);
-      this.lists.touched("role_bindings");
-      this.authzChanged();
     }).immediate();
   }
 }

@@ -39,11 +39,10 @@ export class SqliteIdentityProviderStore implements SyncIdentityProviderStore {
     this.requireRole(provider.defaultRole);
     if (this.getStmt.get(provider.uid)) throw new AlreadyExistsError("identity provider", provider.uid);
     this.insertStmt.run({ ...provider, oidc: JSON.stringify(provider.oidc) });
-    this.lists.touched(TABLE.table);
   }
 
   get(uid: string): IdentityProviderRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<IdentityProviderFilter, IdentityProviderOrder>): ListResult<IdentityProviderRecord> {
@@ -64,7 +63,6 @@ export class SqliteIdentityProviderStore implements SyncIdentityProviderStore {
         oidc: JSON.stringify(next.oidc),
         updateTime,
       });
-      this.lists.touched(TABLE.table);
       return next;
     }).immediate();
   }
@@ -73,7 +71,6 @@ export class SqliteIdentityProviderStore implements SyncIdentityProviderStore {
     this.db.transaction(() => {
       if (!this.getStmt.get(uid)) throw new NotFoundError("identity provider", uid);
       this.deleteStmt.run(uid);
-      this.lists.touched(TABLE.table);
     }).immediate();
   }
 

@@ -16,6 +16,8 @@ import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
 import { SqliteTagStore } from "./tags.js";
+import { versionsFromRows } from "../versions.js";
+import { throwIfCancelled } from "../signal.js";
 
 /** Options for opening the SQLite store. */
 export interface SqliteStoreOptions {
@@ -50,20 +52,12 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   }
   migrate(db);
 
-  // The authorization version: every write to identities, roles and role
-  // bindings through this connection moves it, and refresh() moves it when
-  // another connection (another worker process) has committed anything.
-  let authzVersion = 0;
-  const authzChanged = () => {
-    authzVersion++;
-  };
-
   const lists = new ListRunner(db);
   const sync = {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
-    identities: new SqliteIdentityStore(db, lists, authzChanged),
-    roles: new SqliteRoleStore(db, lists, authzChanged),
-    roleBindings: new SqliteRoleBindingStore(db, lists, authzChanged),
+    identities: new SqliteIdentityStore(db, lists),
+    roles: new SqliteRoleStore(db, lists),
+    roleBindings: new SqliteRoleBindingStore(db, lists),
     identityProviders: new SqliteIdentityProviderStore(db, lists),
     accountAssociations: new SqliteAccountAssociationStore(db, lists),
     groupInvites: new SqliteGroupInviteStore(db, lists),
@@ -72,6 +66,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
   };
+  const versions = db.prepare("SELECT name, version FROM table_versions");
+  let calls = 0;
   const gate = new ConnectionGate();
   const partsVia = (run: <R>(fn: () => R) => Promise<R>): StoreParts => {
     const out: Record<string, unknown> = {};
@@ -84,14 +80,12 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   let open = true;
   return {
     ...parts,
-    authzVersion: () => authzVersion,
-    refresh: () =>
-      gate.shared(() => {
-        if (lists.noticeOtherConnections()) authzVersion++;
-      }),
-    transaction(fn) {
+    readVersions: () => gate.shared(() => versionsFromRows(versions.all() as { name: string; version: number }[])),
+    version: () => ++calls,
+    refresh: () => gate.shared(() => undefined),
+    transaction(fn, signal) {
       return gate.exclusive(async () => {
-        const before = authzVersion;
+        throwIfCancelled(signal);
         db.exec("BEGIN IMMEDIATE");
         try {
           const result = await fn(txParts);
@@ -99,9 +93,6 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
           return result;
         } catch (err) {
           if (db.inTransaction) db.exec("ROLLBACK");
-          // A rollback undoes authorization changes that caches may already have
-          // read inside the transaction: move the version again so they reload.
-          if (authzVersion !== before) authzVersion++;
           throw err;
         }
       });

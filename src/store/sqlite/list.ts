@@ -1,7 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { QueryCache } from "../query-cache.js";
 import { exact, keysetClause, type Clause } from "../rows/table.js";
 
 export { exact, type Clause };
@@ -17,75 +16,27 @@ export interface ListableTable<TOrder extends string> {
    * still sees nothing.
    */
   rootsVisible?: boolean;
-  /**
-   * Other processes write this table (the CLI's advisory importer): lists check
-   * SQLite's data_version first, which costs a read transaction of its own.
-   */
-  writtenElsewhere?: boolean;
 }
 
-/** Cached counts, by number of queries. */
-const COUNT_CACHE_ENTRIES = 2048;
-/** Cached pages, by bytes of row text (records take a small multiple of it). */
-const PAGE_CACHE_BYTES = 8 * 1024 * 1024;
-/** Cached single records, by bytes of their text columns. */
-const RECORD_CACHE_BYTES = 8 * 1024 * 1024;
-
 /**
- * Runs keyset-paged lists, counts and reads by uid against one connection. Statements are
- * prepared once per query shape (list-valued parameters travel as JSON, so
- * the SQL text depends only on which filters are present). Counts, pages and
- * records by uid are cached until the next write to their table: a page or a
- * resource polled by many callers costs one query per change, not one per
- * call. Every store write calls touched() for each table it changes
- * (cascades included); tables another process writes also check data_version.
+ * Runs keyset-paged lists, counts and reads by uid against one connection.
+ * Statements are prepared once per query shape (list-valued parameters
+ * travel as JSON, so the SQL text depends only on which filters are
+ * present). Nothing is cached here: CachingStore does that for every engine.
  */
 export class ListRunner {
   private readonly statements = new Map<string, Statement>();
-  private readonly counts = new QueryCache<number>(COUNT_CACHE_ENTRIES);
-  /** Pages as ListResults of frozen records, shared by every caller that asks the same query. */
-  readonly pages = new QueryCache<ListResult<unknown>>(PAGE_CACHE_BYTES);
-  /** Single records by uid (null for none), frozen like pages. */
-  readonly byUid = new QueryCache<{ record: unknown }>(RECORD_CACHE_BYTES);
-  private readonly versions = new Map<string, number>();
   private readonly columns = new Map<string, readonly string[]>();
-  private readonly dataVersion: Statement;
-  private seenDataVersion = -1;
-  /** Moves on every commit of another connection seen by a list of a table written elsewhere. */
-  private externalVersion = 0;
 
-  constructor(private readonly db: Database) {
-    this.dataVersion = db.prepare("PRAGMA data_version").pluck();
-  }
+  constructor(private readonly db: Database) {}
 
-  /** Marks a table as written, so cached counts, pages and records of it are not reused. */
-  touched(table: string): void {
-    this.versions.set(table, (this.versions.get(table) ?? 0) + 1);
-  }
-
-  /**
-   * The record with this uid, or null: `stmt` selects spec.select by uid.
-   * Cached, and frozen, like pages until the table is written.
-   */
-  one<TRow, TRecord>(spec: ListableTable<string>, stmt: Statement, uid: string, toRecord: (row: TRow) => TRecord): TRecord | null {
-    if (spec.writtenElsewhere) this.noticeOtherConnections();
-    const key = `${this.versionOf(spec.table)}\u0000${spec.table}\u0000${uid}`;
-    const cached = this.byUid.get(key);
-    if (cached) return cached.record as TRecord | null;
+  /** The record with this uid, or null: `stmt` selects the table's select list by uid. */
+  one<TRow, TRecord>(stmt: Statement, uid: string, toRecord: (row: TRow) => TRecord): TRecord | null {
     const row = stmt.get(uid) as TRow | undefined;
-    const record = row === undefined ? null : Object.freeze(toRecord(row));
-    if (!this.db.inTransaction) {
-      let bytes = key.length;
-      for (const value of Object.values(row ?? {})) if (typeof value === "string") bytes += value.length;
-      this.byUid.set(key, { record }, bytes);
-    }
-    return record;
+    return row === undefined ? null : toRecord(row);
   }
 
-  /**
-   * One page of records, whether more follow, and the total count. Records
-   * are frozen: a cached page is shared by every caller that asks for it.
-   */
+  /** One page of records, whether more follow, and the total count (query.knownTotal when given). */
   records<TOrder extends string, TRow, TRecord>(
     spec: ListableTable<TOrder>,
     query: ListQuery<unknown, TOrder>,
@@ -112,52 +63,18 @@ export class ListRunner {
     // value it hands to JavaScript, JSON.parse a fraction of that.
     const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
 
-    if (spec.writtenElsewhere) this.noticeOtherConnections();
-    const key = this.cacheKey(spec.table, sql, pageParams);
-    const cached = this.pages.get(key);
-    if (cached) return cached as ListResult<TRecord>;
-
-    const totalCount = this.count(spec.table, base, baseParams);
+    const totalCount = query.knownTotal ?? (this.prepare(`SELECT count(*) FROM ${spec.table} AS t WHERE ${base}`, true).get(...baseParams) as number);
     const texts = this.prepare(sql, true).all(...pageParams) as string[];
     const hasMore = texts.length > query.limit;
     if (hasMore) texts.length = query.limit;
     const columns = this.columnsOf(spec.select);
-    let bytes = 0;
     const items = texts.map((text) => {
-      bytes += text.length;
       const values = JSON.parse(text) as unknown[];
       const row: Record<string, unknown> = {};
       for (let i = 0; i < columns.length; i++) row[columns[i]!] = values[i];
-      return Object.freeze(toRecord(row as TRow));
+      return toRecord(row as TRow);
     });
-    const result: ListResult<TRecord> = Object.freeze({ items: Object.freeze(items) as TRecord[], hasMore, totalCount });
-    // A result read inside an open transaction may include writes that roll back.
-    if (!this.db.inTransaction) this.pages.set(key, result, bytes + key.length);
-    return result;
-  }
-
-  /** Where a table's data stands: cache keys carry it, so a write makes every older entry unreachable. */
-  private versionOf(table: string): string {
-    return `${this.externalVersion}.${this.versions.get(table) ?? 0}`;
-  }
-
-  private cacheKey(table: string, sql: string, params: unknown[]): string {
-    return `${this.versionOf(table)}\u0000${sql}\u0000${JSON.stringify(params)}`;
-  }
-
-  /**
-   * Notices commits by other connections (other worker processes, the CLI),
-   * which no touched() call announces: every cached entry is dropped when
-   * there was one. Returns whether there was.
-   */
-  noticeOtherConnections(): boolean {
-    const version = this.dataVersion.get() as number;
-    if (version === this.seenDataVersion) return false;
-    const first = this.seenDataVersion === -1;
-    this.seenDataVersion = version;
-    if (first) return false;
-    this.externalVersion++;
-    return true;
+    return { items, hasMore, totalCount };
   }
 
   /** The column names of a plain select list ("uid, parent_uid, ..."). */
@@ -169,17 +86,6 @@ export class ListRunner {
       this.columns.set(select, columns);
     }
     return columns;
-  }
-
-  private count(table: string, where: string, params: unknown[]): number {
-    const sql = `SELECT count(*) AS n FROM ${table} AS t WHERE ${where}`;
-    const key = this.cacheKey(table, sql, params);
-    const cached = this.counts.get(key);
-    if (cached !== undefined) return cached;
-    const n = (this.prepare(sql).get(...params) as { n: number }).n;
-    // A count taken inside an open transaction may include writes that roll back.
-    if (!this.db.inTransaction) this.counts.set(key, n);
-    return n;
   }
 
   private prepare(sql: string, pluck = false): Statement {

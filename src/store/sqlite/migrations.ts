@@ -161,7 +161,39 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX role_bindings_role ON role_bindings(role_uid);
   CREATE INDEX role_bindings_create_time ON role_bindings(create_time, uid);
   `,
+  // 7: table versions, moved by triggers in the writing transaction, so
+  // caches in every process sharing the file see each commit (cascades too).
+  versionTriggers([
+    "groups",
+    "identities",
+    "roles",
+    "role_bindings",
+    "identity_providers",
+    "account_associations",
+    "group_invites",
+    "repos",
+    "tags",
+    "advisories",
+    "signing_keys",
+  ]),
 ];
+
+/** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */
+function versionTriggers(tables: readonly string[]): string {
+  const rows = tables.map((t) => `('${t}', 0)`).join(", ");
+  const triggers = tables.flatMap((t) =>
+    ["INSERT", "UPDATE", "DELETE"].map(
+      (op) => `CREATE TRIGGER ${t}_version_${op.toLowerCase()} AFTER ${op} ON ${t} BEGIN
+    UPDATE table_versions SET version = version + 1 WHERE name = '${t}';
+  END;`,
+    ),
+  );
+  return `
+  CREATE TABLE table_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL) STRICT, WITHOUT ROWID;
+  INSERT INTO table_versions (name, version) VALUES ${rows};
+  ${triggers.join("\n  ")}
+  `;
+}
 
 /** Brings the database schema up to date inside one transaction per step. */
 export function migrate(db: Database): void {

@@ -53,12 +53,11 @@ export class SqliteRepoStore implements SyncRepoStore {
       if (this.getStmt.get(repo.uid)) throw new AlreadyExistsError("repo", repo.uid);
       this.requireNameFree(repo.parentUid, repo.name, repo.uid);
       this.insertStmt.run(toParams(repo));
-      this.lists.touched(TABLE.table);
     }).immediate();
   }
 
   get(uid: string): RepoRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RepoFilter, RepoOrder>): ListResult<RepoRecord> {
@@ -72,7 +71,6 @@ export class SqliteRepoStore implements SyncRepoStore {
       const next: RepoRecord = { ...current, ...changes, updateTime };
       if (next.name !== current.name) this.requireNameFree(next.parentUid, next.name, uid);
       this.updateStmt.run(toParams(next));
-      this.lists.touched(TABLE.table);
       return next;
     }).immediate();
   }
@@ -86,7 +84,6 @@ export class SqliteRepoStore implements SyncRepoStore {
         ]);
       }
       this.deleteStmt.run(uid);
-      this.lists.touched(TABLE.table);
     }).immediate();
   }
 

@@ -27,7 +27,6 @@ export class SqliteRoleBindingStore implements SyncRoleBindingStore {
   constructor(
     private readonly db: Database,
     private readonly lists: ListRunner,
-    private readonly authzChanged: () => void,
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO role_bindings (uid, parent_uid, identity_uid, role_uid, create_time)
@@ -53,13 +52,11 @@ export class SqliteRoleBindingStore implements SyncRoleBindingStore {
         if (this.getStmt.get(b.uid)) throw new AlreadyExistsError("role binding", b.uid);
         this.insertStmt.run(b);
       }
-      this.lists.touched(TABLE.table);
-      this.authzChanged();
     }).immediate();
   }
 
   get(uid: string): RoleBindingRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): ListResult<RoleBindingRecord> {
@@ -76,19 +73,12 @@ export class SqliteRoleBindingStore implements SyncRoleBindingStore {
       this.requireIdentity(next.identityUid);
       this.requireRole(next.roleUid);
       this.updateStmt.run({ uid, identityUid: next.identityUid, roleUid: next.roleUid });
-      this.lists.touched(TABLE.table);
-      this.authzChanged();
       return next;
     }).immediate();
   }
 
   delete(uid: string): boolean {
-    const deleted = this.deleteStmt.run(uid).changes > 0;
-    if (deleted) {
-      this.lists.touched(TABLE.table);
-      this.authzChanged();
-    }
-    return deleted;
+    return this.deleteStmt.run(uid).changes > 0;
   }
 
   forIdentity(identityUid: string): RoleBindingRecord[] {

@@ -35,7 +35,6 @@ export class SqliteRoleStore implements SyncRoleStore {
   constructor(
     private readonly db: Database,
     private readonly lists: ListRunner,
-    private readonly authzChanged: () => void,
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO roles (uid, parent_uid, name, description, capabilities, create_time, update_time)
@@ -57,12 +56,10 @@ export class SqliteRoleStore implements SyncRoleStore {
     }
     if (this.getStmt.get(role.uid)) throw new AlreadyExistsError("role", role.uid);
     this.insertStmt.run({ ...role, capabilities: JSON.stringify(normalized(role.capabilities)) });
-    this.lists.touched(TABLE.table);
-    this.authzChanged();
   }
 
   get(uid: string): RoleRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<RoleFilter, RoleOrder>): ListResult<RoleRecord> {
@@ -82,8 +79,6 @@ export class SqliteRoleStore implements SyncRoleStore {
         capabilities: JSON.stringify(next.capabilities),
         updateTime,
       });
-      this.lists.touched(TABLE.table);
-      this.authzChanged();
       return next;
     }).immediate();
   }
@@ -103,9 +98,6 @@ export class SqliteRoleStore implements SyncRoleStore {
         }
       }
       this.deleteStmt.run(uid);
-      this.lists.touched(TABLE.table);
-      this.lists.touched("group_invites");
-      this.authzChanged();
     }).immediate();
   }
 }

@@ -55,13 +55,12 @@ export class SqliteTagStore implements SyncTagStore {
           isEpoch: isEpochTag(tag.name) ? 1 : 0,
         });
       }
-      this.lists.touched(TABLE.table);
       return { tag: stored, created: !existing };
     }).immediate();
   }
 
   get(uid: string): TagRecord | null {
-    return this.lists.one(TABLE, this.getStmt, uid, toRecord);
+    return this.lists.one(this.getStmt, uid, toRecord);
   }
 
   list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord> {
@@ -79,6 +78,5 @@ export class SqliteTagStore implements SyncTagStore {
   delete(uid: string): void {
     const deleted = this.deleteStmt.run(uid).changes > 0;
     if (!deleted) throw new NotFoundError("tag", uid);
-    this.lists.touched(TABLE.table);
   }
 }

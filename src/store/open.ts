@@ -1,0 +1,30 @@
+import { createCachingStore } from "./caching.js";
+import { openSqliteStore } from "./sqlite/index.js";
+import type { Store } from "./store.js";
+
+/** Where the data lives. */
+export interface StoreLocation {
+  /** postgres://… selects PostgreSQL; "" keeps SQLite in dataDir. */
+  databaseUrl: string;
+  /** The SQLite data directory (":memory:" for a throwaway store). */
+  dataDir: string;
+  /** Refuse a group- or world-accessible SQLite directory (default true). */
+  checkPermissions?: boolean;
+  /** PostgreSQL connections this process keeps at most. */
+  maxConnections?: number;
+}
+
+/** The bare engine: PostgreSQL when a URL is given, else SQLite. */
+export async function openEngine(at: StoreLocation): Promise<Store> {
+  if (at.databaseUrl !== "") {
+    // Loaded only when used: the embedded default never loads the driver.
+    const { openPostgresStore } = await import("./postgres/index.js");
+    return openPostgresStore({ url: at.databaseUrl, maxConnections: at.maxConnections });
+  }
+  return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true });
+}
+
+/** The store a server runs on: the engine behind its read caches. */
+export async function openStore(at: StoreLocation): Promise<Store> {
+  return createCachingStore(await openEngine(at));
+}

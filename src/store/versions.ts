@@ -1,0 +1,45 @@
+/**
+ * Table versions: a counter per table that moves in every transaction that
+ * writes the table (a trigger bumps it, so cascades count too), on every
+ * engine and from every process. Caches key what they keep with the versions
+ * of the tables it was read from, read before the data: an entry is never
+ * served once a newer write is known, and nothing is time-based.
+ */
+
+/** The tables caches are checked against. */
+export const VERSIONED_TABLES = [
+  "groups",
+  "identities",
+  "roles",
+  "role_bindings",
+  "identity_providers",
+  "account_associations",
+  "group_invites",
+  "repos",
+  "tags",
+  "advisories",
+  "signing_keys",
+] as const;
+
+export type VersionedTable = (typeof VERSIONED_TABLES)[number];
+
+/** Each table's version at one moment. */
+export type TableVersions = Readonly<Record<VersionedTable, number>>;
+
+/** The tables authorization is derived from: a change to any of them changes who may do what. */
+export const AUTHZ_TABLES: readonly VersionedTable[] = ["identities", "roles", "role_bindings"];
+
+/** Every table at version 0. */
+export function zeroVersions(): Record<VersionedTable, number> {
+  return Object.fromEntries(VERSIONED_TABLES.map((t) => [t, 0])) as Record<VersionedTable, number>;
+}
+
+/**
+ * Versions from rows of (name, version), ignoring names that are not
+ * versioned tables; a table without a row is at 0.
+ */
+export function versionsFromRows(rows: readonly { name: string; version: number | string }[]): TableVersions {
+  const out = zeroVersions();
+  for (const row of rows) if (row.name in out) out[row.name as VersionedTable] = Number(row.version);
+  return out;
+}
