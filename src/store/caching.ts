@@ -1,21 +1,21 @@
-import { decorateParts, type PartMethod } from "./decorate.js";
+import { decorateParts, READ_METHODS, type PartMethod } from "./decorate.js";
 import { QueryCache } from "./query-cache.js";
 import { signalIn } from "./signal.js";
 import type { ListQuery, ListResult, Store, StoreParts } from "./store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "./versions.js";
 
-/** The reads of each part that are cached, and the one table each answers from. */
-const CACHED_READS: { readonly [P in keyof StoreParts]?: { table: VersionedTable; reads: readonly (keyof StoreParts[P])[] } } = {
-  groups: { table: "groups", reads: ["get", "list"] },
-  identities: { table: "identities", reads: ["get", "list"] },
-  roles: { table: "roles", reads: ["get", "list"] },
-  roleBindings: { table: "role_bindings", reads: ["get", "list", "forIdentity"] },
-  identityProviders: { table: "identity_providers", reads: ["get", "list"] },
-  accountAssociations: { table: "account_associations", reads: ["get", "list"] },
-  groupInvites: { table: "group_invites", reads: ["get", "list", "findByKeyId"] },
-  repos: { table: "repos", reads: ["get", "list"] },
-  tags: { table: "tags", reads: ["get", "list"] },
-  advisories: { table: "advisories", reads: ["get", "list"] },
+/** The table each part's reads (READ_METHODS) answer from; their answers are cached. */
+const PART_TABLE: { readonly [P in keyof StoreParts]?: VersionedTable } = {
+  groups: "groups",
+  identities: "identities",
+  roles: "roles",
+  roleBindings: "role_bindings",
+  identityProviders: "identity_providers",
+  accountAssociations: "account_associations",
+  groupInvites: "group_invites",
+  repos: "repos",
+  tags: "tags",
+  advisories: "advisories",
 };
 
 /** Budgets of the caches: answers by bytes of their JSON text, counts by number. */
@@ -102,11 +102,10 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
   };
 
   const parts = decorateParts(inner, (part, method, original) => {
-    const spec = CACHED_READS[part as keyof StoreParts] as { table: VersionedTable; reads: readonly string[] } | undefined;
-    if (spec?.reads.includes(method)) return cachedRead(part, method, spec.table, original);
-    // keys: signing keys and secrets are read rarely and by their own holders.
-    if (part === "keys" && method !== "addSigningKey") return original;
-    return written(original);
+    const table = PART_TABLE[part as keyof StoreParts];
+    // keys: signing keys and secrets are read rarely, by their own holders.
+    if (table === undefined) return part === "keys" && method === "addSigningKey" ? written(original) : original;
+    return READ_METHODS.has(method) ? cachedRead(part, method, table, original) : written(original);
   });
 
   return {

@@ -1,4 +1,4 @@
-import { methodNames } from "../decorate.js";
+import { methodNames, READ_METHODS } from "../decorate.js";
 import { signalIn, throwIfCancelled } from "../signal.js";
 import type { Async } from "../store.js";
 
@@ -32,15 +32,19 @@ export class ConnectionGate {
   }
 }
 
+/** How a synchronous operation is run on the connection. */
+export type Run = <R>(fn: () => R) => Promise<R>;
+
 /**
  * The asynchronous form of a synchronous part: each method runs through
- * `run` (unless its signal aborted while it waited), and what it throws
- * becomes a rejection.
+ * `read` or `write` (unless its signal aborted while it waited), and what it
+ * throws becomes a rejection.
  */
-export function asyncPart<T extends object>(part: T, run: <R>(fn: () => R) => Promise<R>): Async<T> {
+export function asyncPart<T extends object>(part: T, read: Run, write: Run): Async<T> {
   const out: Record<string, unknown> = {};
   for (const name of methodNames(part)) {
     const method = (part as Record<string, (...args: unknown[]) => unknown>)[name]!;
+    const run = READ_METHODS.has(name) ? read : write;
     out[name] = (...args: unknown[]) => {
       const signal = signalIn(args);
       return run(() => {

@@ -2,6 +2,7 @@ import type { Database } from "better-sqlite3";
 import type { ConnectionGate } from "./async.js";
 
 interface PendingWrite {
+  /** A synchronous write, or a transaction function (awaited alone inside the group). */
   run: () => unknown;
   resolve: (value: unknown) => void;
   reject: (err: unknown) => void;
@@ -25,11 +26,17 @@ export class GroupCommitter {
   constructor(
     private readonly db: Database,
     private readonly gate: ConnectionGate,
+    /** Told after every group, committed or rolled back. */
+    private readonly onSettled: () => void,
   ) {}
 
-  /** Runs fn (a synchronous write) in the next group; resolves with its result once committed. */
-  write<T>(fn: () => T): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
+  /**
+   * Runs fn in the next group, in a savepoint of its own; resolves with its
+   * result once committed. fn may be asynchronous (a transaction function):
+   * the group awaits it before running the next.
+   */
+  write<T>(fn: () => T): Promise<Awaited<T>> {
+    return new Promise<Awaited<T>>((resolve, reject) => {
       this.queue.push({ run: fn, resolve: resolve as (value: unknown) => void, reject });
       if (!this.scheduled) {
         this.scheduled = true;
@@ -49,10 +56,13 @@ export class GroupCommitter {
       try {
         this.db.exec("BEGIN IMMEDIATE");
         for (const w of group) {
-          // A nested better-sqlite3 transaction is a savepoint.
+          this.db.exec("SAVEPOINT write");
           try {
-            outcomes.push({ ok: true, value: this.db.transaction(w.run)() });
+            outcomes.push({ ok: true, value: await w.run() });
+            this.db.exec("RELEASE write");
           } catch (err) {
+            this.db.exec("ROLLBACK TO write");
+            this.db.exec("RELEASE write");
             outcomes.push({ ok: false, err });
           }
         }
@@ -61,6 +71,8 @@ export class GroupCommitter {
         if (this.db.inTransaction) this.db.exec("ROLLBACK");
         for (const w of group) w.reject(err);
         return;
+      } finally {
+        this.onSettled();
       }
       group.forEach((w, i) => {
         const outcome = outcomes[i]!;

@@ -1,6 +1,7 @@
 import Database from "better-sqlite3";
 import type { Store, StoreParts } from "../store.js";
-import { asyncPart, ConnectionGate, direct } from "./async.js";
+import { asyncPart, ConnectionGate, direct, type Run } from "./async.js";
+import { GroupCommitter } from "./group-commit.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
 import { prepareDataDir } from "./data-dir.js";
@@ -16,7 +17,7 @@ import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
 import { SqliteTagStore } from "./tags.js";
-import { versionsFromRows } from "../versions.js";
+import { versionsFromRows, type TableVersions } from "../versions.js";
 import { throwIfCancelled } from "../signal.js";
 
 /** Options for opening the SQLite store. */
@@ -66,37 +67,43 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
   };
-  const versions = db.prepare("SELECT name, version FROM table_versions");
-  let calls = 0;
   const gate = new ConnectionGate();
-  const partsVia = (run: <R>(fn: () => R) => Promise<R>): StoreParts => {
+  // Versions are read again only after a commit: this connection's own (a
+  // group or a transaction), or another's, which moves data_version.
+  const versions = db.prepare("SELECT name, version FROM table_versions");
+  const dataVersion = db.prepare("PRAGMA data_version").pluck();
+  let known: { versions: TableVersions; dataVersion: number } | null = null;
+  const committed = () => {
+    known = null;
+  };
+  const committer = new GroupCommitter(db, gate, committed);
+  let calls = 0;
+  const partsVia = (read: Run, write: Run): StoreParts => {
     const out: Record<string, unknown> = {};
-    for (const [name, part] of Object.entries(sync)) out[name] = asyncPart(part, run);
+    for (const [name, part] of Object.entries(sync)) out[name] = asyncPart(part, read, write);
     return out as unknown as StoreParts;
   };
-  const parts = partsVia((fn) => gate.shared(fn));
+  // Reads run as soon as no transaction holds the connection; writes join the next group commit.
+  const parts = partsVia((fn) => gate.shared(fn), (fn) => committer.write(fn));
   // Inside a transaction the gate is held already: its operations run directly.
-  const txParts = partsVia(direct);
+  const txParts = partsVia(direct, direct);
   let open = true;
   return {
     ...parts,
-    readVersions: () => gate.shared(() => versionsFromRows(versions.all() as { name: string; version: number }[])),
+    readVersions: () =>
+      gate.shared(() => {
+        const now = dataVersion.get() as number;
+        if (known?.dataVersion !== now) known = { versions: versionsFromRows(versions.all() as { name: string; version: number }[]), dataVersion: now };
+        return known.versions;
+      }),
     version: () => ++calls,
     refresh: () => gate.shared(() => undefined),
-    transaction(fn, signal) {
-      return gate.exclusive(async () => {
+    // A transaction joins the next group commit like any write, in a savepoint of its own.
+    transaction: (fn, signal) =>
+      committer.write(() => {
         throwIfCancelled(signal);
-        db.exec("BEGIN IMMEDIATE");
-        try {
-          const result = await fn(txParts);
-          db.exec("COMMIT");
-          return result;
-        } catch (err) {
-          if (db.inTransaction) db.exec("ROLLBACK");
-          throw err;
-        }
-      });
-    },
+        return fn(txParts);
+      }),
     ready: () => open,
     close: () =>
       gate.exclusive(async () => {
