@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, test } from "node:test";
-import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
+import { AlreadyExistsError, CancelledError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
 import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store } from "../../src/store/store.js";
 import { advisoryConformance } from "./store-conformance-advisories.js";
 import { iamConformance } from "./store-conformance-iam.js";
@@ -183,6 +183,29 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     advisoryConformance(() => store);
 
     describe("transactions, keys and lifecycle", () => {
+      test("a call whose signal has aborted does nothing and rejects: DEADLINE_EXCEEDED for a timeout, CANCELLED otherwise", async () => {
+        const cancelled = new AbortController();
+        cancelled.abort();
+        await assert.rejects(async () => store.groups.create(group(A, null, "org"), cancelled.signal), (err: unknown) => err instanceof CancelledError && err.reason === "CANCELLED");
+        assert.equal(await store.groups.get(A), null, "nothing was written");
+        const timedOut = AbortSignal.timeout(0);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        let ran = false;
+        await assert.rejects(
+          async () =>
+            store.transaction(async (tx) => {
+              ran = true;
+              await tx.groups.create(group(A, null, "org"));
+            }, timedOut),
+          (err: unknown) => err instanceof CancelledError && err.reason === "DEADLINE_EXCEEDED",
+        );
+        assert.equal(ran, false, "the transaction function never ran");
+        assert.equal(await store.groups.get(A), null);
+        const live = new AbortController();
+        await store.groups.create(group(A, null, "org"), live.signal);
+        assert.equal((await store.groups.list(query({}), live.signal)).totalCount, 1, "a live signal changes nothing");
+      });
+
       test("a transaction's writes commit together", async () => {
         const out = await store.transaction(async (tx) => {
           await tx.groups.create(group(A, null, "org"));

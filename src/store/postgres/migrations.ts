@@ -208,9 +208,16 @@ const MIGRATIONS: readonly string[] = [
     version bigint NOT NULL,
     PRIMARY KEY (name, bucket)
   );
+  -- Once per table per transaction: a bulk write (an import, a copy) must not
+  -- update one row thousands of times in one transaction (each update of a row
+  -- already updated in the same transaction walks a longer version chain).
+  -- The transaction-local setting is undone with the transaction or savepoint.
   CREATE FUNCTION bump_table_version() RETURNS trigger LANGUAGE plpgsql AS $$
   BEGIN
-    UPDATE table_versions SET version = version + 1 WHERE name = TG_TABLE_NAME AND bucket = pg_backend_pid() % 16;
+    IF current_setting('platform_versions.' || TG_TABLE_NAME, true) IS DISTINCT FROM 'bumped' THEN
+      UPDATE table_versions SET version = version + 1 WHERE name = TG_TABLE_NAME AND bucket = pg_backend_pid() % 16;
+      PERFORM set_config('platform_versions.' || TG_TABLE_NAME, 'bumped', true);
+    END IF;
     RETURN NULL;
   END $$;
   ${versionTriggers([
