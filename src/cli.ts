@@ -9,7 +9,7 @@ import { FailedPreconditionError } from "./domain/errors.js";
 import { copyStore } from "./store/copy.js";
 import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
-import { openStore as openConfiguredStore } from "./store/open.js";
+import { openEngine, openStore as openConfiguredStore } from "./store/open.js";
 import type { Store } from "./store/store.js";
 import { isWorker, runPrimary } from "./workers.js";
 
@@ -118,8 +118,7 @@ Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identitie
       }
       const source = openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
       try {
-        const { openPostgresStore } = await import("./store/postgres/index.js");
-        const target = await openPostgresStore({ url: cfg.databaseUrl });
+        const target = await openEngine({ databaseUrl: cfg.databaseUrl, dataDir: cfg.dataDir });
         try {
           const counts = await copyStore(source, target);
           for (const [kind, n] of Object.entries(counts)) process.stdout.write(`${kind}: ${n}\n`);

@@ -58,6 +58,16 @@ async function pairOn(at: Location): Promise<Pair> {
   };
 }
 
+/** Runs fn on a fresh pair over the backend's storage, closing both stores after. */
+async function withPair(backend: { location: () => Promise<Location> }, fn: (p: Pair) => Promise<void>): Promise<void> {
+  const p = await pairOn(await backend.location());
+  try {
+    await fn(p);
+  } finally {
+    await p.close();
+  }
+}
+
 const backends: { name: string; location: () => Promise<Location> }[] = [
   { name: "sqlite", location: async () => ({ databaseUrl: "", dataDir: mkdtempSync(join(dir, "db-")) }) },
 ];
@@ -65,9 +75,8 @@ if (pgAvailable()) backends.push({ name: "postgresql", location: async () => ({ 
 
 for (const backend of backends) {
   describe(`caching store on ${backend.name}`, () => {
-    test("an answer asked again is served from memory until its table is written here, and frozen", async () => {
-      const p = await pairOn(await backend.location());
-      try {
+    test("an answer asked again is served from memory until its table is written here, and frozen", async () =>
+      withPair(backend, async (p) => {
         await p.a.groups.create(group(ORG, null, "org"));
         for (let i = 1; i <= 3; i++) await p.a.groups.create(group(child(i), ORG, `team ${i}`));
         p.calls.clear();
@@ -90,14 +99,10 @@ for (const backend of backends) {
         assert.equal(after.items[0]?.name, "renamed");
         await p.a.groups.create(group(child(4), ORG, "team 4"));
         assert.equal((await p.a.groups.list(query({ hierarchy: { childrenOf: ORG }, limit: 2 }))).totalCount, 4);
-      } finally {
-        await p.close();
-      }
-    });
+      }));
 
-    test("another process's write is seen at the next refresh, never before a refresh is needed", async () => {
-      const p = await pairOn(await backend.location());
-      try {
+    test("another process's write is seen at the next refresh, never before a refresh is needed", async () =>
+      withPair(backend, async (p) => {
         await p.b.groups.create(group(ORG, null, "org"));
         await p.a.refresh();
         assert.equal((await p.a.groups.get(ORG))?.name, "org");
@@ -114,14 +119,10 @@ for (const backend of backends) {
           assert.equal((await reader.groups.get(ORG))?.description, `round ${i}`);
           assert.equal((await reader.groups.list(query({ hierarchy: { inRoot: true } }))).items[0]?.description, `round ${i}`);
         }
-      } finally {
-        await p.close();
-      }
-    });
+      }));
 
-    test("authorization data changed by another process, a cascade included, moves the authorization version", async () => {
-      const p = await pairOn(await backend.location());
-      try {
+    test("authorization data changed by another process, a cascade included, moves the authorization version", async () =>
+      withPair(backend, async (p) => {
         const person = "9".repeat(40);
         const viewer = "8".repeat(40);
         await p.b.groups.create(group(ORG, null, "org"));
@@ -135,14 +136,10 @@ for (const backend of backends) {
         await p.a.refresh();
         assert.notEqual(p.a.version(AUTHZ_TABLES), before);
         assert.deepEqual(await p.a.roleBindings.forIdentity(person), [], "the binding went with the identity");
-      } finally {
-        await p.close();
-      }
-    });
+      }));
 
-    test("walking the pages of a list counts once", async () => {
-      const p = await pairOn(await backend.location());
-      try {
+    test("walking the pages of a list counts once", async () =>
+      withPair(backend, async (p) => {
         await p.a.groups.create(group(ORG, null, "org"));
         for (let i = 1; i <= 10; i++) await p.a.groups.create(group(child(i), ORG, `team ${i}`));
         p.calls.clear();
@@ -159,10 +156,7 @@ for (const backend of backends) {
         assert.equal(seen.length, 10);
         assert.equal(p.calls.get("groups.list"), 4);
         assert.equal(p.calls.get("list-counted"), 1);
-      } finally {
-        await p.close();
-      }
-    });
+      }));
   });
 }
 

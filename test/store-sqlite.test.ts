@@ -6,6 +6,7 @@ import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
 import { createCachingStore } from "../src/store/caching.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
+import { FIRST_VERSIONED_TABLES } from "../src/store/versions.js";
 import type {
   AccountAssociationRecord,
   GroupInviteRecord,
@@ -32,9 +33,8 @@ runStoreConformance("sqlite in memory", () => openSqliteStore({ dataDir: ":memor
 runStoreConformance("sqlite file behind its caches", () => createCachingStore(openSqliteStore({ dataDir: freshDir() })));
 
 /** Drops the tables of migrations after 3, so a file looks like what an older server left. */
-const VERSIONED = ["groups", "identities", "roles", "role_bindings", "identity_providers", "account_associations", "group_invites", "repos", "tags", "advisories", "signing_keys"];
 const LATER_THAN_3 =
-  VERSIONED.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER ${t}_version_${op};`)).join(" ") +
+  FIRST_VERSIONED_TABLES.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER ${t}_version_${op};`)).join(" ") +
   " DROP TABLE table_versions; DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;";
 
 const ROOT = "d".repeat(40);

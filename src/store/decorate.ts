@@ -15,8 +15,8 @@ export const PART_NAMES = [
   "keys",
 ] as const satisfies readonly (keyof StoreParts)[];
 
-/** The part methods that only read; every other method writes (keys' methods are rare and run as they are). */
-export const READ_METHODS: ReadonlySet<string> = new Set(["get", "list", "forIdentity", "findByKeyId"]);
+/** The part methods that only read; every other method writes. */
+export const READ_METHODS: ReadonlySet<string> = new Set(["get", "list", "forIdentity", "findByKeyId", "signingKeys"]);
 
 /** The methods of a part object: its own function properties and those of its classes, not Object's. */
 export function methodNames(part: object): string[] {

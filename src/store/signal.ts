@@ -2,12 +2,12 @@ import { ConnectError, Code } from "@connectrpc/connect";
 import { CancelledError } from "../domain/errors.js";
 
 /**
- * The call's signal at the end of a part method's arguments, if the caller
- * passed one (every part method takes it last, optionally).
+ * A part method's arguments split into the call's signal, if the caller
+ * passed one (every part method takes it last, optionally), and the rest.
  */
-export function signalIn(args: readonly unknown[]): AbortSignal | undefined {
+export function splitSignal(args: unknown[]): { signal: AbortSignal | undefined; args: unknown[] } {
   const last = args[args.length - 1];
-  return last instanceof AbortSignal ? last : undefined;
+  return last instanceof AbortSignal ? { signal: last, args: args.slice(0, -1) } : { signal: undefined, args };
 }
 
 /**

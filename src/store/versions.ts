@@ -6,8 +6,12 @@
  * served once a newer write is known, and nothing is time-based.
  */
 
-/** The tables caches are checked against. */
-export const VERSIONED_TABLES = [
+/**
+ * The tables the first version-trigger migrations cover (SQLite's 7th,
+ * PostgreSQL's 1st). Frozen with them: a table versioned later gets its
+ * triggers in a migration of its own and joins VERSIONED_TABLES.
+ */
+export const FIRST_VERSIONED_TABLES = [
   "groups",
   "identities",
   "roles",
@@ -20,6 +24,9 @@ export const VERSIONED_TABLES = [
   "advisories",
   "signing_keys",
 ] as const;
+
+/** The tables caches are checked against. */
+export const VERSIONED_TABLES = FIRST_VERSIONED_TABLES;
 
 export type VersionedTable = (typeof VERSIONED_TABLES)[number];
 

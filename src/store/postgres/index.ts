@@ -16,7 +16,7 @@ import { migratePostgres } from "./migrations.js";
 import { UnavailableError } from "../../domain/errors.js";
 import { versionsFromRows } from "../versions.js";
 import { decorateParts } from "../decorate.js";
-import { signalIn, throwIfCancelled } from "../signal.js";
+import { splitSignal, throwIfCancelled } from "../signal.js";
 import { isConnectionError, poolRunner, serializable, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
 
 /** Options for opening the PostgreSQL store. */
@@ -96,19 +96,19 @@ function guardedSource(pool: pg.Pool, reach: Reachability): ClientSource {
 }
 
 /**
- * The parts over one runner (the pool, or an open transaction's client); a
- * call whose signal aborted is refused before it runs a statement.
+ * The parts over the pool: a call whose signal aborted is refused before it
+ * runs a statement. (Inside a transaction the transaction holds the signal.)
  */
-function partsOver(run: Runner): StoreParts {
-  return decorateParts(rawPartsOver(run), (_part, _method, original) => async (...args) => {
-    const signal = signalIn(args);
-    if (!signal) return original(...args);
+function cancellableParts(run: Runner): StoreParts {
+  return decorateParts(partsOver(run), (_part, _method, original) => async (...call) => {
+    const { signal, args } = splitSignal(call);
     throwIfCancelled(signal);
-    return original(...args.slice(0, -1));
+    return original(...args);
   });
 }
 
-function rawPartsOver(run: Runner): StoreParts {
+/** The parts over one runner (the pool, or an open transaction's client). */
+function partsOver(run: Runner): StoreParts {
   return {
     groups: new PgGroupStore(run, GROUP_CHILD_KINDS),
     identities: new PgIdentityStore(run),
@@ -150,7 +150,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
   }
   const reach = new Reachability(pool);
   const source = guardedSource(pool, reach);
-  const parts = partsOver(poolRunner(source));
+  const parts = cancellableParts(poolRunner(source));
   let open = true;
   let calls = 0;
   return {

@@ -1,3 +1,4 @@
+import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import type pg from "pg";
 
 /** The key of the advisory lock migrations run under: one process migrates, the others wait and find nothing to do. */
@@ -220,19 +221,7 @@ const MIGRATIONS: readonly string[] = [
     END IF;
     RETURN NULL;
   END $$;
-  ${versionTriggers([
-    "groups",
-    "identities",
-    "roles",
-    "role_bindings",
-    "identity_providers",
-    "account_associations",
-    "group_invites",
-    "repos",
-    "tags",
-    "advisories",
-    "signing_keys",
-  ])}
+  ${versionTriggers(FIRST_VERSIONED_TABLES)}
   `,
 ];
 

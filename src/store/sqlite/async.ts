@@ -1,5 +1,5 @@
 import { methodNames, READ_METHODS } from "../decorate.js";
-import { signalIn, throwIfCancelled } from "../signal.js";
+import { splitSignal, throwIfCancelled } from "../signal.js";
 import type { Async } from "../store.js";
 
 /**
@@ -45,11 +45,11 @@ export function asyncPart<T extends object>(part: T, read: Run, write: Run): Asy
   for (const name of methodNames(part)) {
     const method = (part as Record<string, (...args: unknown[]) => unknown>)[name]!;
     const run = READ_METHODS.has(name) ? read : write;
-    out[name] = (...args: unknown[]) => {
-      const signal = signalIn(args);
+    out[name] = (...call: unknown[]) => {
+      const { signal, args } = splitSignal(call);
       return run(() => {
         throwIfCancelled(signal);
-        return method.apply(part, signal ? args.slice(0, -1) : args);
+        return method.apply(part, args);
       });
     };
   }

@@ -97,7 +97,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
         return known.versions;
       }),
     version: () => ++calls,
-    refresh: () => gate.shared(() => undefined),
+    refresh: async () => {},
     // A transaction joins the next group commit like any write, in a savepoint of its own.
     transaction: (fn, signal) =>
       committer.write(() => {

@@ -1,3 +1,4 @@
+import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import type { Database } from "better-sqlite3";
 import { ADVISORIES_SCHEMA } from "./advisories-schema.js";
 import { REGISTRY_SCHEMA } from "./registry-schema.js";
@@ -163,19 +164,7 @@ const MIGRATIONS: readonly string[] = [
   `,
   // 7: table versions, moved by triggers in the writing transaction, so
   // caches in every process sharing the file see each commit (cascades too).
-  versionTriggers([
-    "groups",
-    "identities",
-    "roles",
-    "role_bindings",
-    "identity_providers",
-    "account_associations",
-    "group_invites",
-    "repos",
-    "tags",
-    "advisories",
-    "signing_keys",
-  ]),
+  versionTriggers(FIRST_VERSIONED_TABLES),
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */
