@@ -90,7 +90,12 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
     PLATFORM_AUTH_URL: "http://bench.local",
     LOG_LEVEL: "silent",
   };
-  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "..", "src", "main.ts"), "serve"], { env, stdio: ["ignore", "ignore", "inherit"] });
+  // BENCH_CPU_PROF: each process writes one profile of its whole run when it exits.
+  const profile = CPU_PROF_DIR ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR] : [];
+  const child = spawn(process.execPath, [...profile, "--import", "tsx", join(import.meta.dirname, "..", "src", "main.ts"), "serve"], {
+    env,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   for (let i = 0; i < 300; i++) {
     const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
     if (ready) return { child, port };
@@ -103,7 +108,10 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
 async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, ...opts, headers: { ...authHeaders, ...opts.headers } });
   const bad = result.non2xx + result.errors;
-  if (bad > 0) throw new Error(`${name}: ${bad} failed requests`);
+  if (bad > 0) {
+    const statuses = Object.entries(result.statusCodeStats ?? {}).map(([code, { count }]) => `${code}×${count}`).join(", ");
+    throw new Error(`${name}: ${bad} failed requests (statuses ${statuses}; ${result.errors} errors, ${result.timeouts} timeouts)`);
+  }
   return { name, rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
 }
 
@@ -307,7 +315,7 @@ async function measure(
       for (const s of selected) {
         const pid = (s.key === "ceiling" ? ceilingTarget : s.key === "ceilingList" ? listCeilingTarget : server).child.pid!;
         const before = cpuMillis(pid);
-        const profiled = CPU_PROF_DIR !== undefined && round === 0 && !s.key.startsWith("ceiling");
+        const profiled = CPU_PROF_DIR !== undefined && !POSTGRES && round === 0 && !s.key.startsWith("ceiling");
         if (profiled) server.child.kill("SIGUSR2");
         const row = await s.run();
         if (profiled) {

@@ -14,7 +14,7 @@ import type { Queryable } from "../src/store/postgres/list.js";
 import { migratePostgres } from "../src/store/postgres/migrations.js";
 import type { Store } from "../src/store/store.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
-import { group, invite, role } from "./support/store-fixtures.js";
+import { A, B, group, invite, role } from "./support/store-fixtures.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 
 if (!pgAvailable()) {
@@ -22,6 +22,31 @@ if (!pgAvailable()) {
 } else {
   // Behind its caches, as the server runs it (SQLite runs the suite on its bare engine too); every first read reaches the engine.
   runStoreConformance("postgresql behind its caches", async () => createCachingStore(await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 4 })));
+
+  test("the engine's transactionThenVersions answers the versions after its commit, and a rolled-back one moves nothing", async () => {
+    const store = await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 2 });
+    try {
+      const before = await store.readVersions();
+      const [result, versions] = await store.transactionThenVersions!(async (tx) => {
+        await tx.groups.create(group(A, null, "org"));
+        return "done";
+      });
+      assert.equal(result, "done");
+      assert.ok(versions.groups > before.groups, "the answered versions include the transaction's own write");
+      assert.deepEqual(versions, await store.readVersions(), "and are what readVersions() reads right after");
+      await assert.rejects(
+        store.transactionThenVersions!(async (tx) => {
+          await tx.groups.create(group(B, null, "other"));
+          throw new Error("abort");
+        }),
+        /abort/,
+      );
+      assert.equal(await store.groups.get(B), null);
+      assert.deepEqual(await store.readVersions(), versions, "a rolled-back transaction moves nothing");
+    } finally {
+      await store.close();
+    }
+  });
 
   describe("postgresql: two processes on one database", () => {
     let a: Store;

@@ -117,10 +117,22 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
     },
     // Reads inside a transaction go to the engine: what they see may roll back.
     async transaction(fn, signal) {
+      if (inner.transactionThenVersions === undefined) {
+        try {
+          return await inner.transaction(fn, signal);
+        } finally {
+          await afterWrite();
+        }
+      }
+      let committed = false;
       try {
-        return await inner.transaction(fn, signal);
+        const [result, versions] = await inner.transactionThenVersions(fn, signal);
+        committed = true;
+        absorb(versions);
+        return result;
       } finally {
-        await afterWrite();
+        // A failed transaction wrote nothing, unless the failure came after its COMMIT.
+        if (!committed) await afterWrite();
       }
     },
     ready: () => inner.ready(),

@@ -18,15 +18,31 @@ export const PART_NAMES = [
 /** The part methods that only read; every other method writes. */
 export const READ_METHODS: ReadonlySet<string> = new Set(["get", "list", "forIdentity", "findByKeyId", "signingKeys"]);
 
+/** The method names of each class prototype chain, found once (a transaction decorates fresh part objects). */
+const CLASS_METHODS = new WeakMap<object, readonly string[]>();
+
+/** The methods along a prototype chain, Object's excepted. */
+function classMethods(proto: object | null): readonly string[] {
+  if (proto === null || proto === Object.prototype) return [];
+  let names = CLASS_METHODS.get(proto);
+  if (names === undefined) {
+    const found = new Set<string>();
+    for (let p: object | null = proto; p && p !== Object.prototype; p = Object.getPrototypeOf(p) as object | null) {
+      for (const name of Object.getOwnPropertyNames(p)) {
+        if (name !== "constructor" && typeof Object.getOwnPropertyDescriptor(p, name)?.value === "function") found.add(name);
+      }
+    }
+    names = [...found];
+    CLASS_METHODS.set(proto, names);
+  }
+  return names;
+}
+
 /** The methods of a part object: its own function properties and those of its classes, not Object's. */
 export function methodNames(part: object): string[] {
   const names = new Set<string>();
   for (const name of Object.keys(part)) if (typeof (part as Record<string, unknown>)[name] === "function") names.add(name);
-  for (let proto = Object.getPrototypeOf(part) as object | null; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as object | null) {
-    for (const name of Object.getOwnPropertyNames(proto)) {
-      if (name !== "constructor" && typeof Object.getOwnPropertyDescriptor(proto, name)?.value === "function") names.add(name);
-    }
-  }
+  for (const name of classMethods(Object.getPrototypeOf(part) as object | null)) names.add(name);
   return [...names];
 }
 

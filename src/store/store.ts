@@ -662,6 +662,12 @@ export interface Store extends StoreParts {
    * An aborted signal stops it before it starts and between attempts.
    */
   transaction<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<T>;
+  /**
+   * Optional: transaction(), answering also readVersions() as read right
+   * after its commit, for engines where that read can ride with the COMMIT
+   * instead of costing a round trip of its own. CachingStore uses it.
+   */
+  transactionThenVersions?<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]>;
   /** True when the store can serve requests. */
   ready(): boolean;
   /** Flushes what it must and closes; idempotent. */

@@ -594,5 +594,6 @@ export function iamConformance(getStore: () => Store): void {
       assert.equal(after.identities, before.identities, "identities did not");
       assert.equal(after.role_bindings, before.role_bindings, "role bindings did not");
     });
+
   });
 }

@@ -14,10 +14,14 @@ import { PgRoleStore } from "./roles.js";
 import { PgTagStore } from "./tags.js";
 import { migratePostgres } from "./migrations.js";
 import { UnavailableError } from "../../domain/errors.js";
-import { versionsFromRows } from "../versions.js";
+import { versionsFromRows, type TableVersions } from "../versions.js";
 import { decorateParts } from "../decorate.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
-import { isConnectionError, poolRunner, serializable, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
+import { isConnectionError, poolRunner, serializable, serializableThenRead, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
+
+/** Each table's version: the sum of its bucket rows (one indexed read of 16 rows a table). */
+const READ_VERSIONS = "SELECT name, sum(version) AS version FROM table_versions GROUP BY name";
+type VersionRow = { name: string; version: string | number };
 
 /** Options for opening the PostgreSQL store. */
 export interface PostgresStoreOptions {
@@ -158,12 +162,17 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     // One indexed read of 16 rows a table: a write committed by any process is
     // seen by the next request of every process.
     async readVersions() {
-      const { rows } = await source.query<{ name: string; version: string }>("SELECT name, sum(version) AS version FROM table_versions GROUP BY name");
+      const { rows } = await source.query<VersionRow>(READ_VERSIONS);
       return versionsFromRows(rows);
     },
     version: () => ++calls,
     refresh: async () => {},
     transaction: (fn, signal) => serializable(source, (client) => fn(partsOver(txRunner(client))), signal),
+    // The versions ride with the COMMIT: a write costs no extra round trip to learn what it moved.
+    async transactionThenVersions<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]> {
+      const [result, rows] = await serializableThenRead<T, VersionRow>(source, (client) => fn(partsOver(txRunner(client))), READ_VERSIONS, signal);
+      return [result, versionsFromRows(rows)];
+    },
     ready: () => open && reach.up,
     async close() {
       if (!open) return;

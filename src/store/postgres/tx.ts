@@ -60,6 +60,21 @@ export interface Runner {
  * failure or deadlock: fn must have no effects outside the transaction.
  */
 export async function serializable<T>(pool: ClientSource, fn: (client: Queryable) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  return (await serializableThenRead(pool, fn, undefined, signal))[0];
+}
+
+/**
+ * serializable(), and then, when `read` is given (a statement without
+ * parameters), its rows as read right after the COMMIT, in a fresh snapshot:
+ * sent with the COMMIT as one simple query, so the read costs no round trip
+ * of its own. (Were the COMMIT refused, the read does not run.)
+ */
+export async function serializableThenRead<T, R = unknown>(
+  pool: ClientSource,
+  fn: (client: Queryable) => Promise<T>,
+  read: string | undefined,
+  signal?: AbortSignal,
+): Promise<[T, R[]]> {
   for (let attempt = 1; ; attempt++) {
     throwIfCancelled(signal);
     const client = await pool.connect();
@@ -67,8 +82,13 @@ export async function serializable<T>(pool: ClientSource, fn: (client: Queryable
     try {
       await client.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
       const result = await fn(client);
-      await client.query("COMMIT");
-      return result;
+      if (read === undefined) {
+        await client.query("COMMIT");
+        return [result, []];
+      }
+      // A simple query of several statements answers one result per statement.
+      const answers = (await client.query(`COMMIT; ${read}`)) as unknown as { rows: R[] }[];
+      return [result, answers[1]?.rows ?? []];
     } catch (err) {
       if (isConnectionError(err)) broken = err as Error;
       else {
