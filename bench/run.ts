@@ -88,13 +88,14 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
     PLATFORM_WORKERS: String(workers),
     PLATFORM_BASE_URL: "http://bench.local",
     PLATFORM_AUTH_URL: "http://bench.local",
-    LOG_LEVEL: "silent",
+    // BENCH_LOG_LEVEL=error: the server's error lines on this process's stdout.
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "silent",
   };
   // BENCH_CPU_PROF: each process writes one profile of its whole run when it exits.
   const profile = CPU_PROF_DIR ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR] : [];
   const child = spawn(process.execPath, [...profile, "--import", "tsx", join(import.meta.dirname, "..", "src", "main.ts"), "serve"], {
     env,
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", process.env.BENCH_LOG_LEVEL ? "inherit" : "ignore", "inherit"],
   });
   for (let i = 0; i < 300; i++) {
     const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);

@@ -11,7 +11,10 @@ import { PgGroupStore } from "../src/store/postgres/groups.js";
 import { AUTHZ_TABLES } from "../src/store/versions.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";
 import type { Queryable } from "../src/store/postgres/list.js";
-import { migratePostgres } from "../src/store/postgres/migrations.js";
+import { CLAIM_VERSION_BUCKET, migratePostgres } from "../src/store/postgres/migrations.js";
+import { MAX_ATTEMPTS, serializable, type ClientSource } from "../src/store/postgres/tx.js";
+import { AbortedError } from "../src/domain/errors.js";
+import { Code } from "@connectrpc/connect";
 import type { Store } from "../src/store/store.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { A, B, group, invite, role } from "./support/store-fixtures.js";
@@ -91,6 +94,73 @@ if (!pgAvailable()) {
       await a.roles.create(role("5".repeat(40), null, "another"));
       await b.refresh();
       assert.notEqual(b.version(AUTHZ_TABLES), before);
+    });
+  });
+
+  test("a transaction that keeps failing serialization ends in ABORTED after MAX_ATTEMPTS, each attempt rolled back", async () => {
+    const statements: string[] = [];
+    const failing = {
+      query: async (text: string) => {
+        statements.push(text);
+        if (text.startsWith("INSERT")) throw Object.assign(new Error("could not serialize access"), { code: "40001" });
+        return { rows: [], rowCount: 0 };
+      },
+    };
+    const source = { ...failing, connect: async () => ({ ...failing, release: () => {} }) } as unknown as ClientSource;
+    await assert.rejects(
+      serializable(source, async (q) => q.query("INSERT INTO groups VALUES (1)")),
+      (err: unknown) => err instanceof AbortedError && err.code === Code.Aborted,
+    );
+    assert.equal(statements.filter((s) => s.startsWith("INSERT")).length, MAX_ATTEMPTS);
+    assert.equal(statements.filter((s) => s === "ROLLBACK").length, MAX_ATTEMPTS);
+  });
+
+  describe("postgresql: version buckets", () => {
+    test("each connection claims a bucket of its own, moves only its bucket, and frees it when it goes", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 6 });
+      pool.on("connect", (client) => void client.query(CLAIM_VERSION_BUCKET));
+      try {
+        await migratePostgres(pool);
+        const clients = await Promise.all(Array.from({ length: 6 }, () => pool.connect()));
+        const bucketOf = async (c: pg.PoolClient) => Number((await c.query<{ b: string }>("SELECT current_setting('platform_versions.bucket', true) AS b")).rows[0]!.b);
+        const buckets = await Promise.all(clients.map(bucketOf));
+        assert.equal(new Set(buckets).size, 6, `six connections, six buckets: ${buckets.join(", ")}`);
+        await clients[3]!.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", ["1".repeat(40)]);
+        const { rows } = await clients[0]!.query<{ bucket: number; groups: string }>("SELECT bucket, groups FROM version_buckets WHERE groups > 0");
+        assert.deepEqual(rows.map((r) => r.bucket), [buckets[3]], "the write moved its connection's bucket only");
+        clients[3]!.release(true); // closed: its advisory lock goes with it
+        const next = await pool.connect();
+        assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
+        next.release();
+        for (const [i, c] of clients.entries()) if (i !== 3) c.release();
+      } finally {
+        await pool.end();
+      }
+    });
+
+    test("migration 2 carries every table's version over from table_versions: no version moves backwards", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 2 });
+      try {
+        await migratePostgres(pool, 1);
+        await pool.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", ["1".repeat(40)]);
+        await pool.query("UPDATE groups SET name = 'renamed'");
+        const { rows: old } = await pool.query<{ name: string; v: string }>("SELECT name, sum(version) AS v FROM table_versions GROUP BY name");
+        const oldGroups = Number(old.find((r) => r.name === "groups")!.v);
+        assert.ok(oldGroups >= 2);
+        await migratePostgres(pool);
+        const store = await openPostgresStore({ url: pool.options.connectionString!, maxConnections: 2 });
+        try {
+          const versions = await store.readVersions();
+          assert.equal(versions.groups, oldGroups);
+          assert.equal(versions.roles, 0);
+          await store.groups.update("1".repeat(40), { description: "moved" }, 2);
+          assert.equal((await store.readVersions()).groups, oldGroups + 1);
+        } finally {
+          await store.close();
+        }
+      } finally {
+        await pool.end();
+      }
     });
   });
 

@@ -123,6 +123,14 @@ export class UnavailableError extends ApiError {
   }
 }
 
+/** A write lost to concurrent writes more times than the store retries it: nothing was written, and the call may be retried. */
+export class AbortedError extends ApiError {
+  constructor(message = "Aborted: the write kept conflicting with concurrent writes and was not made; retry it") {
+    super(Code.Aborted, "ABORTED", message);
+    this.name = "AbortedError";
+  }
+}
+
 /** The caller gave up (cancelled the call, or its deadline passed) before the store did the work: nothing was done. */
 export class CancelledError extends ApiError {
   constructor(deadline: boolean) {

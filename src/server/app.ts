@@ -120,9 +120,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
+  const calls = new CallsInFlight();
   const observer: CallObserver = {
-    started: (protocol) => metrics.inFlight.add(1, protocol),
+    started(protocol) {
+      calls.started();
+      metrics.inFlight.add(1, protocol);
+    },
     finished(call) {
+      calls.finished();
       metrics.inFlight.add(-1, call.protocol);
       metrics.requests.inc(call.service, call.method, call.protocol, call.code);
       metrics.latency.observe(call.durationMs / 1000, call.service, call.method, call.protocol);
@@ -224,7 +229,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     restOperations: transcoder.operations,
     tokens,
     adminSubject: admin,
-    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, config.shutdownGraceMs)),
+    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, calls, config.shutdownGraceMs)),
   };
 }
 
@@ -234,8 +239,10 @@ async function shutdown(
   grpcServer: grpc.Server,
   health: HealthState,
   store: Store,
+  calls: CallsInFlight,
   graceMs: number,
 ): Promise<void> {
+  const deadline = Date.now() + graceMs;
   health.shutdown();
   const grpcDone = new Promise<void>((resolve) => {
     const force = setTimeout(() => {
@@ -252,7 +259,37 @@ async function shutdown(
   const force = setTimeout(() => front.closeAllConnections(), graceMs);
   await Promise.all([app.close(), grpcDone]);
   clearTimeout(force);
+  // A call whose client went away has no connection left to wait for, but its
+  // handler may still be writing: the store closes after it (or the grace).
+  await calls.settled(deadline - Date.now());
   await store.close();
+}
+
+/** How many calls are being handled, and a wait for none. */
+class CallsInFlight {
+  private running = 0;
+  private waiters: (() => void)[] = [];
+
+  started(): void {
+    this.running++;
+  }
+
+  finished(): void {
+    if (--this.running > 0) return;
+    for (const wake of this.waiters.splice(0)) wake();
+  }
+
+  /** Resolves when no call is running, or after ms. */
+  settled(ms: number): Promise<void> {
+    if (this.running <= 0 || ms <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
 }
 
 /**

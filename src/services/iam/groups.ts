@@ -86,15 +86,18 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
         createTime: now,
         updateTime: now,
       };
-      await store.transaction(async (tx) => {
-        await tx.groups.create(record);
-        // The creator of an organization owns it (the administrator needs no binding).
-        if (parent === null && !principal.admin) {
+      if (parent === null && !principal.admin) {
+        // The creator of an organization owns it (the administrator needs no binding): both or neither.
+        await store.transaction(async (tx) => {
+          await tx.groups.create(record);
           await tx.roleBindings.create([
             { uid: newChildUid(record.uid), groupUid: record.uid, identityUid: principal.subject, roleUid: builtinRoleUid("owner"), createTime: now },
           ]);
-        }
-      }, ctx.signal);
+        }, ctx.signal);
+      } else {
+        // One insert, its constraints deciding (a parent deleted meanwhile is NOT_FOUND): no transaction to conflict.
+        await store.groups.create(record, ctx.signal);
+      }
       return groupMessage(record);
     },
 

@@ -12,16 +12,24 @@ import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
 import { PgTagStore } from "./tags.js";
-import { migratePostgres } from "./migrations.js";
+import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
 import { UnavailableError } from "../../domain/errors.js";
-import { versionsFromRows, type TableVersions } from "../versions.js";
+import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
 import { decorateParts } from "../decorate.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
 import { isConnectionError, poolRunner, serializable, serializableThenRead, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
 
-/** Each table's version: the sum of its bucket rows (one indexed read of 16 rows a table). */
-const READ_VERSIONS = "SELECT name, sum(version) AS version FROM table_versions GROUP BY name";
-type VersionRow = { name: string; version: string | number };
+/** Each table's version: the sum of its column over the buckets (one read of 64 short rows). */
+const READ_VERSIONS = `SELECT ${VERSIONED_TABLES.map((t) => `sum(${t}) AS ${t}`).join(", ")} FROM version_buckets`;
+type VersionRow = Record<VersionedTable, string | number | null>;
+
+/** The versions of READ_VERSIONS' one row. */
+function versionsOf(rows: readonly VersionRow[]): TableVersions {
+  const out = zeroVersions();
+  const row = rows[0];
+  if (row) for (const t of VERSIONED_TABLES) out[t] = Number(row[t] ?? 0);
+  return out;
+}
 
 /** Options for opening the PostgreSQL store. */
 export interface PostgresStoreOptions {
@@ -146,6 +154,8 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
   });
   // An idle client losing its connection (a database restart) must not crash the process.
   pool.on("error", () => {});
+  // Each connection claims a version bucket of its own (queued before any query of its first user).
+  pool.on("connect", (client) => void client.query(CLAIM_VERSION_BUCKET).catch(() => {}));
   try {
     await migratePostgres(pool);
   } catch (err) {
@@ -163,7 +173,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     // seen by the next request of every process.
     async readVersions() {
       const { rows } = await source.query<VersionRow>(READ_VERSIONS);
-      return versionsFromRows(rows);
+      return versionsOf(rows);
     },
     version: () => ++calls,
     refresh: async () => {},
@@ -171,7 +181,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     // The versions ride with the COMMIT: a write costs no extra round trip to learn what it moved.
     async transactionThenVersions<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]> {
       const [result, rows] = await serializableThenRead<T, VersionRow>(source, (client) => fn(partsOver(txRunner(client))), READ_VERSIONS, signal);
-      return [result, versionsFromRows(rows)];
+      return [result, versionsOf(rows)];
     },
     ready: () => open && reach.up,
     async close() {

@@ -4,6 +4,9 @@ import type pg from "pg";
 /** The key of the advisory lock migrations run under: one process migrates, the others wait and find nothing to do. */
 const MIGRATION_LOCK = 0x706c6174; // "plat"
 
+/** Buckets of the version counters: connections beyond this many share one (correct, but their writes may conflict). */
+export const VERSION_BUCKETS = 64;
+
 /**
  * The PostgreSQL schema, the same tables and columns as SQLite's after all
  * its migrations. Every uid, name and other ordered key is `text COLLATE "C"`,
@@ -223,7 +226,60 @@ const MIGRATIONS: readonly string[] = [
   END $$;
   ${versionTriggers(FIRST_VERSIONED_TABLES)}
   `,
+  // 2: one row per bucket with a column per table, each bucket held by one
+  // connection at a time (an advisory lock claimed when it connects), so two
+  // SERIALIZABLE writers never update the same version row and never fail
+  // each other; a version is a column's sum over 64 rows, one cheap read.
+  `
+  ${FIRST_VERSIONED_TABLES.map((t) => `DROP TRIGGER ${t}_version ON ${t};`).join("\n  ")}
+  DROP FUNCTION bump_table_version();
+  CREATE TABLE version_buckets (
+    bucket integer PRIMARY KEY,
+    ${FIRST_VERSIONED_TABLES.map((t) => `${t} bigint NOT NULL DEFAULT 0`).join(",\n    ")}
+  );
+  INSERT INTO version_buckets (bucket) SELECT b FROM generate_series(0, ${VERSION_BUCKETS - 1}) AS b;
+  -- Versions never move backwards: bucket 0 starts at each table's old version.
+  UPDATE version_buckets SET ${FIRST_VERSIONED_TABLES.map((t) => `${t} = (SELECT coalesce(sum(version), 0) FROM table_versions WHERE name = '${t}')`).join(", ")}
+   WHERE bucket = 0;
+  DROP TABLE table_versions;
+  -- The bucket this connection claimed, or (none free) one its pid picks.
+  CREATE FUNCTION version_bucket() RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('platform_versions.bucket', true), '')::integer, pg_backend_pid() % ${VERSION_BUCKETS})
+  $$;
+  ${FIRST_VERSIONED_TABLES.map(bucketTrigger).join("\n  ")}
+  `,
 ];
+
+/**
+ * Run on every new connection: claims the first free bucket for the
+ * connection's life (the session advisory lock goes with the connection).
+ * Answers no row when all are taken.
+ */
+/** The advisory-lock space (first key) of the version buckets. */
+const BUCKET_LOCKS = 0x7665; // "ve"
+
+export const CLAIM_VERSION_BUCKET = `SELECT set_config('platform_versions.bucket', b::text, false)
+  FROM (SELECT b FROM generate_series(0, ${VERSION_BUCKETS - 1}) AS b WHERE pg_try_advisory_lock(${BUCKET_LOCKS}, b) LIMIT 1) AS free`;
+
+/**
+ * A table's statement trigger: moves its column of this connection's bucket,
+ * once per transaction (the transaction-local setting goes with the
+ * transaction or savepoint), so a bulk write updates the row once. Its row
+ * is found through the primary key, never by a scan of the table: under
+ * SERIALIZABLE a scan would lock the whole table for reading, and every two
+ * concurrent writers would conflict through it.
+ */
+function bucketTrigger(t: string): string {
+  return `CREATE FUNCTION bump_${t}_version() RETURNS trigger LANGUAGE plpgsql SET enable_seqscan = off AS $$
+  BEGIN
+    IF current_setting('platform_versions.${t}', true) IS DISTINCT FROM 'bumped' THEN
+      UPDATE version_buckets SET ${t} = ${t} + 1 WHERE bucket = version_bucket();
+      PERFORM set_config('platform_versions.${t}', 'bumped', true);
+    END IF;
+    RETURN NULL;
+  END $$;
+  CREATE TRIGGER ${t}_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION bump_${t}_version();`;
+}
 
 /** Version rows (every bucket at 0) and the statement trigger of each table. */
 function versionTriggers(tables: readonly string[]): string {
@@ -242,9 +298,10 @@ export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;
  * Brings the schema up to date, each step in its own transaction, while
  * holding a session advisory lock: processes starting at once wait for one
  * another, and each step is applied exactly once. Refuses a database whose
- * schema is newer than this code.
+ * schema is newer than this code. (target: a schema version before the
+ * newest, for tests of a migration.)
  */
-export async function migratePostgres(pool: pg.Pool): Promise<void> {
+export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
@@ -255,7 +312,7 @@ export async function migratePostgres(pool: pg.Pool): Promise<void> {
       if (current > MIGRATIONS.length) {
         throw new Error(`database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`);
       }
-      for (let v = current; v < MIGRATIONS.length; v++) {
+      for (let v = current; v < target; v++) {
         await client.query("BEGIN");
         try {
           await client.query(MIGRATIONS[v]!);

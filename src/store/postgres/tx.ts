@@ -1,3 +1,4 @@
+import { AbortedError } from "../../domain/errors.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Queryable } from "./list.js";
 
@@ -58,6 +59,7 @@ export interface Runner {
  * Runs fn in a SERIALIZABLE transaction on one client of the pool, running
  * it again (up to MAX_ATTEMPTS) when PostgreSQL reports a serialization
  * failure or deadlock: fn must have no effects outside the transaction.
+ * After the last attempt, AbortedError (ABORTED, HTTP 409: retry the call).
  */
 export async function serializable<T>(pool: ClientSource, fn: (client: Queryable) => Promise<T>, signal?: AbortSignal): Promise<T> {
   return (await serializableThenRead(pool, fn, undefined, signal))[0];
@@ -99,7 +101,8 @@ export async function serializableThenRead<T, R = unknown>(
         }
       }
       const state = sqlState(err);
-      if (state === undefined || !RETRYABLE.has(state) || attempt >= MAX_ATTEMPTS) throw err;
+      if (state === undefined || !RETRYABLE.has(state)) throw err;
+      if (attempt >= MAX_ATTEMPTS) throw new AbortedError();
       // A short random pause lets the winner of the conflict commit first.
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(100, 2 ** attempt)));
     } finally {
