@@ -20,7 +20,7 @@ import * as Net from "node:net";
 import { createInterface } from "node:readline";
 import autocannon from "autocannon";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { GetGroupRequestSchema, GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { adminSubject } from "../src/auth/authenticator.js";
 import { TokenService } from "../src/auth/tokens.js";
 import { openStore } from "../src/store/open.js";
@@ -129,7 +129,7 @@ async function h2loadGrpc(name: string, port: number, uid: string, token: string
   const log = join(dir, "h2load.log");
   const args = ["-D", String(DURATION), "-c", "4", "-m", "32", "-d", body, "--log-file", log,
     "-H", "content-type: application/grpc", "-H", "te: trailers", "-H", `authorization: Bearer ${token}`,
-    `http://127.0.0.1:${port}/platform.iam.v2beta1.GroupsService/GetGroup`];
+    `http://127.0.0.1:${port}/platformapi.iam.v2beta1.GroupsService/GetGroup`];
   rmSync(log, { force: true }); // h2load appends to an existing log
   const okBefore = await grpcOkCount(port);
   await new Promise<void>((resolve, reject) => {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
-import { AccountAssociationsService, type AccountAssociation } from "../gen/platform/iam/v2beta1/account_associations_pb.js";
+import { AccountAssociationsService, type AccountAssociation } from "../gen/platformapi/iam/v2beta1/account_associations_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { assertPagedWalks } from "./support/paged-walk.js";

@@ -16,7 +16,7 @@ import {
   AdvisoryEvent_FalsePositiveDetermination_Type,
   EventTypeFilter,
   ReviewState,
-} from "../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
+} from "../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import { advisoryMessage, advisoryRecord } from "../src/services/vulnerabilities/advisory-messages.js";
 import type { AdvisoryEventRecord, AdvisoryRecord } from "../src/store/store.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "./support/assertions.js";
@@ -312,7 +312,7 @@ describe("ListAdvisories and GetAdvisory authorization", () => {
 describe("AdvisoriesService is read-only", () => {
   test("it has Get and List only, and the API refuses writes", async () => {
     assert.deepEqual(AdvisoriesService.methods.map((m) => m.name), ["GetAdvisory", "ListAdvisories"]);
-    const served = srv.server.restOperations.filter((op) => op.rpc.startsWith("platform.vulnerabilities."));
+    const served = srv.server.restOperations.filter((op) => op.rpc.startsWith("platformapi.vulnerabilities."));
     assert.deepEqual(served.map((op) => `${op.method} ${op.path}`).sort(), [`GET ${PATH}`, `GET ${PATH}/{uid=**}`]);
     const writes: [string, string][] = [
       ["POST", `${PATH}/${orgA}`],

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { assertRestError } from "./support/assertions.js";
 import { decode } from "./support/forge.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
@@ -251,7 +251,7 @@ describe("requests without a token", () => {
     const health = grpcClient(Health, srv.port, { token: "" });
     try {
       assert.equal((await health.call("check", { service: "" })).status, 1, "SERVING");
-      assert.equal((await health.call("check", { service: "platform.iam.v2beta1.GroupsService" })).status, 1);
+      assert.equal((await health.call("check", { service: "platformapi.iam.v2beta1.GroupsService" })).status, 1);
     } finally {
       health.close();
     }
@@ -263,7 +263,7 @@ describe("requests without a token", () => {
     );
     assert.equal(reflected.code, 0, reflected.stderr);
     const services = reflected.stdout.split("\n");
-    for (const name of ["platform.iam.v2beta1.GroupsService", "platform.oidc.v1.SecurityTokenService", "grpc.health.v1.Health"]) {
+    for (const name of ["platformapi.iam.v2beta1.GroupsService", "platformapi.oidc.v1.SecurityTokenService", "grpc.health.v1.Health"]) {
       assert.ok(services.includes(name), `${name} in ${reflected.stdout}`);
     }
 

@@ -13,19 +13,19 @@ import { ConnectError, createClient } from "@connectrpc/connect";
 import type { ServiceError } from "@grpc/grpc-js";
 import { file_google_rpc_error_details } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
-import { Capability } from "../gen/platform/capabilities/v1/capabilities_pb.js";
-import { GroupsService as GroupsV1Service } from "../gen/platform/iam/v1/groups_pb.js";
-import { AccountAssociationsService } from "../gen/platform/iam/v2beta1/account_associations_pb.js";
-import { GroupInvitesService } from "../gen/platform/iam/v2beta1/group_invites_pb.js";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
-import { IdentitiesService } from "../gen/platform/iam/v2beta1/identities_pb.js";
-import { IdentityProvidersService } from "../gen/platform/iam/v2beta1/identity_providers_pb.js";
-import { RoleBindingsService } from "../gen/platform/iam/v2beta1/role_bindings_pb.js";
-import { RolesService } from "../gen/platform/iam/v2beta1/roles_pb.js";
-import { RegistryService as RegistryV1Service } from "../gen/platform/registry/v1/registry_pb.js";
-import { ReposService } from "../gen/platform/registry/v2beta1/repos_pb.js";
-import { TagsService } from "../gen/platform/registry/v2beta1/tags_pb.js";
-import { AdvisoriesService } from "../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
+import { Capability } from "../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { GroupsService as GroupsV1Service } from "../gen/platformapi/iam/v1/groups_pb.js";
+import { AccountAssociationsService } from "../gen/platformapi/iam/v2beta1/account_associations_pb.js";
+import { GroupInvitesService } from "../gen/platformapi/iam/v2beta1/group_invites_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { IdentitiesService } from "../gen/platformapi/iam/v2beta1/identities_pb.js";
+import { IdentityProvidersService } from "../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
+import { RoleBindingsService } from "../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
+import { RolesService } from "../gen/platformapi/iam/v2beta1/roles_pb.js";
+import { RegistryService as RegistryV1Service } from "../gen/platformapi/registry/v1/registry_pb.js";
+import { ReposService } from "../gen/platformapi/registry/v2beta1/repos_pb.js";
+import { TagsService } from "../gen/platformapi/registry/v2beta1/tags_pb.js";
+import { AdvisoriesService } from "../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import { isAtOrBelow } from "../src/domain/uidp.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
 import { assertRestError } from "./support/assertions.js";
@@ -80,7 +80,7 @@ const IAM_SERVICES: readonly DescService[] = [
 const V1_LISTS: readonly DescService[] = [GroupsV1Service, RegistryV1Service];
 /** Served RPCs that take an identifier but are authorized by something other than the caller's API token. */
 const EXEMPT: Record<string, string> = {
-  "platform.oidc.v1.SecurityTokenService/Exchange": "needs no API token: the upstream token must match the identity's claimMatch (sts-exchange.test.ts)",
+  "platformapi.oidc.v1.SecurityTokenService/Exchange": "needs no API token: the upstream token must match the identity's claimMatch (sts-exchange.test.ts)",
 };
 /** Request fields that carry a uid, a parent or a uidp filter. */
 const IDENTIFIER_FIELDS = new Set(["uid", "id", "ids", "parent", "uidp", "identity", "group", "role", "identity_uid", "role_uid", "default_role", "key_id"]);

@@ -40,7 +40,7 @@ const CHROMIUM_ARGS = [
 const ENTRY = `
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-web";
-import { GroupsService } from "./gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "./gen/platformapi/iam/v2beta1/groups_pb.js";
 
 const { api, token } = JSON.parse(document.getElementById("config").textContent);
 const headers = { authorization: "Bearer " + token };
@@ -288,7 +288,7 @@ describe("in a real browser", { skip: SKIP }, () => {
       for (const m of blocked) assert.ok(m.includes(refused.url) && m.includes(pages.origin), m);
 
       // The server itself answers fine: it is the browser that refuses, for want of CORS headers.
-      const preflight = await fetch(`${refused.url}/platform.iam.v2beta1.GroupsService/ListGroups`, {
+      const preflight = await fetch(`${refused.url}/platformapi.iam.v2beta1.GroupsService/ListGroups`, {
         method: "OPTIONS",
         headers: { origin: pages.origin, "access-control-request-method": "POST", "access-control-request-headers": "authorization,content-type" },
       });

@@ -10,7 +10,7 @@ import { type TestServer, defaultToken, startTestServer } from "./support/server
 /** The repository root: buf.yaml there makes `--schema .` the contract's own module. */
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const BUF = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
-const GROUPS = "platform.iam.v2beta1.GroupsService";
+const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 
 let srv: TestServer;
 before(async () => {
@@ -73,7 +73,7 @@ describe("buf curl, gRPC over h2c with server reflection (no --schema)", () => {
     const services = lines(res.stdout);
     for (const name of [
       GROUPS,
-      "platform.iam.v1.GroupsService",
+      "platformapi.iam.v1.GroupsService",
       "grpc.health.v1.Health",
       "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection",

@@ -20,8 +20,8 @@ import { create, fromJson, isMessage, toBinary, type DescMessage, type DescMetho
 import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
-import { GetGroupRequestSchema } from "../gen/platform/iam/v2beta1/groups_pb.js";
-import { IdentityProvidersService } from "../gen/platform/iam/v2beta1/identity_providers_pb.js";
+import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { IdentityProvidersService } from "../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import type { RestOperation } from "../src/server/rest-transcoder.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { collectionOf, createFuzzFixture, fillCollections, type FuzzFixture } from "./support/fuzz-fixture.js";
@@ -350,11 +350,11 @@ describe("limits", () => {
     const client = rawGrpcClient(lim.port);
     try {
       const auth = `Bearer ${lim.adminToken}`;
-      const big = await client.call("/platform.iam.v2beta1.GroupsService/GetGroup", new Uint8Array(GRPC_MAX_MESSAGE + 1), auth);
+      const big = await client.call("/platformapi.iam.v2beta1.GroupsService/GetGroup", new Uint8Array(GRPC_MAX_MESSAGE + 1), auth);
       assert.equal(big.err?.code, grpc.status.RESOURCE_EXHAUSTED, big.err?.details);
       // TODO: grpc-js refuses the frame before any handler runs, so this error alone carries no
       // grpc-status-details-bin (no ErrorInfo); the same holds for UNIMPLEMENTED on unknown methods.
-      const next = await client.call("/platform.iam.v2beta1.GroupsService/GetGroup", toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: crowded })), auth);
+      const next = await client.call("/platformapi.iam.v2beta1.GroupsService/GetGroup", toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: crowded })), auth);
       assert.equal(checkGrpcResult(next), 0);
     } finally {
       client.close();

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
-import { GroupsService, type Group } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService, type Group } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { testTransport, type TestTransport, type TransportKind } from "./support/connect.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { connectError } from "./support/assertions.js";
@@ -124,7 +124,7 @@ describe("GroupsService via Connect GET (useHttpGet) over HTTP/1.1", () => {
     const err = await connectError(client.getGroup({ uid: "0".repeat(40) }));
     assert.equal(err.code, Code.NotFound);
     assert.equal(err.findDetails(ErrorInfoSchema).length, 1);
-    const rpc = "/platform.iam.v2beta1.GroupsService/";
+    const rpc = "/platformapi.iam.v2beta1.GroupsService/";
     assert.deepEqual(t.requests, [`POST ${rpc}CreateGroup`, `GET ${rpc}GetGroup`, `GET ${rpc}ListGroups`, `GET ${rpc}GetGroup`]);
   });
 });

@@ -4,8 +4,8 @@ import type { Message } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest, ErrorInfo, PreconditionFailure } from "../gen/google/rpc/error_details_pb.js";
-import { GroupsService as GroupsV1Service } from "../gen/platform/iam/v1/groups_pb.js";
-import { GroupsService, type Group, type ListGroupsResponse } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService as GroupsV1Service } from "../gen/platformapi/iam/v1/groups_pb.js";
+import { GroupsService, type Group, type ListGroupsResponse } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { grpcClient, grpcStatus, type GrpcTestClient } from "./support/grpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -252,7 +252,7 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
 
   test("v1 ListGroups returns items with id in place of uid", async () => {
     const res = await groupsV1.call("listGroups", { uidp: { descendantsOf: org.uid } });
-    assert.equal(res.$typeName, "platform.iam.v1.ListGroupsResponse");
+    assert.equal(res.$typeName, "platformapi.iam.v1.ListGroupsResponse");
     const byName = new Map<string, { id: string; name: string }>(res.items.map((g: { id: string; name: string }) => [g.name, g]));
     assert.equal(byName.get("eng")?.id, eng.uid);
     assert.ok(res.items.every((g: { id: string }) => g.id.startsWith(org.uid + "/")));

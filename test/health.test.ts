@@ -13,7 +13,7 @@ import { methodDefinition } from "../src/server/grpc-adapter.js";
 import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
-const GROUPS = "platform.iam.v2beta1.GroupsService";
+const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 
 let srv: TestServer;
 let health: GrpcTestClient;
@@ -73,7 +73,7 @@ test("List reports the server and every API service as SERVING", async () => {
   const statuses = Object.fromEntries(Object.entries(res.statuses).map(([name, r]) => [name, r.status]));
   assert.equal(statuses[""], ServingStatus.SERVING);
   assert.equal(statuses[GROUPS], ServingStatus.SERVING);
-  assert.equal(statuses["platform.iam.v1.GroupsService"], ServingStatus.SERVING);
+  assert.equal(statuses["platformapi.iam.v1.GroupsService"], ServingStatus.SERVING);
   assert.equal(statuses["no.such.Service"], undefined);
 });
 

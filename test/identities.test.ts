@@ -3,7 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
-import { IdentitiesService, type Identity } from "../gen/platform/iam/v2beta1/identities_pb.js";
+import { IdentitiesService, type Identity } from "../gen/platformapi/iam/v2beta1/identities_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { assertPagedWalks } from "./support/paged-walk.js";

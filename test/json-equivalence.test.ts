@@ -85,7 +85,7 @@ test("the compiled JSON writer matches protobuf-es toJson on every response type
 });
 
 test("timestamps always carry three fractional digits, even on a whole second", () => {
-  const schema = registry.getMessage("platform.iam.v2beta1.Group")!;
+  const schema = registry.getMessage("platformapi.iam.v2beta1.Group")!;
   const json = JSON.parse(responseJson(schema, { createTime: { seconds: 1_700_000_000n, nanos: 0 } }, registry)) as Record<string, unknown>;
   assert.equal(json.createTime, "2023-11-14T22:13:20.000Z");
 });

@@ -2,10 +2,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createRegistry } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { file_platform_iam_v2beta1_groups, ListGroupsResponseSchema } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { file_platformapi_iam_v2beta1_groups, ListGroupsResponseSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { isoMillis, responseJson } from "../src/server/json.js";
 
-const registry = createRegistry(file_platform_iam_v2beta1_groups);
+const registry = createRegistry(file_platformapi_iam_v2beta1_groups);
 
 test("timestamps are RFC 3339 UTC with exactly three fractional digits, as Date#toISOString writes them", () => {
   assert.equal(isoMillis(Date.UTC(2026, 0, 2, 3, 4, 5)), "2026-01-02T03:04:05.000Z");

@@ -17,7 +17,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import Database from "better-sqlite3";
 import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
-import { CreateGroupRequestSchema, GroupSchema } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
 import { within } from "./support/assertions.js";
 
@@ -179,7 +179,7 @@ async function heldGrpcCreates(port: number, token: string, names: string[]) {
   await once(session, "connect");
   const calls = names.map((name) => {
     const stream = session.request(
-      { ":method": "POST", ":path": "/platform.iam.v2beta1.GroupsService/CreateGroup", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` },
+      { ":method": "POST", ":path": "/platformapi.iam.v2beta1.GroupsService/CreateGroup", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` },
       { endStream: false },
     );
     const result = new Promise<{ status: string | undefined; message: string | undefined; uid?: string; name?: string }>((resolve, reject) => {

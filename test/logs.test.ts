@@ -13,7 +13,7 @@ import { after, before, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import { GetGroupRequestSchema, GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { loadConfig } from "../src/config.js";
 import { startServer, type RunningServer } from "../src/server/app.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
@@ -26,8 +26,8 @@ import { createGroup, mintAdminToken, rest, setDefaultToken, type TestServer } f
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
 /** Asking the store for this group uid throws, as a broken disk would. */
 const BROKEN = "fedcba9876543210fedcba9876543210fedcba98";
-const GET_GROUP = "platform.iam.v2beta1.GroupsService/GetGroup";
-const LIST_GROUPS = "platform.iam.v2beta1.GroupsService/ListGroups";
+const GET_GROUP = "platformapi.iam.v2beta1.GroupsService/GetGroup";
+const LIST_GROUPS = "platformapi.iam.v2beta1.GroupsService/ListGroups";
 
 interface LogLine {
   level: number;
@@ -253,7 +253,7 @@ test("an invite code created over REST and presented back never reaches the logs
   const code: string = created.body.code;
   assert.ok(code.length > 20);
   secrets.push(code, code.slice(code.indexOf(".") + 1));
-  assertRpcLine(await rpcLine("logs-invite-create-1"), { reqId: "logs-invite-create-1", principal: server.adminSubject, rpc: "platform.iam.v2beta1.GroupInvitesService/CreateGroupInvite", protocol: "rest", code: "ok" });
+  assertRpcLine(await rpcLine("logs-invite-create-1"), { reqId: "logs-invite-create-1", principal: server.adminSubject, rpc: "platformapi.iam.v2beta1.GroupInvitesService/CreateGroupInvite", protocol: "rest", code: "ok" });
 
   // The code comes back in a request (the administrator is no person, so it is refused): still not logged.
   const presented = await rest(srv.url, "POST", "/auth/v1/register", { code }, { "x-request-id": "logs-invite-register-1" });

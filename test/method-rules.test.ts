@@ -52,13 +52,13 @@ test("lists are unscoped and name their list capability", () => {
  * RPCs that need no API token, and scoped-by-hand RPCs (unscoped, not a List):
  * each authorizes in its handler, so adding one is a reviewed change here.
  */
-const NO_TOKEN = ["platform.oidc.v1.SecurityTokenService.Exchange"];
+const NO_TOKEN = ["platformapi.oidc.v1.SecurityTokenService.Exchange"];
 const AUTHORIZED_IN_HANDLER = [
-  "platform.auth.v1.AuthService.Register",
-  "platform.auth.v1.AuthService.Validate",
-  "platform.iam.v2beta1.GroupsService.CreateGroup",
-  "platform.iam.v2beta1.IdentitiesService.LookupIdentity",
-  "platform.iam.v2beta1.RolesService.GetRole",
+  "platformapi.auth.v1.AuthService.Register",
+  "platformapi.auth.v1.AuthService.Validate",
+  "platformapi.iam.v2beta1.GroupsService.CreateGroup",
+  "platformapi.iam.v2beta1.IdentitiesService.LookupIdentity",
+  "platformapi.iam.v2beta1.RolesService.GetRole",
 ];
 
 test("the running server serves exactly the bound services' methods, each with a rule", async () => {

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { createClient } from "@connectrpc/connect";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server/app.js";
@@ -18,7 +18,7 @@ import { testTransport } from "./support/connect.js";
 import { grpcClient } from "./support/grpc.js";
 import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type TestServer } from "./support/server.js";
 
-const GROUPS = "platform.iam.v2beta1.GroupsService";
+const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
 
 /** One sample of the exposition format: name, labels and value. */

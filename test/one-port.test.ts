@@ -8,7 +8,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
-import { GetGroupRequestSchema, GroupSchema, GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GetGroupRequestSchema, GroupSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { grpcService, methodDefinition } from "../src/server/grpc-adapter.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "../src/server/one-port.js";
 import type { UnaryHandler } from "../src/server/wrap.js";

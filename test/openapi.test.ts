@@ -51,12 +51,12 @@ test("operations carry their parameters, bodies, error body and security", async
     assert.ok(names.includes(name), `${name} documented`);
   }
   const create = doc.paths["/iam/v2beta1/groups/{parent}"].post;
-  assert.deepEqual(create.requestBody.content["application/json"].schema, { $ref: "#/components/schemas/platform.iam.v2beta1.Group" });
+  assert.deepEqual(create.requestBody.content["application/json"].schema, { $ref: "#/components/schemas/platformapi.iam.v2beta1.Group" });
   assert.deepEqual(create.responses.default.content["application/json"].schema, { $ref: "#/components/schemas/google.rpc.Status" });
-  const group = doc.components.schemas["platform.iam.v2beta1.Group"];
+  const group = doc.components.schemas["platformapi.iam.v2beta1.Group"];
   assert.deepEqual(group.required, ["name"]);
   assert.equal(group.properties.createTime.readOnly, true);
-  const listResponse = doc.components.schemas["platform.iam.v2beta1.ListGroupsResponse"];
+  const listResponse = doc.components.schemas["platformapi.iam.v2beta1.ListGroupsResponse"];
   assert.equal(listResponse.properties.totalCount.type, "string", "int64 is a string in JSON");
   assert.deepEqual(doc.components.securitySchemes.bearer, { ...doc.components.securitySchemes.bearer, type: "http", scheme: "bearer" });
   assert.deepEqual(doc.paths["/sts/exchange"].get.security, [], "the exchange needs no API token");

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { assertRestError } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { pgAvailable, sharedPgCluster, type PgCluster } from "./support/pg-cluster.js";

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceError } from "@grpc/grpc-js";
-import { CatalogTier, RegistryService, type Repo } from "../gen/platform/registry/v1/registry_pb.js";
+import { CatalogTier, RegistryService, type Repo } from "../gen/platformapi/registry/v1/registry_pb.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { as, builtinRole, createCaller, ok } from "./support/principals.js";

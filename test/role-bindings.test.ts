@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceError } from "@grpc/grpc-js";
-import { RoleBindingsService, type RoleBinding } from "../gen/platform/iam/v2beta1/role_bindings_pb.js";
+import { RoleBindingsService, type RoleBinding } from "../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { assertPagedWalks } from "./support/paged-walk.js";

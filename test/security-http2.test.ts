@@ -18,7 +18,7 @@ import * as grpc from "@grpc/grpc-js";
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { HealthCheckRequestSchema } from "../gen/grpc/health/v1/health_pb.js";
-import { GetGroupRequestSchema } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { DEFAULT_TIMEOUTS } from "../src/server/one-port.js";
 import { memoryOf } from "./support/bombs.js";
@@ -30,7 +30,7 @@ import { within } from "./support/assertions.js";
 
 const MiB = 1024 * 1024;
 const HEALTH_CHECK = "/grpc.health.v1.Health/Check";
-const GET_GROUP = "/platform.iam.v2beta1.GroupsService/GetGroup";
+const GET_GROUP = "/platformapi.iam.v2beta1.GroupsService/GetGroup";
 const REFUSED_STREAM = 0x7;
 const ENHANCE_YOUR_CALM = 0xb;
 
@@ -182,7 +182,7 @@ describe("errors grpc-js writes itself carry a google.rpc.Status with one ErrorI
   test("an unknown method: UNIMPLEMENTED", async () => {
     const client = rawGrpcClient(srv.port);
     try {
-      const { err } = await client.call("/platform.iam.v2beta1.GroupsService/NoSuchMethod", new Uint8Array(0));
+      const { err } = await client.call("/platformapi.iam.v2beta1.GroupsService/NoSuchMethod", new Uint8Array(0));
       assert.equal(checkGrpcResult({ err }), grpc.status.UNIMPLEMENTED);
       assert.deepEqual(infoOf(err!), { $typeName: "google.rpc.ErrorInfo", reason: "UNIMPLEMENTED", domain: "platform.api", metadata: {} });
       assert.match(grpcStatus(err!).message, /NoSuchMethod/);

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { assertRestError } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";

@@ -13,7 +13,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { assertRestError, connectError } from "./support/assertions.js";
 import { bombCompression, carrierTransport, memoryOf, zeroBomb, type BombCarrier, type Coding, type MemorySample } from "./support/bombs.js";

@@ -9,7 +9,7 @@ import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
@@ -159,7 +159,7 @@ test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the gra
   try {
     await within(5000, silent.waitFor(() => true, 5000, "server SETTINGS"), "the raw client is connected");
     await within(5000, once(stuck, "remoteSettings"), "the node:http2 client is connected");
-    const call = stuck.request({ ":method": "POST", ":path": "/platform.iam.v2beta1.GroupsService/GetGroup", "content-type": "application/grpc" });
+    const call = stuck.request({ ":method": "POST", ":path": "/platformapi.iam.v2beta1.GroupsService/GetGroup", "content-type": "application/grpc" });
     call.on("error", () => {});
     call.write(grpcPrefix(1024));
 

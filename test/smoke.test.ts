@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { createGroup, startTestServer, type TestServer } from "./support/server.js";
 

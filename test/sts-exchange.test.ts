@@ -3,7 +3,7 @@ import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import fc from "fast-check";
-import { GroupsService } from "../gen/platform/iam/v2beta1/groups_pb.js";
+import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { assertRestError } from "./support/assertions.js";
 import { decode, mutate, readServerKey, type Mutation, type ServerKey } from "./support/forge.js";
 import { grpcClient, grpcStatus, type GrpcTestClient } from "./support/grpc.js";

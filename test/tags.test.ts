@@ -3,7 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
-import { TagsService, type Tag } from "../gen/platform/registry/v2beta1/tags_pb.js";
+import { TagsService, type Tag } from "../gen/platformapi/registry/v2beta1/tags_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "./support/assertions.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { assertPagedWalks } from "./support/paged-walk.js";

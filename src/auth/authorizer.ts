@@ -1,4 +1,4 @@
-import type { Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import type { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { PermissionDeniedError } from "../domain/errors.js";
 import { isAtOrBelow } from "../domain/uidp.js";
 import type { Store } from "../store/store.js";

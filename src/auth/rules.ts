@@ -1,8 +1,8 @@
 import { getOption, hasOption, type DescField, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { iam, iam_scope } from "../../gen/platform/annotations/v1/iam_pb.js";
-import type { Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { iam, iam_scope } from "../../gen/platformapi/annotations/v1/iam_pb.js";
+import type { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 
-/** The authorization rule of one RPC, read from its (platform.annotations.v1.iam) option. */
+/** The authorization rule of one RPC, read from its (platformapi.annotations.v1.iam) option. */
 export type MethodRule =
   | { mode: "disabled" }
   | {

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { Capability as C } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability as C } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 
 /** A role every installation has, defined at the root (no group). */
 export interface BuiltinRole {

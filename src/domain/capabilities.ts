@@ -1,5 +1,5 @@
 import { getOption, type DescEnumValue } from "@bufbuild/protobuf";
-import { Capability, CapabilitySchema, internal_only } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability, CapabilitySchema, internal_only } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { PermissionDeniedError, type FieldViolation } from "./errors.js";
 
 /** Every defined capability value by number (open enum: a request may carry any number). */

@@ -1,4 +1,4 @@
-import type { UIDPFilter } from "../../gen/platform/common/v1/uidp_pb.js";
+import type { UIDPFilter } from "../../gen/platformapi/common/v1/uidp_pb.js";
 import type { HierarchyFilter } from "./hierarchy-filter.js";
 import { InvalidArgumentError, type FieldViolation } from "./errors.js";
 import { isUidp } from "./uidp.js";

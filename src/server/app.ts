@@ -13,7 +13,7 @@ import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { createAuthorizer } from "../auth/authorizer.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
-import { CapabilitySchema, type Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { CapabilitySchema, type Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { seedBuiltinRoles } from "../store/seed.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField } from "../domain/errors.js";

@@ -52,7 +52,7 @@ export interface WrapOptions {
   onInternalError?: (err: unknown, requestId: string) => void;
 }
 
-/** ErrorInfo.domain for a service: its area, e.g. "iam.platform.api" for platform.iam.v2beta1. */
+/** ErrorInfo.domain for a service: its area, e.g. "iam.platform.api" for platformapi.iam.v2beta1. */
 export function errorDomainOf(service: DescService): string {
   const area = service.typeName.split(".")[1] ?? "platform";
   return `${area}.platform.api`;

@@ -1,5 +1,5 @@
 import type { HandlerContext } from "@connectrpc/connect";
-import type { Capability } from "../../gen/platform/capabilities/v1/capabilities_pb.js";
+import type { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import { pageEnvelope, planPage, type PageEnvelope, type PageRequest, type PagingSpec } from "../store/paging.js";
 import type { Cursor, ListQuery, ListResult } from "../store/store.js";

@@ -96,12 +96,12 @@ export async function createFuzzFixture(srv: TestServer): Promise<FuzzFixture> {
     const make = CREATE_BODIES[collectionOf(op)];
     if (make) bodies.set(op.rpc, make(refs, 2));
   }
-  bodies.set("platform.iam.v2beta1.RoleBindingsService.BatchCreateRoleBindings", {
+  bodies.set("platformapi.iam.v2beta1.RoleBindingsService.BatchCreateRoleBindings", {
     parent: org,
     roleUid: refs.role,
     requests: [{ parent: org, roleBinding: { identityUid: refs.identity } }],
   });
-  bodies.set("platform.auth.v1.AuthService.Register", { code: "not-a-real-invite-code" });
+  bodies.set("platformapi.auth.v1.AuthService.Register", { code: "not-a-real-invite-code" });
   const allUids = [org, folder, viewer, ...uids.values()];
   return { org, folder, viewer, uids, parents, bodies, allUids: [...new Set(allUids)] };
 }

@@ -1,13 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   AccountAssociationSchema,
   type AccountAssociation,
   type AccountAssociationsService,
   type ListAccountAssociationsResponse,
-} from "../../../gen/platform/iam/v2beta1/account_associations_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/account_associations_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
@@ -86,7 +86,7 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListAccountAssociationsResponse", accountAssociations: page.items.map(accountAssociationMessage), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListAccountAssociationsResponse", accountAssociations: page.items.map(accountAssociationMessage), ...page.envelope };
     },
 
     async updateAccountAssociation(req, ctx) {

@@ -7,7 +7,7 @@ import {
   AccountAssociation_GitHubSchema,
   AccountAssociation_GoogleSchema,
   type AccountAssociation,
-} from "../../../gen/platform/iam/v2beta1/account_associations_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/account_associations_pb.js";
 import type { FieldViolation } from "../../domain/errors.js";
 import { isUidp } from "../../domain/uidp.js";
 import type { AccountProviders } from "../../store/store.js";

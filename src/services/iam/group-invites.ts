@@ -2,14 +2,14 @@ import { create } from "@bufbuild/protobuf";
 import { type Duration } from "@bufbuild/protobuf/wkt";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   GroupInviteRoleSchema,
   GroupInviteSchema,
   type GroupInvite,
   type GroupInvitesService,
   type ListGroupInvitesResponse,
-} from "../../../gen/platform/iam/v2beta1/group_invites_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/group_invites_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { newInviteCode } from "../../domain/invite-code.js";
@@ -123,7 +123,7 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
       const filter: GroupInviteFilter = req.keyId === "" ? {} : { keyId: req.keyId };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
       const roleOf = roleLookup(store);
-      return { $typeName: "platform.iam.v2beta1.ListGroupInvitesResponse", groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListGroupInvitesResponse", groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))), ...page.envelope };
     },
 
     async deleteGroupInvite(req, ctx) {

@@ -2,12 +2,12 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type {
-  GroupsService} from "../../../gen/platform/iam/v2beta1/groups_pb.js";
+  GroupsService} from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import {
   GroupSchema,
   type Group,
   type ListGroupsResponse,
-} from "../../../gen/platform/iam/v2beta1/groups_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
@@ -18,7 +18,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 
 const PAGING: PagingSpec<GroupOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -30,7 +30,7 @@ const UPDATABLE = ["name", "description"] as const;
 export function groupMessage(g: GroupRecord): Group {
   // A plain message object (every field set): lists build one per item.
   return {
-    $typeName: "platform.iam.v2beta1.Group",
+    $typeName: "platformapi.iam.v2beta1.Group",
     uid: g.uid,
     name: g.name,
     description: g.description,
@@ -112,7 +112,7 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListGroupsResponse", groups: page.items.map(groupMessage), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListGroupsResponse", groups: page.items.map(groupMessage), ...page.envelope };
     },
 
     async updateGroup(req, ctx) {

@@ -6,7 +6,7 @@ import {
   RoleBindingRoleSchema,
   RoleBindingSchema,
   type RoleBinding,
-} from "../../../gen/platform/iam/v2beta1/role_bindings_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, Store } from "../../store/store.js";
 import { issuerAndSubjectOf } from "./identity-messages.js";
 

@@ -1,13 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   IdentitySchema,
   RelationshipType,
   type IdentitiesService,
   type Identity,
   type ListIdentitiesResponse,
-} from "../../../gen/platform/iam/v2beta1/identities_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/identities_pb.js";
 import { requireNoEscalation } from "../../domain/capabilities.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
@@ -107,7 +107,7 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (req.name !== "") filter.name = req.name;
       if (kind) filter.relationshipKind = kind;
       const page = await listPage(deps, ctx, req, { hierarchy, filter, tokenKey: [req.relationshipType] }, kind === null ? NOTHING : LIST);
-      return { $typeName: "platform.iam.v2beta1.ListIdentitiesResponse", identities: page.items.map(identityMessage), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListIdentitiesResponse", identities: page.items.map(identityMessage), ...page.envelope };
     },
 
     async updateIdentity(req, ctx) {
@@ -159,7 +159,7 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (req.issuer === "") violations.push({ field: "issuer", description: "is required" });
       if (req.subject === "") violations.push({ field: "subject", description: "is required" });
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      return { $typeName: "platform.iam.v2beta1.LookupIdentityResponse", uid: userIdentityUid(req.issuer, req.subject) };
+      return { $typeName: "platformapi.iam.v2beta1.LookupIdentityResponse", uid: userIdentityUid(req.issuer, req.subject) };
     },
   };
 }

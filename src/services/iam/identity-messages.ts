@@ -8,7 +8,7 @@ import {
   StaticKeysSchema,
   type ClaimMatch,
   type Identity,
-} from "../../../gen/platform/iam/v2beta1/identities_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/identities_pb.js";
 import { checkClaimMatch } from "../../domain/claim-match.js";
 import type { FieldViolation } from "../../domain/errors.js";
 import { checkStaticKeys, STATIC_KEYS_MAX_LIFETIME_MS } from "../../domain/static-keys.js";

@@ -1,14 +1,14 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   IdentityProviderSchema,
   OIDCSchema,
   type IdentityProvider,
   type IdentityProvidersService,
   type ListIdentityProvidersResponse,
-} from "../../../gen/platform/iam/v2beta1/identity_providers_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
@@ -119,7 +119,7 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListIdentityProvidersResponse", identityProviders: page.items.map(identityProviderMessage), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListIdentityProvidersResponse", identityProviders: page.items.map(identityProviderMessage), ...page.envelope };
     },
 
     async updateIdentityProvider(req, ctx) {

@@ -1,4 +1,4 @@
-import { CorrelationRule, type IdentityProvider } from "../../../gen/platform/iam/v2beta1/identity_providers_pb.js";
+import { CorrelationRule, type IdentityProvider } from "../../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import { userIssuerProblem, type IssuerPolicy } from "../../domain/issuer.js";
 import type { FieldViolation } from "../../domain/errors.js";
 import type { OidcSettings } from "../../store/store.js";

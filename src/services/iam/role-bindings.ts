@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   RoleBindingSchema,
   type ListRoleBindingsResponse,
   type RoleBindingsService,
-} from "../../../gen/platform/iam/v2beta1/role_bindings_pb.js";
+} from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { Principal } from "../../auth/principal.js";
 import { requireNoEscalation } from "../../domain/capabilities.js";
 import { InvalidArgumentError, invalidField, NotFoundError, type FieldViolation } from "../../domain/errors.js";
@@ -122,7 +122,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       for (const it of items) prepared.push(await prepare(principal, it.parent, it.identityUid, it.roleUid, now));
       await store.roleBindings.create(prepared.map((p) => p.record), ctx.signal);
       return {
-        $typeName: "platform.iam.v2beta1.BatchCreateRoleBindingsResponse",
+        $typeName: "platformapi.iam.v2beta1.BatchCreateRoleBindingsResponse",
         roleBindings: prepared.map((p) => roleBindingMessage(p.record, p.refs)),
       };
     },
@@ -150,7 +150,7 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const principal = principalOf(ctx);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await Promise.all(page.items.map(createHydrator(store, readableBy(principal)))), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await Promise.all(page.items.map(createHydrator(store, readableBy(principal)))), ...page.envelope };
     },
 
     async updateRoleBinding(req, ctx) {

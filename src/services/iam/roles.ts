@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-import { RoleSchema, type ListRolesResponse, type Role, type RolesService } from "../../../gen/platform/iam/v2beta1/roles_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { RoleSchema, type ListRolesResponse, type Role, type RolesService } from "../../../gen/platformapi/iam/v2beta1/roles_pb.js";
 import { normalizeCapabilities } from "../../domain/builtin-roles.js";
 import { checkRoleCapabilities, requireNoEscalation } from "../../domain/capabilities.js";
 import {
@@ -122,7 +122,7 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.iam.v2beta1.ListRolesResponse", roles: page.items.map(roleMessage), ...page.envelope };
+      return { $typeName: "platformapi.iam.v2beta1.ListRolesResponse", roles: page.items.map(roleMessage), ...page.envelope };
     },
 
     async updateRole(req, ctx) {

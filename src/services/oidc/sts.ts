@@ -1,6 +1,6 @@
 import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { SecurityTokenService } from "../../../gen/platform/oidc/v1/sts_pb.js";
+import type { SecurityTokenService } from "../../../gen/platformapi/oidc/v1/sts_pb.js";
 import { compilePattern, claimsMatch } from "../../domain/claim-match.js";
 import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
 import { requireUidp } from "../../domain/hierarchy.js";

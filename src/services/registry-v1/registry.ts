@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-import { CatalogTier, RepoSchema, type RegistryService, type Repo } from "../../../gen/platform/registry/v1/registry_pb.js";
-import { CatalogTier as CatalogTierV2 } from "../../../gen/platform/registry/v2beta1/repos_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { CatalogTier, RepoSchema, type RegistryService, type Repo } from "../../../gen/platformapi/registry/v1/registry_pb.js";
+import { CatalogTier as CatalogTierV2 } from "../../../gen/platformapi/registry/v2beta1/repos_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { v1ListQuery } from "../../store/paging.js";
 import type { RepoRecord } from "../../store/store.js";

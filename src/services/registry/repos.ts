@@ -1,14 +1,14 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   CatalogTier,
   RepoSchema,
   type ListReposResponse,
   type Repo,
   type ReposService,
-} from "../../../gen/platform/registry/v2beta1/repos_pb.js";
+} from "../../../gen/platformapi/registry/v2beta1/repos_pb.js";
 import { InvalidArgumentError, NotFoundError, PermissionDeniedError, type FieldViolation } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
@@ -130,7 +130,7 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === undefined ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.registry.v2beta1.ListReposResponse", repos: page.items.map(repoMessage), ...page.envelope };
+      return { $typeName: "platformapi.registry.v2beta1.ListReposResponse", repos: page.items.map(repoMessage), ...page.envelope };
     },
 
     async updateRepo(req, ctx) {

@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
-import { TagSchema, type ListTagsResponse, type Tag, type TagsService } from "../../../gen/platform/registry/v2beta1/tags_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { TagSchema, type ListTagsResponse, type Tag, type TagsService } from "../../../gen/platformapi/registry/v2beta1/tags_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkBundles, checkDigest, checkTagName } from "../../domain/registry-names.js";
@@ -93,7 +93,7 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
       // Times are stored in whole milliseconds: "after" a fractional one is after its floor.
       if (req.updatedSince) filter.updatedSince = Number(req.updatedSince.seconds) * 1000 + Math.floor(req.updatedSince.nanos / 1e6);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.registry.v2beta1.ListTagsResponse", tags: page.items.map(tagMessage), ...page.envelope };
+      return { $typeName: "platformapi.registry.v2beta1.ListTagsResponse", tags: page.items.map(tagMessage), ...page.envelope };
     },
 
     async deleteTag(req, ctx) {

@@ -1,12 +1,12 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Capability } from "../../../gen/platform/capabilities/v1/capabilities_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
   EventTypeFilter,
   ReviewState,
   type AdvisoriesService,
   type ListAdvisoriesRequest,
   type ListAdvisoriesResponse,
-} from "../../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
+} from "../../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { type PagingSpec } from "../../store/paging.js";
@@ -106,7 +106,7 @@ export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof A
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = advisoryFilter(req);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platform.vulnerabilities.v2beta1.ListAdvisoriesResponse", advisories: page.items.map(advisoryMessage), ...page.envelope };
+      return { $typeName: "platformapi.vulnerabilities.v2beta1.ListAdvisoriesResponse", advisories: page.items.map(advisoryMessage), ...page.envelope };
     },
   };
 }

@@ -7,7 +7,7 @@ import {
   SeveritySchema,
   type Advisory,
   type AdvisoryEvent,
-} from "../../../gen/platform/vulnerabilities/v2beta1/advisories_pb.js";
+} from "../../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import type { AdvisoryEventRecord, AdvisoryOrder, AdvisoryRecord } from "../../store/store.js";
 
 // Stored advisories ↔ their API messages. An event's kind is stored as the
