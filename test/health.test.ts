@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import {
   Health,
   HealthCheckRequestSchema,
@@ -11,6 +12,7 @@ import {
 } from "../gen/grpc/health/v1/health_pb.js";
 import { methodDefinition } from "../src/server/grpc-adapter.js";
 import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
+import { testTransport } from "./support/connect.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
@@ -93,6 +95,22 @@ test("GET /healthz and /readyz answer 200 while serving", async () => {
   const ready = await rest(srv.url, "GET", "/readyz");
   assert.equal(ready.status, 200);
   assert.deepEqual(ready.body, { status: "ready" });
+});
+
+test("Connect and gRPC-Web serve the same Health: Check, NOT_FOUND for an unknown service, List", async () => {
+  for (const kind of ["connect-h1", "grpc-web-h1"] as const) {
+    const t = testTransport(kind, srv.url);
+    try {
+      const client = createClient(Health, t.transport);
+      assert.equal((await client.check({ service: GROUPS })).status, ServingStatus.SERVING, kind);
+      await assert.rejects(client.check({ service: "no.such.Service" }), (err: unknown) => ConnectError.from(err).code === Code.NotFound);
+      const list = await client.list({});
+      assert.equal(list.statuses[""]?.status, ServingStatus.SERVING, kind);
+      assert.equal(list.statuses[GROUPS]?.status, ServingStatus.SERVING, kind);
+    } finally {
+      t.close();
+    }
+  }
 });
 
 // Last: it shuts the server down.

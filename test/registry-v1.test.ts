@@ -65,7 +65,7 @@ describe("GET /registry/v1/repos", () => {
         createTime: r.createTime,
         activeTags: ["latest"],
         description: `tier ${TIERS[i]![0]}`,
-      })).sort((a, b) => (a.id < b.id ? -1 : 1)),
+      })).sort((a, b) => (a.id! < b.id! ? -1 : 1)),
     );
   });
 

@@ -136,8 +136,9 @@ describe("list", () => {
     }
     clock += 10;
     // Putting a tag again moves its update time.
-    items[1] = await putTag(repoA.uid, { name: "1.25", digest: digest("3") });
-    byName.set("a:1.25", items[1]);
+    const moved = await putTag(repoA.uid, { name: "1.25", digest: digest("3") });
+    items[1] = moved;
+    byName.set("a:1.25", moved);
   });
 
   const names = async (query: string) => {

@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
-import { create, createRegistry, type DescService } from "@bufbuild/protobuf";
+import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
 import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
-import { Health, HealthCheckResponseSchema, HealthListResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
+import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
@@ -26,7 +26,7 @@ import { connectPlugin } from "./connect-plugin.js";
 import { installDocs } from "./docs.js";
 import { openApiDocument } from "./openapi.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc-server.js";
-import { HealthState, ServingStatus } from "./health.js";
+import { HealthState, healthService } from "./health.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./one-port.js";
 import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-transcoder.js";
@@ -299,36 +299,7 @@ class CallsInFlight {
  */
 function registerConnect(router: ConnectRouter, services: readonly WrappedService[], health: HealthState): void {
   for (const svc of services) router.service(svc.service as DescService, svc.handlers as never);
-  router.service(Health, {
-    check(req) {
-      const status = health.status(req.service);
-      if (status === undefined) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
-      return create(HealthCheckResponseSchema, { status });
-    },
-    async *watch(req, ctx) {
-      const changes: ServingStatus[] = [];
-      let wake: (() => void) | undefined;
-      const stop = health.watch((status) => {
-        changes.push(status);
-        wake?.();
-      });
-      ctx.signal.addEventListener("abort", () => wake?.());
-      try {
-        yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN });
-        while (!ctx.signal.aborted) {
-          if (changes.length === 0) await new Promise<void>((resolve) => (wake = resolve));
-          const status = changes.shift();
-          if (status !== undefined) yield create(HealthCheckResponseSchema, { status });
-        }
-      } finally {
-        stop();
-      }
-    },
-    list() {
-      const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
-      return create(HealthListResponseSchema, { statuses });
-    },
-  });
+  router.service(Health, healthService(health));
 }
 
 function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {

@@ -136,7 +136,7 @@ export function restErrorBody(err: ConnectError): { status: number; body: JsonOb
   const json = toJson(StatusSchema, statusOf(err), { registry: detailRegistry }) as JsonObject;
   // Put "@type" first in each detail, as Google's own services do.
   const details = ((json.details as JsonObject[] | undefined) ?? []).map(({ "@type": type, ...rest }) => ({
-    "@type": type,
+    "@type": type ?? null,
     ...rest,
   }));
   return { status: httpStatusOf(err.code), body: { code: err.code, message: err.rawMessage, details } };

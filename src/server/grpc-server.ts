@@ -1,16 +1,11 @@
-import { create } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import {
-  Health,
-  HealthCheckResponseSchema,
-  HealthListResponseSchema,
-  type HealthCheckRequest,
-} from "../../gen/grpc/health/v1/health_pb.js";
+import { Health, type HealthCheckRequest } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection, type ServerReflectionRequest } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { methodDefinition, grpcService } from "./grpc-adapter.js";
 import { limitGrpcHttp2 } from "./grpc-http2.js";
 import type { InternalErrorSink } from "./errors.js";
-import type { HealthState } from "./health.js";
+import { healthService, type HealthState } from "./health.js";
 import { Reflector, type ReflectionSchema } from "./reflection.js";
 import type { WrappedService } from "./wrap.js";
 
@@ -66,26 +61,30 @@ export function createGrpcServer(
 }
 
 function addHealth(server: grpc.Server, health: HealthState): void {
+  const impl = healthService(health);
   const [check, watch, list] = ["check", "watch", "list"].map((n) => Health.methods.find((m) => m.localName === n)!);
   server.addService(
     { check: methodDefinition(Health, check!), watch: methodDefinition(Health, watch!), list: methodDefinition(Health, list!) },
     {
       check(call: grpc.ServerUnaryCall<HealthCheckRequest, unknown>, callback: grpc.sendUnaryData<unknown>) {
-        const status = health.status(call.request.service);
-        if (status === undefined) callback({ code: grpc.status.NOT_FOUND, details: `unknown service ${call.request.service}` });
-        else callback(null, create(HealthCheckResponseSchema, { status }));
+        try {
+          callback(null, impl.check(call.request));
+        } catch (err) {
+          // Connect's codes are gRPC's.
+          const e = ConnectError.from(err);
+          callback({ code: e.code as number as grpc.status, details: e.rawMessage });
+        }
       },
       watch(call: grpc.ServerWritableStream<HealthCheckRequest, unknown>) {
-        const name = call.request.service;
-        const send = () => call.write(create(HealthCheckResponseSchema, { status: health.status(name) ?? 3 }));
-        send();
-        const stop = health.watch(send);
-        call.on("cancelled", stop);
-        call.on("close", stop);
+        const abort = new AbortController();
+        call.on("cancelled", () => abort.abort());
+        call.on("close", () => abort.abort());
+        void (async () => {
+          for await (const answer of impl.watch(call.request, abort)) call.write(answer);
+        })();
       },
       list(_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) {
-        const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
-        callback(null, create(HealthListResponseSchema, { statuses }));
+        callback(null, impl.list());
       },
     },
   );

@@ -1,4 +1,13 @@
-import { HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import {
+  Health,
+  HealthCheckResponseSchema,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+  HealthListResponseSchema,
+  type HealthCheckResponse,
+  type HealthListResponse,
+} from "../../gen/grpc/health/v1/health_pb.js";
 
 export { ServingStatus };
 
@@ -38,4 +47,46 @@ export class HealthState {
     this.watchers.add(fn);
     return () => this.watchers.delete(fn);
   }
+}
+
+/**
+ * grpc.health.v1.Health over a HealthState: the one implementation both
+ * transports serve (Connect and gRPC-Web through the router, native gRPC
+ * through grpc-js). Check of an unknown service is NOT_FOUND; Watch of one
+ * answers SERVICE_UNKNOWN, as the health protocol says.
+ */
+export function healthService(health: HealthState) {
+  return {
+    check(req: { service: string }): HealthCheckResponse {
+      const status = health.status(req.service);
+      if (status === undefined) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
+      return create(HealthCheckResponseSchema, { status });
+    },
+    /** The status now, then every change, until signal aborts. */
+    async *watch(req: { service: string }, ctx: { signal: AbortSignal }): AsyncGenerator<HealthCheckResponse> {
+      const changes: ServingStatus[] = [];
+      let wake: (() => void) | undefined;
+      const stop = health.watch((status) => {
+        changes.push(status);
+        wake?.();
+      });
+      const onAbort = () => wake?.();
+      ctx.signal.addEventListener("abort", onAbort);
+      try {
+        yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN });
+        while (!ctx.signal.aborted) {
+          if (changes.length === 0) await new Promise<void>((resolve) => (wake = resolve));
+          const status = changes.shift();
+          if (status !== undefined) yield create(HealthCheckResponseSchema, { status });
+        }
+      } finally {
+        stop();
+        ctx.signal.removeEventListener("abort", onAbort);
+      }
+    },
+    list(): HealthListResponse {
+      const statuses = Object.fromEntries(Object.entries(health.all()).map(([k, status]) => [k, { status }]));
+      return create(HealthListResponseSchema, { statuses });
+    },
+  } satisfies ServiceImpl<typeof Health>;
 }
