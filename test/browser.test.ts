@@ -167,7 +167,8 @@ describe("in a real browser", { skip: SKIP }, () => {
     const srv = await startTestServer({ env: { PORT: String(port), PLATFORM_BASE_URL: origin } });
     const page = await newPage();
     try {
-      await createGroup(srv.url, null, "docs page org");
+      const org = await createGroup(srv.url, null, "docs page org");
+      const child = await createGroup(srv.url, org.uid, "docs page child");
       const requests: string[] = [];
       page.on("request", (req) => requests.push(req.url()));
       const failed: string[] = [];
@@ -212,6 +213,20 @@ describe("in a real browser", { skip: SKIP }, () => {
       await status.waitFor({ timeout: 30_000 });
       assert.equal((await status.innerText()).trim(), "200");
       assert.ok((await listGroups.locator(".live-responses-table").innerText()).includes("docs page org"), "the response shows the group");
+
+      // Try GetGroup on a child: Swagger UI percent-encodes the uid's "/" as %2F.
+      const getGroup = page.locator(".opblock-get", { has: page.locator('[data-path="/iam/v2beta1/groups/{uid}"]') });
+      assert.equal(await getGroup.count(), 1, "GET /iam/v2beta1/groups/{uid} is listed");
+      await getGroup.locator(".opblock-summary").click();
+      const tryGet = getGroup.locator("button.try-out__btn", { hasText: "Try it out" });
+      if ((await tryGet.count()) > 0) await tryGet.click();
+      await getGroup.locator('tr[data-param-name="uid"] input').fill(child.uid);
+      await getGroup.locator("button.execute").click();
+      const getStatus = getGroup.locator(".live-responses-table .response .response-col_status").first();
+      await getStatus.waitFor({ timeout: 30_000 });
+      assert.equal((await getStatus.innerText()).trim(), "200");
+      assert.ok((await getGroup.locator(".live-responses-table").innerText()).includes("docs page child"), "the response shows the child group");
+      assert.ok(requests.includes(`${origin}/iam/v2beta1/groups/${child.uid.replace("/", "%2F")}`), "the uid went percent-encoded");
 
       // Everything came from the server itself: no CDN, no validator badge, no fonts.
       assert.ok(requests.some((u) => u.endsWith("/openapi.json")));

@@ -48,11 +48,17 @@ test("templates are bucketed by their first two literal segments", () => {
   assert.equal(compileTemplate("/{x}/y").prefix, null);
 });
 
-test("multi-segment variables keep %2F as data; single-segment ones decode it", () => {
-  assert.equal(decodeVariable("a%2Fb/c%20d", true), "a%2Fb/c d");
-  assert.equal(decodeVariable("a%2fb", true), "a%2Fb");
+test("multi-segment variables take %2F as a separator (generated clients encode it); nothing else becomes a slash", () => {
+  assert.equal(decodeVariable("a%2Fb/c%20d", true), "a/b/c d");
+  assert.equal(decodeVariable("a%2fb", true), "a/b");
+  assert.equal(decodeVariable("a%252Fb", true), "a%2Fb");
   assert.equal(decodeVariable("a%2Fb", false), "a/b");
   assert.throws(() => decodeVariable("%E0%A4%A", true), URIError);
+});
+
+test("a * inside a multi-segment variable is one segment, encoded or not", () => {
+  assert.deepEqual(match("/v1/{name=projects/*/things/**}", "/v1/projects/p1/things/a%2Fb"), ["projects/p1/things/a%2Fb"]);
+  assert.equal(match("/v1/{name=projects/*/things/**}", "/v1/projects/p1%2Fx/things/a"), null);
 });
 
 test("malformed templates are refused at start-up", () => {

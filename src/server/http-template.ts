@@ -14,7 +14,7 @@
 export interface TemplateVariable {
   /** Proto field names from the request message down, e.g. ["group", "uid"]. */
   fieldPath: string[];
-  /** Multi-segment variables (containing "**" or "/") keep %2F encoded within segments. */
+  /** Multi-segment variables (containing "**" or "/") take "/" and %2F alike as separators. */
   multiSegment: boolean;
 }
 
@@ -34,8 +34,9 @@ export interface CompiledTemplate {
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
-function segmentPattern(segment: string): string {
-  if (segment === "*") return "[^/]+";
+/** A "*" inside a multi-segment variable is one segment, so it may not hold an encoded "/" (decoded as a separator there). */
+function segmentPattern(segment: string, inMultiSegment = false): string {
+  if (segment === "*") return inMultiSegment ? "(?:(?!%2[fF])[^/])+" : "[^/]+";
   if (segment === "**") return ".+";
   return escape(segment);
 }
@@ -90,7 +91,7 @@ export function compileTemplate(template: string): CompiledTemplate {
       const sub = pattern.split("/");
       const multiSegment = sub.length > 1 || sub.includes("**");
       variables.push({ fieldPath, multiSegment });
-      const body = sub.map(segmentPattern).join("/");
+      const body = sub.map((part) => segmentPattern(part, multiSegment)).join("/");
       // A trailing "{x=**}" may match zero segments, as grpc-gateway allows:
       // POST /iam/v2beta1/groups reaches CreateGroup with an empty parent.
       if (isLast && pattern === "**" && i > 0) {
@@ -112,14 +113,16 @@ export function compileTemplate(template: string): CompiledTemplate {
 }
 
 /**
- * Decodes a captured variable. Multi-segment values decode each segment but
- * keep an encoded "/" (%2F) as data, per google.api.http; single-segment
- * values decode fully. Throws URIError on malformed escapes.
+ * Decodes a captured variable; throws URIError on malformed escapes.
+ * Single-segment values decode fully. In a multi-segment value (a uid path,
+ * lowercase hex and "/") an encoded "/" (%2F or %2f) is a separator too:
+ * generated clients (openapi-fetch, swagger-client) percent-encode every path
+ * parameter. Nothing else decodes to "/", so "%252F" stays the data "%2F".
  */
 export function decodeVariable(raw: string, multiSegment: boolean): string {
   if (!multiSegment) return decodeURIComponent(raw);
   return raw
-    .split("/")
-    .map((part) => decodeURIComponent(part.replace(/%2f/gi, "%252F")))
+    .split(/\/|%2f/i)
+    .map((part) => decodeURIComponent(part))
     .join("/");
 }
