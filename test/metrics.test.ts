@@ -7,8 +7,9 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { after, before, test } from "node:test";
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
@@ -218,6 +219,57 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
   } finally {
     release();
     grpc.close();
+    await server.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a call whose deadline passed before the handler answered is counted and logged as deadline_exceeded, not ok", async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "platform-metrics-"));
+  // Every call spends 100 ms authenticating, well past the clients' 20 ms deadline; the group exists, so the handler itself succeeds.
+  const decorate = (inner: Authenticator): Authenticator => ({
+    async authenticate(headers) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      return inner.authenticate(headers);
+    },
+  });
+  const lines: string[] = [];
+  const logStream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString("utf8").split("\n").filter((l) => l !== ""));
+      done();
+    },
+  });
+  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate, logStream });
+  setDefaultToken(server.port, await mintAdminToken(server));
+  try {
+    const org = await createGroup(server.url, null, "deadline org");
+    const kinds = ["connect-h1", "grpc-web-h1", "grpc-h2c"] as const;
+    for (const kind of kinds) {
+      const t = testTransport(kind, server.url);
+      try {
+        const err = await createClient(GroupsService, t.transport)
+          .getGroup({ uid: org.uid }, { timeoutMs: 20 })
+          .then(() => assert.fail(`${kind}: the deadline passes first`), (e: unknown) => ConnectError.from(e));
+        assert.equal(err.code, Code.DeadlineExceeded, kind);
+      } finally {
+        t.close();
+      }
+    }
+    // The handlers finish after their clients gave up: wait for all three to be counted.
+    const counted = () => lines.filter((l) => l.includes('"msg":"rpc"') && l.includes("GroupsService/GetGroup")).map((l) => JSON.parse(l) as { protocol: string; code: string });
+    for (let waited = 0; counted().length < kinds.length && waited < 3000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.deepEqual(
+      counted().map((c) => `${c.protocol} ${c.code}`).sort(),
+      ["connect deadline_exceeded", "grpc deadline_exceeded", "grpc-web deadline_exceeded"],
+    );
+    const { samples } = await scrape(server.url);
+    for (const protocol of ["connect", "grpc-web", "grpc"]) {
+      assert.equal(value(samples, "platform_requests_total", { method: "GetGroup", protocol, code: "deadline_exceeded" }), 1, protocol);
+      assert.equal(find(samples, "platform_requests_total", { method: "GetGroup", protocol, code: "ok" }).length, 0, protocol);
+    }
+  } finally {
     await server.close();
     rmSync(dataDir, { recursive: true, force: true });
   }

@@ -184,7 +184,7 @@ describe("errors grpc-js writes itself carry a google.rpc.Status with one ErrorI
     try {
       const { err } = await client.call("/platformapi.iam.v2beta1.GroupsService/NoSuchMethod", new Uint8Array(0));
       assert.equal(checkGrpcResult({ err }), grpc.status.UNIMPLEMENTED);
-      assert.deepEqual(infoOf(err!), { $typeName: "google.rpc.ErrorInfo", reason: "UNIMPLEMENTED", domain: "platform.api", metadata: {} });
+      assert.deepEqual(infoOf(err!), { $typeName: "google.rpc.ErrorInfo", reason: "UNKNOWN_METHOD", domain: "platform.api", metadata: {} });
       assert.match(grpcStatus(err!).message, /NoSuchMethod/);
     } finally {
       client.close();

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { exportJWK, generateKeyPair, importJWK, jwtVerify, SignJWT, type JWK, type JWTPayload } from "jose";
+import { errors, exportJWK, generateKeyPair, importJWK, jwtVerify, SignJWT, type JWK, type JWTPayload } from "jose";
 import { UnauthenticatedError } from "../domain/errors.js";
 import type { KeyStore } from "../store/store.js";
 
@@ -38,6 +38,43 @@ export function isCanonicalCompactJws(token: string): boolean {
     parts.length === 3 &&
     parts.every((part) => BASE64URL.test(part) && part.length % 4 !== 1 && Buffer.from(part, "base64url").toString("base64url") === part)
   );
+}
+
+/**
+ * A bearer token refused, with a message a client may read (missing, expired,
+ * another audience, an unknown key, or simply not ours) and the exact reason
+ * for the server's log only. Expiry and audience are told only of tokens whose
+ * signature verified: a forger learns nothing from them.
+ */
+export class TokenRejectedError extends UnauthenticatedError {
+  constructor(
+    message: string,
+    readonly detail: string,
+  ) {
+    super(message);
+    this.name = "TokenRejectedError";
+  }
+}
+
+const NOT_OURS = "Unauthenticated: the bearer token is not a valid API token of this server";
+
+/** Thrown by the key lookup for a kid none of our keys has. */
+class UnknownKeyError extends Error {
+  constructor(kid: string) {
+    super(`unknown kid ${JSON.stringify(kid.slice(0, 64))}`);
+    this.name = "UnknownKeyError";
+  }
+}
+
+/** The client's message for a jose verification failure, and the exact reason for the log. */
+function rejection(err: unknown): TokenRejectedError {
+  const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  if (err instanceof errors.JWTExpired) return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
+  if (err instanceof errors.JWTClaimValidationFailed && err.claim === "aud") {
+    return new TokenRejectedError("Unauthenticated: the API token was issued for another audience, not this server", detail);
+  }
+  if (err instanceof UnknownKeyError) return new TokenRejectedError("Unauthenticated: the API token is signed by a key this server does not know", detail);
+  return new TokenRejectedError(NOT_OURS, detail);
 }
 
 /** An issued token and when it expires (ms since the epoch). */
@@ -123,7 +160,7 @@ export class TokenService {
   /** Verifies a token we issued; throws UnauthenticatedError for anything else. */
   async verify(token: string): Promise<VerifiedToken> {
     // Before the cache: a token is one exact string, never a lenient re-spelling of it.
-    if (!isCanonicalCompactJws(token)) throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
+    if (!isCanonicalCompactJws(token)) throw new TokenRejectedError(NOT_OURS, "not a canonical compact JWS");
     const now = this.now();
     const hit = this.verified.get(token);
     if (hit) {
@@ -145,11 +182,11 @@ export class TokenService {
         clockTolerance: CLOCK_TOLERANCE,
         currentDate: new Date(now),
       }));
-    } catch {
-      throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
+    } catch (err) {
+      throw rejection(err);
     }
     if (typeof payload.sub !== "string" || payload.sub === "" || payload.iat! > now / 1000 + CLOCK_TOLERANCE) {
-      throw new UnauthenticatedError("Unauthenticated: the bearer token is not a valid API token of this server");
+      throw new TokenRejectedError(NOT_OURS, "empty sub or iat in the future");
     }
     const result: VerifiedToken = {
       subject: payload.sub,
@@ -171,7 +208,7 @@ export class TokenService {
       await this.reload();
       key = this.verifyKeys.get(kid);
     }
-    if (!key) throw new Error("unknown kid");
+    if (!key) throw new UnknownKeyError(kid);
     return key;
   }
 }

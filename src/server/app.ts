@@ -31,6 +31,8 @@ import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeo
 import { reflectionSchema } from "./reflection.js";
 import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest-transcoder.js";
 import { installCors } from "./cors.js";
+import { inflatedBody, installResponseCompression, isRpcRequest, REQUEST_CODINGS, requestCoding } from "./compression.js";
+import { bearerChallenge } from "./www-authenticate.js";
 import { loggerOptions } from "./logging.js";
 import { HeaderView } from "./header-view.js";
 import { instrumentStore, metricsTokenMatches, Metrics } from "./metrics.js";
@@ -101,7 +103,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     onCache: (hit) => metrics.tokenCache.inc(hit ? "hit" : "miss"),
   });
   const admin = await adminSubject(store.keys);
-  const bearer = createBearerAuthenticator(tokens, admin, async (uid) => (await store.identities.get(uid)) !== null);
+  const bearer = createBearerAuthenticator(
+    tokens,
+    admin,
+    async (uid) => (await store.identities.get(uid)) !== null,
+    // Called only while serving, after `app` below exists. The client's message says only what kind of refusal.
+    (reason) => app.log.debug({ reason }, "bearer token refused"),
+  );
   const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
   const allCapabilities = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
   const authorizer = createAuthorizer(store, allCapabilities);
@@ -178,6 +186,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     done();
   });
   installCors(app, config.corsOrigins);
+  installResponseCompression(app, isRpcRequest);
   installRest(app, transcoder, config.maxMessageBytes);
   await app.register(connectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
@@ -191,7 +200,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
   app.get("/metrics", async (req, reply) => {
     if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
-      reply.header("www-authenticate", 'Bearer realm="metrics"');
+      reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
       return sendError(reply, new ApiError(Code.Unauthenticated, "UNAUTHENTICATED", "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>"));
     }
     return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
@@ -302,26 +311,43 @@ function registerConnect(router: ConnectRouter, services: readonly WrappedServic
   router.service(Health, healthService(health));
 }
 
+declare module "fastify" {
+  interface FastifyInstance {
+    /** ErrorInfo.domain of an error on a request to method and url (RestTranscoder.errorDomainFor). */
+    errorDomainFor?: (method: string, url: string) => string;
+  }
+}
+
 function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {
-  const rendered = restErrorBody(toConnectError(err, DEFAULT_ERROR_DOMAIN, (e) => reply.log.error({ err: e }, "internal error")));
-  return reply.code(status ?? rendered.status).type("application/json").send(rendered.body);
+  // Whatever refused it (body parser, size limit, the service), a request to a route answers in its service's domain.
+  const domain = reply.server.errorDomainFor?.(reply.request.method, reply.request.url) ?? DEFAULT_ERROR_DOMAIN;
+  const rendered = restErrorBody(toConnectError(err, domain, (e) => reply.log.error({ err: e }, "internal error")));
+  const code = status ?? rendered.status;
+  if (code === 401 && !reply.hasHeader("www-authenticate")) reply.header("www-authenticate", bearerChallenge(reply.request.headers.authorization));
+  return reply.code(code).type("application/json").send(rendered.body);
 }
 
 /** The REST side: JSON and form parsing, the generic transcoder route, and error rendering. */
 function installRest(app: FastifyInstance, transcoder: RestTranscoder, bodyLimit: number): void {
+  app.decorate("errorDomainFor", (method: string, url: string) => transcoder.errorDomainFor(method, url));
   // Our parsers live in their own scope: the Connect plugin registers its own.
-  void app.register(async (scope) => installTranscoderRoute(scope, transcoder));
+  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, bodyLimit));
   installErrorHandlers(app, bodyLimit);
 }
 
-function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder): void {
-  // REST bodies are read as they come; a compressed one would only fail as
-  // "not valid JSON", so say what is wrong before reading it.
+function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder, bodyLimit: number): void {
+  // A body in a coding we cannot read would only fail as "not valid JSON": say what is wrong before reading it.
   app.addHook("onRequest", async (req, reply) => {
-    const coding = req.headers["content-encoding"]?.trim().toLowerCase();
-    if (coding === undefined || coding === "" || coding === "identity") return;
-    const err = new ApiError(Code.InvalidArgument, "UNSUPPORTED_CONTENT_ENCODING", `Content-Encoding ${coding} is not supported here: send the body uncompressed`);
-    return sendError(reply, err, 415);
+    if (requestCoding(req.headers["content-encoding"]) !== "unsupported") return;
+    const accepted = REQUEST_CODINGS.join(", ");
+    const coding = String(req.headers["content-encoding"]).trim().slice(0, 40);
+    const err = new ApiError(Code.InvalidArgument, "UNSUPPORTED_CONTENT_ENCODING", `Content-Encoding ${coding} is not supported here: send ${accepted} or no coding`);
+    return sendError(reply.header("accept-encoding", accepted), err, 415);
+  });
+  // The inflated body counts against the same limit as a plain one.
+  app.addHook("preParsing", async (req, _reply, payload) => {
+    const coding = requestCoding(req.headers["content-encoding"]);
+    return coding === null || coding === "unsupported" ? payload : inflatedBody(payload, coding, bodyLimit);
   });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
@@ -346,7 +372,8 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
         const res = await transcoder.handle({
           requestId: req.id,
           clientAddress: req.socket.remoteAddress ?? "",
-          method: req.method,
+          // HEAD is GET without the body: fastify drops the payload and keeps its length and type.
+          method: req.method === "HEAD" ? "GET" : req.method,
           url: req.url,
           headers: HeaderView.ofNode(req.headers),
           body: req.body,
@@ -375,7 +402,8 @@ function installErrorHandlers(app: FastifyInstance, bodyLimit: number): void {
   });
 }
 
-function notFound(reply: FastifyReply, method: string, allowed: string[]): FastifyReply {
+function notFound(reply: FastifyReply, method: string, routeMethods: string[]): FastifyReply {
+  const allowed = routeMethods.includes("GET") ? [...routeMethods, "HEAD"] : routeMethods;
   if (allowed.length > 0) {
     reply.header("allow", allowed.join(", "));
     return sendError(reply, new ApiError(Code.Unimplemented, "METHOD_NOT_ALLOWED", `Method ${method} is not allowed here; use ${allowed.join(" or ")}`), 405);

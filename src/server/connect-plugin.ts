@@ -4,7 +4,12 @@ import * as grpcProtocol from "@connectrpc/connect/protocol-grpc";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ApiError } from "../domain/errors.js";
+import { areaErrorDomain, toConnectError } from "./errors.js";
+import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, limitedBody, oversizedGetMessage } from "./message-limit.js";
+import { bearerChallenge } from "./www-authenticate.js";
+import { GRPC_WEB_TEXT, rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */
 export interface ConnectPluginOptions {
@@ -30,17 +35,39 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
     done();
   });
   const router = createConnectRouter({ readMaxBytes: limit, acceptCompression: boundedCompressions(limit), shutdownSignal: shutdown.signal });
-  opts.routes(router);
+  // Each service's decompression errors carry its area's ErrorInfo domain.
+  opts.routes({
+    get handlers() {
+      return router.handlers;
+    },
+    service(service, impl, options) {
+      router.service(service, impl, { acceptCompression: boundedCompressions(limit, areaErrorDomain(service.typeName)), ...options });
+      return this;
+    },
+    rpc(method, impl, options) {
+      router.rpc(method, impl, { acceptCompression: boundedCompressions(limit, areaErrorDomain(method.parent.typeName)), ...options });
+      return this;
+    },
+  });
   addNoopContentTypeParsers(app);
   for (const handler of router.handlers) {
+    const domain = areaErrorDomain(handler.service.typeName);
     app.all(handler.requestPath, async (req, reply) => {
-      const oversized = req.method === "GET" ? oversizedGetMessage(req.url, limit) : undefined;
-      if (oversized) return sendConnectUnaryError(reply, oversized);
-      const uReq = { ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)), body: limitedBody(req.raw, limit) };
+      const coding = requestCoding(req);
+      if (coding !== undefined && !COMPRESSIONS.includes(coding)) return sendRpcError(reply, unsupportedCoding(reply, coding, domain));
+      const oversized = req.method === "GET" ? oversizedGetMessage(req.url, limit, domain) : undefined;
+      if (oversized) return sendRpcError(reply, oversized);
+      const text = GRPC_WEB_TEXT.test(req.headers["content-type"] ?? "");
+      const decode = text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined;
+      const uReq = { ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)), body: limitedBody(req.raw, limit, domain, decode) };
       // limitedBody checks Content-Length itself, with an ErrorInfo and without destroying the request.
       uReq.header.delete("content-length");
+      if (text) uReq.header.set("content-type", GRPC_WEB_BINARY_TYPE);
       try {
-        const uRes = await handler(uReq);
+        let uRes = await handler(uReq);
+        if (text) uRes = { ...uRes, header: textModeHeader(uRes.header), body: uRes.body && encodeBase64Body(uRes.body) };
+        // A Connect unary 401 is an HTTP 401: it carries the RFC 6750 challenge, as REST's does.
+        if (uRes.status === 401) reply.header("www-authenticate", bearerChallenge(req.headers.authorization));
         // fastify keeps headers set by hooks (CORS, x-request-id) on the reply until send, which this path never calls.
         for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(key, value);
         await universalResponseToNodeResponse(uRes, reply.raw);
@@ -50,13 +77,44 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
       }
     });
   }
+  // Any other /package.Service/Method path: UNIMPLEMENTED in the caller's protocol, not a REST 404 or 415.
+  app.all("/:service(^\\w+\\.[\\w.]+$)/:method(^\\w+$)", async (req, reply) => sendRpcError(reply, unknownProcedure(req.url.split("?")[0] ?? "")));
 }
 
-function sendConnectUnaryError(reply: FastifyReply, err: ConnectError): FastifyReply {
-  return reply
-    .code(connectProtocol.codeToHttpStatus(err.code))
-    .type(connectProtocol.contentTypeUnaryJson)
-    .send(Buffer.from(connectProtocol.errorToJsonBytes(err, undefined)));
+/** The compressions the router accepts, besides identity. */
+const COMPRESSIONS = boundedCompressions(0).map((c) => c.name);
+
+/** The header each protocol lists the accepted compressions in. */
+const ACCEPT_HEADER: Record<RpcProtocol, string> = {
+  connect: "accept-encoding",
+  "connect-stream": "connect-accept-encoding",
+  "grpc-web": "grpc-accept-encoding",
+};
+
+/** The compression a request's message says it uses, lower-cased; undefined for none. */
+function requestCoding(req: FastifyRequest): string | undefined {
+  const protocol = rpcProtocolOf(req.headers["content-type"]);
+  const raw =
+    req.method === "GET"
+      ? new URL(req.url, "http://localhost").searchParams.get("compression")
+      : req.headers[protocol === "connect" ? "content-encoding" : protocol === "connect-stream" ? "connect-content-encoding" : "grpc-encoding"];
+  const coding = (Array.isArray(raw) ? raw[0] : raw)?.trim().toLowerCase();
+  return coding === undefined || coding === "" || coding === "identity" ? undefined : coding;
+}
+
+/** UNIMPLEMENTED for a compression the router does not have, listing those it has in the protocol's accept header. */
+function unsupportedCoding(reply: FastifyReply, coding: string, domain: string): ConnectError {
+  reply.header(ACCEPT_HEADER[rpcProtocolOf(reply.request.headers["content-type"])], COMPRESSIONS.join(","));
+  const message = `Content-Encoding ${coding} is not supported: use one of identity, ${COMPRESSIONS.join(", ")}`;
+  return toConnectError(new ApiError(Code.Unimplemented, "UNSUPPORTED_CONTENT_ENCODING", message), domain);
+}
+
+/** Response headers of a text-mode call: its Content-Type, and no length (base64 is longer). */
+function textModeHeader(header: Headers | undefined): Headers {
+  const out = new Headers(header);
+  out.set("content-type", GRPC_WEB_TEXT_TYPE);
+  out.delete("content-length");
+  return out;
 }
 
 /** Leaves every body connect-node reads to connect-node: fastify must not consume it first. */

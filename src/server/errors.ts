@@ -16,8 +16,19 @@ import { ApiError } from "../domain/errors.js";
 /** Every google.rpc detail type, so an Any in an error body never fails to render. */
 const detailRegistry = createRegistry(file_google_rpc_error_details);
 
-/** ErrorInfo.domain for errors that happen before a service is known. */
+/**
+ * ErrorInfo.domain of errors on a request that addressed no service: an
+ * unknown route or method, and errors of the HTTP or HTTP/2 connection itself.
+ * Every request that did address one gets its area's domain (areaErrorDomain),
+ * whichever layer refused it. The README lists the domains and reasons.
+ */
 export const DEFAULT_ERROR_DOMAIN = "platform.api";
+
+/** ErrorInfo.domain of a service's errors: "iam.platform.api" for platformapi.iam.v2beta1.*; other packages (health) get the default. */
+export function areaErrorDomain(serviceTypeName: string): string {
+  const [root, area] = serviceTypeName.split(".");
+  return root === "platformapi" && area ? `${area}.platform.api` : DEFAULT_ERROR_DOMAIN;
+}
 
 /** The standard gRPC code → HTTP status table (grpc-gateway, Envoy, connect-es). */
 const HTTP_STATUS: Record<Code, number> = {

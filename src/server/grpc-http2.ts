@@ -2,7 +2,7 @@ import http2 from "node:http2";
 import { Code } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
 import { ApiError } from "../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "./errors.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "./errors.js";
 import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "./message-limit.js";
 
 /** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
@@ -47,7 +47,7 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
       // nghttp2 applies the advertised limit only once the client has
       // acknowledged it (until then, 64 KiB); this holds before that too.
       if (headerListSize(rawHeaders) > limits.maxHeaderListBytes) return stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-      addStatusDetails(stream);
+      addStatusDetails(stream, String(headers[":path"] ?? ""));
       const session = stream.session;
       if (session) {
         let account = accounts.get(session);
@@ -127,21 +127,24 @@ function refuse(stream: http2.ServerHttp2Stream, message: string): void {
  * and single ErrorInfo as every other error. Statuses our handlers send
  * already have it and pass unchanged.
  */
-function addStatusDetails(stream: http2.ServerHttp2Stream): void {
+function addStatusDetails(stream: http2.ServerHttp2Stream, path: string): void {
   const respond = stream.respond.bind(stream);
   const sendTrailers = stream.sendTrailers.bind(stream);
-  stream.respond = (headers, options) => respond(headers && withStatusDetails(headers), options);
-  stream.sendTrailers = (headers) => sendTrailers(withStatusDetails(headers));
+  stream.respond = (headers, options) => respond(headers && withStatusDetails(headers, path), options);
+  stream.sendTrailers = (headers) => sendTrailers(withStatusDetails(headers, path));
 }
 
-function withStatusDetails(headers: http2.OutgoingHttpHeaders): http2.OutgoingHttpHeaders {
+function withStatusDetails(headers: http2.OutgoingHttpHeaders, path: string): http2.OutgoingHttpHeaders {
   const code = Number(headers["grpc-status"] ?? 0);
   if (!(code > 0) || headers["grpc-status-details-bin"] !== undefined) return headers;
   const message = decodeMessage(headers["grpc-message"]);
   // The only RESOURCE_EXHAUSTED grpc-js raises on a server without a send
-  // limit is a request message over grpc.max_receive_message_length.
-  const reason = code === Code.ResourceExhausted ? MESSAGE_TOO_LARGE : reasonOf(code as Code);
-  const err = toConnectError(new ApiError(code as Code, reason, message), DEFAULT_ERROR_DOMAIN);
+  // limit is a request message over grpc.max_receive_message_length, and the
+  // only UNIMPLEMENTED a method no service serves (Connect says the same).
+  const unknown = code === Code.Unimplemented;
+  const reason = code === Code.ResourceExhausted ? MESSAGE_TOO_LARGE : unknown ? "UNKNOWN_METHOD" : reasonOf(code as Code);
+  const domain = unknown ? DEFAULT_ERROR_DOMAIN : areaErrorDomain(path.split("/")[1] ?? "");
+  const err = toConnectError(new ApiError(code as Code, reason, message), domain);
   return { ...headers, "grpc-status-details-bin": Buffer.from(grpcStatusDetails(err)).toString("base64") };
 }
 

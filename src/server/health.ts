@@ -1,7 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type {
+  Health} from "../../gen/grpc/health/v1/health_pb.js";
 import {
-  Health,
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
   HealthListResponseSchema,

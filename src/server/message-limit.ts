@@ -19,8 +19,8 @@ import { DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
 export const MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE";
 
 /** RESOURCE_EXHAUSTED with one ErrorInfo, for a request message over `limit` bytes. */
-export function messageTooLarge(limit: number): ConnectError {
-  return toConnectError(new ApiError(Code.ResourceExhausted, MESSAGE_TOO_LARGE, `Request message exceeds ${limit} bytes`), DEFAULT_ERROR_DOMAIN);
+export function messageTooLarge(limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError {
+  return toConnectError(new ApiError(Code.ResourceExhausted, MESSAGE_TOO_LARGE, `Request message exceeds ${limit} bytes`), domain);
 }
 
 /**
@@ -29,14 +29,14 @@ export function messageTooLarge(limit: number): ConnectError {
  * `limit` bytes, never its inflated size. Any other failure is the client's
  * bad data (INVALID_ARGUMENT; connect-node says INTERNAL for a truncated stream).
  */
-export function boundedCompressions(limit: number): Compression[] {
+export function boundedCompressions(limit: number, domain = DEFAULT_ERROR_DOMAIN): Compression[] {
   return [compressionGzip, compressionBrotli].map((inner) => ({
     name: inner.name,
     compress: (bytes) => inner.compress(bytes),
     decompress: (bytes) =>
       inner.decompress(bytes, limit).catch((err: unknown) => {
-        if (err instanceof ConnectError && err.code === Code.ResourceExhausted) throw messageTooLarge(limit);
-        throw toConnectError(invalidField("request", `is not valid ${inner.name} data`), DEFAULT_ERROR_DOMAIN);
+        if (err instanceof ConnectError && err.code === Code.ResourceExhausted) throw messageTooLarge(limit, domain);
+        throw toConnectError(invalidField("request", `is not valid ${inner.name} data`), domain);
       }),
   }));
 }
@@ -51,20 +51,31 @@ const ENVELOPED = /^application\/(grpc|connect\+)/i;
  * far. The caller drops Content-Length from the headers it hands connect-node,
  * whose own check of it would come first.
  */
-export function limitedBody(req: IncomingMessage, limit: number): AsyncIterable<Uint8Array> {
+export function limitedBody(
+  req: IncomingMessage,
+  limit: number,
+  domain = DEFAULT_ERROR_DOMAIN,
+  /** Turns the bytes on the wire into the body connect-node reads (gRPC-Web text mode's base64). */
+  decode?: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>,
+): AsyncIterable<Uint8Array> {
   const enveloped = ENVELOPED.test(req.headers["content-type"] ?? "");
   const declared = Number(req.headers["content-length"] ?? 0);
-  const inspect = enveloped ? envelopeInspector(limit) : byteCounter(limit);
+  const inspect = enveloped ? envelopeInspector(limit, domain) : byteCounter(limit, domain);
   return checkedChunks(req, () => {
-    if (!enveloped && declared > limit) throw messageTooLarge(limit);
-  }, inspect);
+    if (!enveloped && declared > limit) throw messageTooLarge(limit, domain);
+  }, inspect, decode);
 }
 
-async function* checkedChunks(req: IncomingMessage, precheck: () => void, inspect: (chunk: Uint8Array) => void): AsyncGenerator<Uint8Array> {
+async function* checkedChunks(
+  req: IncomingMessage,
+  precheck: () => void,
+  inspect: (chunk: Uint8Array) => void,
+  decode: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array> = (wire) => wire,
+): AsyncGenerator<Uint8Array> {
   try {
     precheck();
     // Not destroyed on an early stop: a destroyed request takes its socket, and the answer, with it.
-    for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+    for await (const chunk of decode(req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>)) {
       inspect(chunk);
       yield chunk;
     }
@@ -75,18 +86,18 @@ async function* checkedChunks(req: IncomingMessage, precheck: () => void, inspec
   }
 }
 
-function byteCounter(limit: number): (chunk: Uint8Array) => void {
+function byteCounter(limit: number, domain: string): (chunk: Uint8Array) => void {
   let seen = 0;
   return (chunk) => {
     seen += chunk.byteLength;
-    if (seen > limit) throw messageTooLarge(limit);
+    if (seen > limit) throw messageTooLarge(limit, domain);
   };
 }
 
 /** Refuses an envelope whose declared length is over limit, before its payload is read. */
-function envelopeInspector(limit: number): (chunk: Uint8Array) => void {
+function envelopeInspector(limit: number, domain: string): (chunk: Uint8Array) => void {
   const envelopes = new EnvelopeTracker((length) => {
-    if (length > limit) throw messageTooLarge(limit);
+    if (length > limit) throw messageTooLarge(limit, domain);
   });
   return (chunk) => envelopes.feed(chunk);
 }
@@ -133,11 +144,11 @@ export class EnvelopeTracker {
  * checked here (the request line is at most 16 KiB, so this matters only for
  * small limits); compressed, the bounded decompressor checks what it inflates.
  */
-export function oversizedGetMessage(url: string, limit: number): ConnectError | undefined {
+export function oversizedGetMessage(url: string, limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError | undefined {
   const query = new URL(url, "http://localhost").searchParams;
   const compression = query.get("compression");
   if (compression !== null && compression !== "identity") return undefined;
   const message = query.get("message") ?? "";
   const size = query.get("base64") === "1" ? Math.floor((message.replace(/=+$/, "").length * 3) / 4) : Buffer.byteLength(message);
-  return size > limit ? messageTooLarge(limit) : undefined;
+  return size > limit ? messageTooLarge(limit, domain) : undefined;
 }

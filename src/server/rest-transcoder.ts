@@ -19,8 +19,9 @@ import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { InvalidArgumentError, invalidField } from "../domain/errors.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { responseJson } from "./json.js";
-import { toConnectError } from "./errors.js";
+import { DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
 import { errorDomainOf, requestIdKey, type UnaryHandler, type WrappedService } from "./wrap.js";
+import { checkKnownFields } from "./unknown-fields.js";
 
 /** How one query parameter maps onto the request message. */
 interface QueryField {
@@ -251,6 +252,16 @@ export class RestTranscoder {
     return null;
   }
 
+  /**
+   * ErrorInfo.domain of any error on a request to method and url: the area
+   * of the service its route calls, or the default when no route matches.
+   */
+  errorDomainFor(method: string, url: string): string {
+    const q = url.indexOf("?");
+    const found = this.match(method === "HEAD" ? "GET" : method, q < 0 ? url : url.slice(0, q));
+    return found ? errorDomainOf(found.route.service) : DEFAULT_ERROR_DOMAIN;
+  }
+
   /** True when some route serves this path with any HTTP method. */
   allowedMethods(path: string): string[] {
     const out = new Set<string>();
@@ -273,11 +284,12 @@ export class RestTranscoder {
     let request;
     try {
       const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
-      // Unknown fields are ignored (newer clients), but ignoreUnknownFields would
-      // also drop unknown enum names silently: reject those first.
-      checkEnumNames(route.method.input, json, route.body !== "" && route.body !== "*" ? route.body : "");
+      // Named violations first: fromJson's own refusals of unknown keys and enum names say only the message type.
+      const bodyField = route.body !== "" && route.body !== "*" ? route.body : "";
+      checkKnownFields(route.method.input, json, bodyField);
+      checkEnumNames(route.method.input, json, bodyField);
       try {
-        request = fromJson(route.method.input, json, { ignoreUnknownFields: true, registry: this.registry });
+        request = fromJson(route.method.input, json, { registry: this.registry });
       } catch (err) {
         throw decodeError(err);
       }
@@ -378,8 +390,8 @@ function jsonPathOf(message: DescMessage, protoPath: string[]): string[] {
 
 /**
  * The update mask a PATCH without one implies: the body's keys that name
- * writable fields (grpc-gateway's behaviour). Output-only and unknown keys
- * are ignored rather than rejected.
+ * writable fields (grpc-gateway's behaviour). Output-only keys are ignored
+ * rather than rejected (unknown ones are refused by checkKnownFields).
  */
 function inferredMask(resource: DescMessage, body: unknown): string {
   if (typeof body !== "object" || body === null) return "";

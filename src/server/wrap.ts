@@ -3,9 +3,10 @@ import { Code, createContextKey, type HandlerContext } from "@connectrpc/connect
 import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Authenticator } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
+import { ApiError } from "../domain/errors.js";
 import { requireUidp } from "../domain/hierarchy.js";
 import type { ServiceBinding } from "../services/binding.js";
-import { toConnectError } from "./errors.js";
+import { areaErrorDomain, toConnectError } from "./errors.js";
 
 /** A unary handler as every entry point calls it. */
 export type UnaryHandler = (request: unknown, context: HandlerContext) => Promise<unknown>;
@@ -54,8 +55,7 @@ export interface WrapOptions {
 
 /** ErrorInfo.domain for a service: its area, e.g. "iam.platform.api" for platformapi.iam.v2beta1. */
 export function errorDomainOf(service: DescService): string {
-  const area = service.typeName.split(".")[1] ?? "platform";
-  return `${area}.platform.api`;
+  return areaErrorDomain(service.typeName);
 }
 
 /**
@@ -97,10 +97,15 @@ function wrapMethod(
         context.values.set(principalKey, principal);
         if (!rule.unscoped) await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
       }
-      return await impl(request, context);
+      const result = await impl(request, context);
+      if (pastDeadline(context)) throw deadlinePassed();
+      return result;
     } catch (err) {
       const onInternal = opts.onInternalError;
-      const mapped = toConnectError(err, domain, onInternal && ((cause) => onInternal(cause, context.values.get(requestIdKey))));
+      let mapped = toConnectError(err, domain, onInternal && ((cause) => onInternal(cause, context.values.get(requestIdKey))));
+      // The client stopped waiting at its deadline and sees DEADLINE_EXCEEDED whatever came later (a
+      // not_found, or canceled when it hung up first): metrics and the log line count what it saw.
+      if (mapped.code !== Code.DeadlineExceeded && pastDeadline(context)) mapped = toConnectError(deadlinePassed(), domain);
       code = mapped.code;
       throw mapped;
     } finally {
@@ -115,6 +120,17 @@ function wrapMethod(
       });
     }
   };
+}
+
+/** Whether the call had a deadline and it has passed. */
+function pastDeadline(context: HandlerContext): boolean {
+  const remaining = context.timeoutMs();
+  return remaining !== undefined && remaining <= 0;
+}
+
+/** The answer to a call that finished after its deadline; its work may have been done. */
+function deadlinePassed(): ApiError {
+  return new ApiError(Code.DeadlineExceeded, "DEADLINE_EXCEEDED", "Deadline exceeded: the call's deadline passed before the server answered");
 }
 
 /** The scope uid a scoped request names; INVALID_ARGUMENT unless it is a uid path. */

@@ -1,0 +1,139 @@
+import { Readable } from "node:stream";
+import { promisify } from "node:util";
+import zlib from "node:zlib";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { invalidField } from "../domain/errors.js";
+
+/**
+ * HTTP content codings for the REST side and the plain HTTP routes (docs,
+ * OpenAPI, metrics). gRPC, Connect and gRPC-Web negotiate compression in
+ * their own protocols; their bodies are never touched here.
+ */
+
+/** Request codings REST accepts, as the Accept-Encoding of a 415 lists them (RFC 7694). */
+export const REQUEST_CODINGS = ["gzip", "br"] as const;
+type RequestCoding = (typeof REQUEST_CODINGS)[number];
+
+/** Smaller bodies go as they are: a coding would save less than it costs. */
+const MIN_COMPRESS_BYTES = 1024;
+/** Text-like types; images and archives are compressed already. */
+const COMPRESSIBLE = /^(application\/(json|javascript|openmetrics-text)|text\/|image\/svg\+xml)/i;
+/** Quality 4 is about as fast as gzip -6 and still smaller. */
+const BROTLI = { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4 } };
+const gzip = promisify(zlib.gzip);
+const brotli = promisify(zlib.brotliCompress);
+
+/**
+ * The request coding a Content-Encoding header names: null for none (or
+ * identity), "unsupported" for anything else, stacked codings included.
+ */
+export function requestCoding(header: string | undefined): RequestCoding | null | "unsupported" {
+  const coding = header?.trim().toLowerCase();
+  if (coding === undefined || coding === "" || coding === "identity") return null;
+  if (coding === "gzip" || coding === "x-gzip") return "gzip";
+  if (coding === "br") return "br";
+  return "unsupported";
+}
+
+/**
+ * The request body inflated, at most `limit` bytes of it: past that the
+ * inflater is destroyed at once (a bomb costs about `limit` bytes and no more
+ * CPU) and the stream fails with the status fastify's own body limit uses, so
+ * the answer is the same 413 as for an oversized plain body. Corrupt data is
+ * INVALID_ARGUMENT. Inflating starts only when the body is read.
+ */
+export function inflatedBody(source: Readable, coding: RequestCoding, limit: number): Readable {
+  const inflater = coding === "gzip" ? zlib.createGunzip() : zlib.createBrotliDecompress();
+  let started = false;
+  let inflated = 0;
+  const out: Readable & { receivedEncodedLength?: number } = new Readable({
+    read() {
+      if (!started) {
+        started = true;
+        source.on("data", (chunk: Buffer) => (out.receivedEncodedLength! += chunk.length));
+        source.pipe(inflater);
+      }
+      inflater.resume();
+    },
+    destroy(err, callback) {
+      source.unpipe(inflater);
+      inflater.destroy();
+      // Read and drop the rest, so the answer reaches the client.
+      if (started && !source.readableEnded) source.resume();
+      callback(err);
+    },
+  });
+  // fastify compares Content-Length with the bytes that arrived, not the inflated ones.
+  out.receivedEncodedLength = 0;
+  source.on("error", (err) => out.destroy(err));
+  inflater.on("data", (chunk: Buffer) => {
+    inflated += chunk.length;
+    if (inflated > limit) out.destroy(Object.assign(new Error(`request body inflates past ${limit} bytes`), { statusCode: 413 }));
+    else if (!out.push(chunk)) inflater.pause();
+  });
+  inflater.on("end", () => out.push(null));
+  inflater.on("error", () => out.destroy(invalidField("body", `is not valid ${coding} data`)));
+  // An error nobody reads (a body fastify never parsed) must not take the process down.
+  out.on("error", () => {});
+  return out;
+}
+
+/**
+ * Compresses replies of `app` with gzip or br when the client accepts one,
+ * the type is text-like and the body is at least MIN_COMPRESS_BYTES. Replies
+ * of requests `skip` names (the RPC protocols) stay as they are.
+ */
+export function installResponseCompression(app: FastifyInstance, skip: (req: FastifyRequest) => boolean): void {
+  app.addHook("onSend", async (req, reply, payload) => {
+    if (skip(req) || !(typeof payload === "string" || Buffer.isBuffer(payload))) return payload;
+    const type = String(reply.getHeader("content-type") ?? "");
+    if (!COMPRESSIBLE.test(type) || reply.hasHeader("content-encoding") || reply.statusCode === 204 || reply.statusCode === 304) return payload;
+    addVary(reply);
+    const bytes = Buffer.byteLength(payload);
+    const coding = bytes >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
+    if (coding === null) return payload;
+    const body = coding === "br" ? await brotli(payload, BROTLI) : await gzip(payload);
+    reply.header("content-encoding", coding).removeHeader("content-length");
+    return body;
+  });
+}
+
+function addVary(reply: FastifyReply): void {
+  const vary = String(reply.getHeader("vary") ?? "");
+  if (/(^|,)\s*(accept-encoding|\*)\s*(,|$)/i.test(vary)) return;
+  reply.header("vary", vary === "" ? "Accept-Encoding" : `${vary}, Accept-Encoding`);
+}
+
+/** br or gzip, whichever the client weighs higher (br on a tie), or null when it accepts neither. */
+export function responseCoding(acceptEncoding: string | undefined): "br" | "gzip" | null {
+  if (acceptEncoding === undefined) return null;
+  const weights = new Map<string, number>();
+  for (const part of acceptEncoding.split(",")) {
+    const [name = "", ...params] = part.split(";").map((s) => s.trim().toLowerCase());
+    const q = params.find((p) => p.startsWith("q="));
+    const weight = q === undefined ? 1 : Number(q.slice(2));
+    if (name !== "") weights.set(name, Number.isFinite(weight) ? weight : 0);
+  }
+  const weightOf = (coding: string) => weights.get(coding) ?? (coding === "gzip" ? weights.get("x-gzip") : undefined) ?? weights.get("*") ?? 0;
+  const br = weightOf("br");
+  const gz = weightOf("gzip");
+  if (br > 0 && br >= gz) return "br";
+  return gz > 0 ? "gzip" : null;
+}
+
+/** Content types of the RPC protocols (gRPC, gRPC-Web, Connect streaming and unary proto). */
+const RPC_CONTENT_TYPE = /^application\/(grpc|connect\+|proto)/i;
+/** /package.Service/Method: no REST path has a dotted first segment and a second one. */
+const RPC_PATH = /^\/\w+\.[\w.]+\/\w+$/;
+
+/**
+ * Whether a request is a gRPC, gRPC-Web or Connect call: by path (unknown
+ * methods included), content type, or the Connect-Protocol-Version header.
+ */
+export function isRpcRequest(req: FastifyRequest): boolean {
+  return (
+    RPC_PATH.test(req.url.split("?")[0] ?? "") ||
+    RPC_CONTENT_TYPE.test(req.headers["content-type"] ?? "") ||
+    req.headers["connect-protocol-version"] !== undefined
+  );
+}
