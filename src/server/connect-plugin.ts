@@ -53,9 +53,11 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
     app.all(handler.requestPath, async (req, reply) => {
-      const coding = requestCoding(req);
+      // A Connect GET carries its message (and its compression) in the query.
+      const query = req.method === "GET" ? new URL(req.url, "http://localhost").searchParams : undefined;
+      const coding = messageCoding(req, query);
       if (coding !== undefined && !COMPRESSIONS.includes(coding)) return sendRpcError(reply, unsupportedCoding(reply, coding, domain));
-      const oversized = req.method === "GET" ? oversizedGetMessage(req.url, limit, domain) : undefined;
+      const oversized = query && oversizedGetMessage(query, limit, domain);
       if (oversized) return sendRpcError(reply, oversized);
       const text = GRPC_WEB_TEXT.test(req.headers["content-type"] ?? "");
       const decode = text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined;
@@ -91,12 +93,12 @@ const ACCEPT_HEADER: Record<RpcProtocol, string> = {
   "grpc-web": "grpc-accept-encoding",
 };
 
-/** The compression a request's message says it uses, lower-cased; undefined for none. */
-function requestCoding(req: FastifyRequest): string | undefined {
+/** The compression a request's message says it uses (a GET's in its query), lower-cased; undefined for none. */
+function messageCoding(req: FastifyRequest, query: URLSearchParams | undefined): string | undefined {
   const protocol = rpcProtocolOf(req.headers["content-type"]);
   const raw =
-    req.method === "GET"
-      ? new URL(req.url, "http://localhost").searchParams.get("compression")
+    query !== undefined
+      ? query.get("compression")
       : req.headers[protocol === "connect" ? "content-encoding" : protocol === "connect-stream" ? "connect-content-encoding" : "grpc-encoding"];
   const coding = (Array.isArray(raw) ? raw[0] : raw)?.trim().toLowerCase();
   return coding === undefined || coding === "" || coding === "identity" ? undefined : coding;

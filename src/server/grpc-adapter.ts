@@ -5,9 +5,9 @@ import { invalidField } from "../domain/errors.js";
 import { encodeMessage } from "./binary.js";
 import { lightContext } from "./context.js";
 import { HeaderView } from "./header-view.js";
-import { grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
+import { areaErrorDomain, grpcStatusDetails, toConnectError, type InternalErrorSink } from "./errors.js";
 import { requestIdFrom } from "./request-id.js";
-import { errorDomainOf, requestIdKey, type WrappedService } from "./wrap.js";
+import { requestIdKey, type WrappedService } from "./wrap.js";
 import { clientAddressKey } from "../auth/principal.js";
 
 /** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
@@ -59,7 +59,7 @@ export function grpcService(
 ): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<Decoded, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
-  const domain = errorDomainOf(svc.service);
+  const domain = areaErrorDomain(svc.service.typeName);
   for (const method of svc.service.methods) {
     const handler = svc.handlers[method.localName];
     if (!handler || method.methodKind !== "unary") continue;

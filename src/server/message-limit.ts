@@ -144,8 +144,7 @@ export class EnvelopeTracker {
  * checked here (the request line is at most 16 KiB, so this matters only for
  * small limits); compressed, the bounded decompressor checks what it inflates.
  */
-export function oversizedGetMessage(url: string, limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError | undefined {
-  const query = new URL(url, "http://localhost").searchParams;
+export function oversizedGetMessage(query: URLSearchParams, limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError | undefined {
   const compression = query.get("compression");
   if (compression !== null && compression !== "identity") return undefined;
   const message = query.get("message") ?? "";

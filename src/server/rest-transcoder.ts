@@ -19,8 +19,8 @@ import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { InvalidArgumentError, invalidField } from "../domain/errors.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { responseJson } from "./json.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
-import { errorDomainOf, requestIdKey, type UnaryHandler, type WrappedService } from "./wrap.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
+import { requestIdKey, type UnaryHandler, type WrappedService } from "./wrap.js";
 import { checkKnownFields } from "./unknown-fields.js";
 
 /** How one query parameter maps onto the request message. */
@@ -259,7 +259,7 @@ export class RestTranscoder {
   errorDomainFor(method: string, url: string): string {
     const q = url.indexOf("?");
     const found = this.match(method === "HEAD" ? "GET" : method, q < 0 ? url : url.slice(0, q));
-    return found ? errorDomainOf(found.route.service) : DEFAULT_ERROR_DOMAIN;
+    return found ? areaErrorDomain(found.route.service.typeName) : DEFAULT_ERROR_DOMAIN;
   }
 
   /** True when some route serves this path with any HTTP method. */
@@ -295,7 +295,7 @@ export class RestTranscoder {
       }
     } catch (err) {
       // Decoding failures belong to the method's service, like its own errors.
-      throw toConnectError(err, errorDomainOf(route.service));
+      throw toConnectError(err, areaErrorDomain(route.service.typeName));
     }
     const ctx = lightContext({
       service: route.service,

@@ -53,11 +53,6 @@ export interface WrapOptions {
   onInternalError?: (err: unknown, requestId: string) => void;
 }
 
-/** ErrorInfo.domain for a service: its area, e.g. "iam.platform.api" for platformapi.iam.v2beta1. */
-export function errorDomainOf(service: DescService): string {
-  return areaErrorDomain(service.typeName);
-}
-
 /**
  * Wraps every method once, for every protocol: authenticate the caller, enforce
  * the method's declared capabilities at its scope field (before the target is
@@ -67,7 +62,7 @@ export function errorDomainOf(service: DescService): string {
  * or no authorization rule.
  */
 export function wrapService(binding: ServiceBinding, opts: WrapOptions): WrappedService {
-  const domain = errorDomainOf(binding.service);
+  const domain = areaErrorDomain(binding.service.typeName);
   const handlers: Record<string, UnaryHandler> = {};
   for (const method of binding.service.methods) {
     const impl = binding.impl[method.localName];

@@ -59,14 +59,20 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
     for (const t of tables) sum += known[t];
     return sum;
   };
-  /** After a write of this process: learn the versions it moved (cascades included). */
-  const afterWrite = async () => {
-    try {
-      absorb(await inner.readVersions());
-    } catch {
+  /**
+   * The versions after a write of this process (cascades included); when they
+   * cannot be read (the database went away right after it), every entry is
+   * forgotten instead.
+   */
+  const versionsAfterWrite = () =>
+    inner.readVersions().catch(() => {
       epoch++;
-    }
-  };
+      return zeroVersions();
+    });
+  const afterWrite = async () => absorb(await versionsAfterWrite());
+  // A transaction and the versions after it: in the COMMIT's round trip where the engine can, else read after.
+  const transactionThenVersions: NonNullable<Store["transactionThenVersions"]> =
+    inner.transactionThenVersions?.bind(inner) ?? (async (fn, signal) => [await inner.transaction(fn, signal), await versionsAfterWrite()]);
 
   const cachedRead = (part: string, method: string, table: VersionedTable, original: PartMethod): PartMethod => {
     const prefix = `${part}.${method}\u0000`;
@@ -117,22 +123,14 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
     },
     // Reads inside a transaction go to the engine: what they see may roll back.
     async transaction(fn, signal) {
-      if (inner.transactionThenVersions === undefined) {
-        try {
-          return await inner.transaction(fn, signal);
-        } finally {
-          await afterWrite();
-        }
-      }
-      let committed = false;
       try {
-        const [result, versions] = await inner.transactionThenVersions(fn, signal);
-        committed = true;
+        const [result, versions] = await transactionThenVersions(fn, signal);
         absorb(versions);
         return result;
-      } finally {
+      } catch (err) {
         // A failed transaction wrote nothing, unless the failure came after its COMMIT.
-        if (!committed) await afterWrite();
+        await afterWrite();
+        throw err;
       }
     },
     ready: () => inner.ready(),
