@@ -35,13 +35,15 @@ if (!pgAvailable()) {
 } else {
   test("migrate-to-postgres copies every record, key and secret; the API reads back the same; tokens keep working", async (t) => {
     const before = await startTestServer({ backend: "sqlite" });
+    // Closed below before the copy; closed here too when an assertion fails first (idempotent), so the run ends.
+    t.after(() => before.server.close());
     const org = await createGroup(before.url, null, "migrated org");
     const folder = await createGroup(before.url, org.uid, "migrated folder");
     const viewer = await builtinRole(before, "viewer");
     const custom = await customRole(before, org.uid, "migrated role", ["CAP_REPO_LIST", "CAP_IAM_GROUPS_LIST"]);
     const caller = await createCaller(before, folder.uid, "migrated caller", custom);
     await ok(rest(before.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, { name: "migrated sso", defaultRole: viewer, oidc: { issuer: "https://login.example", clientId: "c", clientSecret: "s" } }));
-    await ok(rest(before.url, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, { name: "migrated association", aws: { accountId: "123456789012" } }));
+    await ok(rest(before.url, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, { name: "migrated association", amazon: { account: "123456789012" } }));
     const invite = await ok(rest(before.url, "POST", `/iam/v2beta1/groupInvites/${org.uid}`, { roleUid: viewer, ttl: "86400s" }));
     const repo = await ok(rest(before.url, "POST", `/registry/v2beta1/repos/${folder.uid}`, { name: "migrated/app" }));
     for (const name of ["latest", "sha256-abc.sig", "1.0-20240131"]) {
