@@ -22,7 +22,7 @@ import fc from "fast-check";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { IdentityProvidersService } from "../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
-import type { RestOperation } from "../src/server/rest-transcoder.js";
+import type { RestOperation } from "../src/server/rest/transcoder.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { collectionOf, createFuzzFixture, fillCollections, type FuzzFixture } from "./support/fuzz-fixture.js";
 import { checkGrpcResult, rawGrpcClient, servedServices, type RawGrpcClient } from "./support/fuzz-grpc.js";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import { HeaderView } from "../src/server/header-view.js";
+import { HeaderView } from "../src/server/http/header-view.js";
 
 test("a view of node request headers reads like fetch Headers, without pseudo-headers", () => {
   const h = HeaderView.ofNode({ authorization: "Bearer x", accept: ["a", "b"], ":path": "/x", "x-empty": undefined });

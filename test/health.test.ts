@@ -10,7 +10,7 @@ import {
   type HealthCheckResponse,
   type HealthListResponse,
 } from "../gen/grpc/health/v1/health_pb.js";
-import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
 import { testTransport } from "./support/connect.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compileTemplate, decodeVariable } from "../src/server/http-template.js";
+import { compileTemplate, decodeVariable } from "../src/server/rest/http-template.js";
 
 const match = (template: string, path: string) => compileTemplate(template).regex.exec(path)?.slice(1) ?? null;
 

@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create, createRegistry, ScalarType, toBinary, toJson, type DescField, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { TimestampSchema, ValueSchema } from "@bufbuild/protobuf/wkt";
-import { encodeMessage } from "../src/server/binary.js";
-import { responseJson } from "../src/server/json.js";
+import { encodeMessage } from "../src/server/codec/binary.js";
+import { responseJson } from "../src/server/codec/json.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
 
 const registry = createRegistry(...CONTRACT_FILES);

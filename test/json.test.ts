@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { createRegistry } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { file_platformapi_iam_v2beta1_groups, ListGroupsResponseSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { isoMillis, responseJson } from "../src/server/json.js";
+import { isoMillis, responseJson } from "../src/server/codec/json.js";
 
 const registry = createRegistry(file_platformapi_iam_v2beta1_groups);
 

@@ -18,7 +18,7 @@ import Database from "better-sqlite3";
 import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { within } from "./support/assertions.js";
 
 const ROOT = new URL("..", import.meta.url).pathname;

@@ -16,7 +16,7 @@ import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { loadConfig } from "../src/config.js";
 import { startServer, type RunningServer } from "../src/server/app.js";
-import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type { Store } from "../src/store/store.js";
 import { testTransport } from "./support/connect.js";

@@ -20,7 +20,7 @@ import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { HealthCheckRequestSchema } from "../gen/grpc/health/v1/health_pb.js";
 import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
-import { DEFAULT_TIMEOUTS } from "../src/server/one-port.js";
+import { DEFAULT_TIMEOUTS } from "../src/server/http/one-port.js";
 import { memoryOf } from "./support/bombs.js";
 import { checkGrpcResult, rawGrpcClient } from "./support/fuzz-grpc.js";
 import { grpcStatus } from "./support/grpc.js";

@@ -12,7 +12,7 @@ import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as 
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
-import { methodDefinition } from "../src/server/grpc-adapter.js";
+import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { startServer } from "../src/server/app.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { startServerProcess } from "../scripts/support/cli-server.js";

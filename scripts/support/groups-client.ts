@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { CreateGroupRequestSchema, GroupsService, type Group } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { methodDefinition } from "../../src/server/grpc-adapter.js";
+import { methodDefinition } from "../../src/server/grpc/adapter.js";
 
 /** How long one call may take before the scripts count it as failed: a liveness bound, not a measurement. */
 const CALL_TIMEOUT_MS = 30_000;

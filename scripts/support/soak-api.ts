@@ -2,7 +2,7 @@ import { create, type DescService } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { AuthService } from "../../gen/platformapi/auth/v1/auth_pb.js";
 import { GroupsService, type Group, type ListGroupsResponse } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { methodDefinition } from "../../src/server/grpc-adapter.js";
+import { methodDefinition } from "../../src/server/grpc/adapter.js";
 
 /** How long one call may take before it counts as failed: a liveness bound, not a measurement. */
 const CALL_TIMEOUT_MS = 30_000;

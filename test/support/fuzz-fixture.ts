@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { RestOperation } from "../../src/server/rest-transcoder.js";
+import type { RestOperation } from "../../src/server/rest/transcoder.js";
 import { platformCli } from "./platform-cli.js";
 import { builtinRole, ok } from "./principals.js";
 import { rest, type TestServer } from "./server.js";

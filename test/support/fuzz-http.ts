@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import fc from "fast-check";
-import type { RestOperation } from "../../src/server/rest-transcoder.js";
+import type { RestOperation } from "../../src/server/rest/transcoder.js";
 import { collectionOf, type FuzzFixture } from "./fuzz-fixture.js";
 
 /** A request as it goes on the wire. */

@@ -4,7 +4,7 @@ import { createRegistry } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
-import { methodDefinition } from "../../src/server/grpc-adapter.js";
+import { methodDefinition } from "../../src/server/grpc/adapter.js";
 import { defaultToken } from "./server.js";
 
 const detailRegistry = createRegistry(file_google_rpc_error_details);

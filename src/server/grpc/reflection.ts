@@ -4,7 +4,7 @@ import {
   ServerReflectionResponseSchema,
   type ServerReflectionRequest,
   type ServerReflectionResponse,
-} from "../../gen/grpc/reflection/v1/reflection_pb.js";
+} from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 
 /** gRPC code NOT_FOUND, as reflection's ErrorResponse carries it. */
 const NOT_FOUND = 5;

@@ -2,8 +2,8 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import * as connectProtocol from "@connectrpc/connect/protocol-connect";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import type { FastifyReply } from "fastify";
-import { ApiError } from "../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
+import { ApiError } from "../../domain/errors.js";
+import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 
 /** gRPC-Web's text mode (base64 bodies), which connect-node does not speak itself (see grpc-web-text.ts). */
 export const GRPC_WEB_TEXT = /^application\/grpc-web-text(?:\+proto)?\s*(?:;|$)/i;

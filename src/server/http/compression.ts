@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import { promisify } from "node:util";
 import zlib from "node:zlib";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { invalidField } from "../domain/errors.js";
+import { invalidField } from "../../domain/errors.js";
 
 /**
  * HTTP content codings for the REST side and the plain HTTP routes (docs,

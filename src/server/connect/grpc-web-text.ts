@@ -1,5 +1,5 @@
-import { invalidField } from "../domain/errors.js";
-import { toConnectError } from "./errors.js";
+import { invalidField } from "../../domain/errors.js";
+import { toConnectError } from "../errors.js";
 
 /**
  * gRPC-Web's text mode, the default of Google's grpc-web client: the same

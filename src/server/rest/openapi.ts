@@ -1,9 +1,9 @@
 import type { DescField, DescMessage, DescService } from "@bufbuild/protobuf";
-import { methodRule } from "../auth/rules.js";
+import { methodRule } from "../../auth/rules.js";
 import { ERROR_RESPONSES, ERROR_SCHEMAS } from "./openapi-errors.js";
 import { SchemaBuilder, type Schema } from "./openapi-schemas.js";
 import { protoComments } from "./proto-comments.js";
-import type { RestOperation } from "./rest-transcoder.js";
+import type { RestOperation } from "./transcoder.js";
 
 const VARIABLE = /\{([^}=]+)(=[^}]*)?\}/g;
 const errorRef = (name: string) => ({ $ref: `#/components/responses/${name}` });

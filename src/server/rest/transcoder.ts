@@ -11,16 +11,16 @@ import {
   type Registry,
 } from "@bufbuild/protobuf";
 import { createContextValues } from "@connectrpc/connect";
-import { clientAddressKey } from "../auth/principal.js";
-import { lightContext } from "./context.js";
-import { http } from "../../gen/google/api/annotations_pb.js";
-import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
-import type { HttpRule } from "../../gen/google/api/http_pb.js";
-import { InvalidArgumentError, invalidField } from "../domain/errors.js";
+import { clientAddressKey } from "../../auth/principal.js";
+import { lightContext } from "../context.js";
+import { http } from "../../../gen/google/api/annotations_pb.js";
+import { FieldBehavior, field_behavior } from "../../../gen/google/api/field_behavior_pb.js";
+import type { HttpRule } from "../../../gen/google/api/http_pb.js";
+import { InvalidArgumentError, invalidField } from "../../domain/errors.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
-import { responseJson } from "./json.js";
-import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
-import { requestIdKey, type UnaryHandler, type WrappedService } from "./wrap.js";
+import { responseJson } from "../codec/json.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
+import { requestIdKey, type UnaryHandler, type WrappedService } from "../wrap.js";
 import { checkKnownFields } from "./unknown-fields.js";
 
 /** How one query parameter maps onto the request message. */

@@ -2,8 +2,8 @@ import type { IncomingMessage } from "node:http";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Compression } from "@connectrpc/connect/protocol";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
-import { ApiError, invalidField } from "../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError } from "./errors.js";
+import { ApiError, invalidField } from "../../domain/errors.js";
+import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 
 /**
  * The one limit on a request message (config.maxMessageBytes) as the Connect

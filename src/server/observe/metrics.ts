@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Registry, collectDefaultMetrics } from "prom-client";
-import { createObservedStore } from "../store/observed.js";
-import type { Store } from "../store/store.js";
+import { createObservedStore } from "../../store/observed.js";
+import type { Store } from "../../store/store.js";
 import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";
 
 /** The server's Prometheus metrics, served at /metrics. Label values are passed in labelNames order. */

@@ -4,11 +4,11 @@ import * as grpcProtocol from "@connectrpc/connect/protocol-grpc";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { ApiError } from "../domain/errors.js";
-import { areaErrorDomain, toConnectError } from "./errors.js";
+import { ApiError } from "../../domain/errors.js";
+import { areaErrorDomain, toConnectError } from "../errors.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, limitedBody, oversizedGetMessage } from "./message-limit.js";
-import { bearerChallenge } from "./www-authenticate.js";
+import { bearerChallenge } from "../http/www-authenticate.js";
 import { GRPC_WEB_TEXT, rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */

@@ -1,5 +1,5 @@
 import type { DescField, DescMessage, JsonObject, JsonValue } from "@bufbuild/protobuf";
-import { InvalidArgumentError, type FieldViolation } from "../domain/errors.js";
+import { InvalidArgumentError, type FieldViolation } from "../../domain/errors.js";
 
 /** Types whose JSON form is not an object of their fields (strings, Struct, Any…): fromJson checks those itself. */
 const OPAQUE_JSON = /^google\.protobuf\./;

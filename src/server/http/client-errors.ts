@@ -1,8 +1,8 @@
 import http from "node:http";
 import type { Socket } from "node:net";
 import { Code } from "@connectrpc/connect";
-import { ApiError } from "../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
+import { ApiError } from "../../domain/errors.js";
+import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
 
 /** How a connection-level HTTP/1.1 error is answered: status, code, reason and message. */
 function classify(code: string | undefined): [number, Code, string, string] {

@@ -1,14 +1,14 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type {
-  Health} from "../../gen/grpc/health/v1/health_pb.js";
+  Health} from "../../../gen/grpc/health/v1/health_pb.js";
 import {
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
   HealthListResponseSchema,
   type HealthCheckResponse,
   type HealthListResponse,
-} from "../../gen/grpc/health/v1/health_pb.js";
+} from "../../../gen/grpc/health/v1/health_pb.js";
 
 export { ServingStatus };
 

@@ -1,8 +1,8 @@
 import { getOption, ScalarType, type DescEnum, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
-import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
-import { DESCRIPTION_PATTERN, NAME_MAX, NAME_MIN, NAME_PATTERN } from "../domain/names.js";
-import { BUNDLES, DIGEST_PATTERN, LIST_MAX, REPO_NAME_MAX, REPO_NAME_PATTERN, TAG_PATTERN } from "../domain/registry-names.js";
+import { FieldBehavior, field_behavior } from "../../../gen/google/api/field_behavior_pb.js";
+import { DESCRIPTION_PATTERN, NAME_MAX, NAME_MIN, NAME_PATTERN } from "../../domain/names.js";
+import { BUNDLES, DIGEST_PATTERN, LIST_MAX, REPO_NAME_MAX, REPO_NAME_PATTERN, TAG_PATTERN } from "../../domain/registry-names.js";
 
 export type Schema = Record<string, unknown>;
 
@@ -73,7 +73,7 @@ function scalarSchema(scalar: ScalarType): Schema {
 
 const behaviorOf = (f: DescField) => getOption(f, field_behavior);
 
-/** True when the REST writer (src/server/json.ts) always writes the field, so a response has it. */
+/** True when the REST writer (src/server/codec/json.ts) always writes the field, so a response has it. */
 function alwaysWritten(f: DescField): boolean {
   if (f.oneof || f.name === "next_page_token") return false;
   if (f.fieldKind === "list" || f.fieldKind === "map") return true;
