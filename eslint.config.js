@@ -21,7 +21,15 @@ export default tseslint.config(
       // node:test's test() and describe() return promises the runner awaits itself.
       "@typescript-eslint/no-floating-promises": [
         "error",
-        { allowForKnownSafeCalls: [{ from: "package", package: "node:test", name: ["test", "describe", "it", "suite", "before", "after", "beforeEach", "afterEach"] }] },
+        {
+          allowForKnownSafeCalls: [
+            {
+              from: "package",
+              package: "node:test",
+              name: ["test", "describe", "it", "suite", "before", "after", "beforeEach", "afterEach"],
+            },
+          ],
+        },
       ],
       "@typescript-eslint/await-thenable": "error",
       "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: false }],

@@ -14,12 +14,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import * as Net from "node:net";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import * as Net from "node:net";
 import { createInterface } from "node:readline";
-import autocannon from "autocannon";
 import { create, toBinary } from "@bufbuild/protobuf";
+import autocannon from "autocannon";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { adminSubject } from "../src/auth/authenticator.js";
 import { TokenService } from "../src/auth/tokens.js";
@@ -98,7 +98,10 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
     stdio: ["ignore", process.env.BENCH_LOG_LEVEL ? "inherit" : "ignore", "inherit"],
   });
   for (let i = 0; i < 300; i++) {
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ready) return { child, port };
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -107,10 +110,18 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
 }
 
 async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, ...opts, headers: { ...authHeaders, ...opts.headers } });
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION,
+    ...opts,
+    headers: { ...authHeaders, ...opts.headers },
+  });
   const bad = result.non2xx + result.errors;
   if (bad > 0) {
-    const statuses = Object.entries(result.statusCodeStats ?? {}).map(([code, { count }]) => `${code}×${count}`).join(", ");
+    const statuses = Object.entries(result.statusCodeStats ?? {})
+      .map(([code, { count }]) => `${code}×${count}`)
+      .join(", ");
     throw new Error(`${name}: ${bad} failed requests (statuses ${statuses}; ${result.errors} errors, ${result.timeouts} timeouts)`);
   }
   return { name, rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
@@ -127,16 +138,37 @@ async function h2loadGrpc(name: string, port: number, uid: string, token: string
   const body = join(dir, "grpc-get.bin");
   writeFileSync(body, frame);
   const log = join(dir, "h2load.log");
-  const args = ["-D", String(DURATION), "-c", "4", "-m", "32", "-d", body, "--log-file", log,
-    "-H", "content-type: application/grpc", "-H", "te: trailers", "-H", `authorization: Bearer ${token}`,
-    `http://127.0.0.1:${port}/platformapi.iam.v2beta1.GroupsService/GetGroup`];
+  const args = [
+    "-D",
+    String(DURATION),
+    "-c",
+    "4",
+    "-m",
+    "32",
+    "-d",
+    body,
+    "--log-file",
+    log,
+    "-H",
+    "content-type: application/grpc",
+    "-H",
+    "te: trailers",
+    "-H",
+    `authorization: Bearer ${token}`,
+    `http://127.0.0.1:${port}/platformapi.iam.v2beta1.GroupsService/GetGroup`,
+  ];
   rmSync(log, { force: true }); // h2load appends to an existing log
   const okBefore = await grpcOkCount(port);
   await new Promise<void>((resolve, reject) => {
     const child = spawn(h2load, args, { stdio: "ignore" });
     child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`h2load exited ${code}`))));
   });
-  const micros = readFileSync(log, "utf8").trim().split("\n").map((l) => l.split(/\s+/)).filter((f) => f[1] === "200").map((f) => Number(f[2]));
+  const micros = readFileSync(log, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => l.split(/\s+/))
+    .filter((f) => f[1] === "200")
+    .map((f) => Number(f[2]));
   // HTTP 200 is also how gRPC answers an error: the server's own count of OK calls must agree.
   const ok = (await grpcOkCount(port)) - okBefore;
   if (ok < micros.length) throw new Error(`${name}: h2load saw ${micros.length} responses, the server answered ${ok} with OK`);
@@ -148,7 +180,15 @@ async function h2loadGrpc(name: string, port: number, uid: string, token: string
 /** platform_requests_total of OK gRPC GetGroup calls, from the server's /metrics. */
 async function grpcOkCount(port: number): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith("platform_requests_total{") && l.includes('method="GetGroup"') && l.includes('protocol="grpc"') && l.includes('code="ok"'));
+  const line = text
+    .split("\n")
+    .find(
+      (l) =>
+        l.startsWith("platform_requests_total{") &&
+        l.includes('method="GetGroup"') &&
+        l.includes('protocol="grpc"') &&
+        l.includes('code="ok"'),
+    );
   return line ? Number(line.split(" ").pop()) : 0;
 }
 
@@ -216,7 +256,9 @@ async function main(): Promise<void> {
     const seeded = await seed(dataDir, databaseUrl);
     authHeaders = { authorization: `Bearer ${seeded.token}` };
     const commitRate = POSTGRES ? await postgresCommitRate(cluster!.url(), DURATION, 10) : sqliteCommitRate(dataDir, DURATION);
-    console.log(`single-row commits of a bare table, same engine and disk: ${Math.round(commitRate)}/s${POSTGRES ? " (10 connections)" : ""}`);
+    console.log(
+      `single-row commits of a bare table, same engine and disk: ${Math.round(commitRate)}/s${POSTGRES ? " (10 connections)" : ""}`,
+    );
     for (const processes of POSTGRES ? [1, 2] : [1]) {
       const server = POSTGRES ? await startCliServer(databaseUrl, dataDir, processes) : await startTarget(["server", dataDir]);
       try {
@@ -262,7 +304,9 @@ async function measure(
     const pagePaths = [`/iam/v2beta1/groups?page_size=50`];
     if (!ONLY || "listwalk".includes(ONLY)) {
       for (let token = ""; ; ) {
-        const page = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(token)}`, { headers })).json();
+        const page = await (
+          await fetch(`${base}/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(token)}`, { headers })
+        ).json();
         if (!page.nextPageToken) break;
         token = page.nextPageToken;
         pagePaths.push(`/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(token)}`);
@@ -274,7 +318,8 @@ async function measure(
       { key: "ceiling", run: () => load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`) },
       {
         key: "ceilingList",
-        run: () => load("ceiling: bare fastify, list page bytes", `http://127.0.0.1:${listCeilingTarget.port}/iam/v2beta1/groups?page_size=50`),
+        run: () =>
+          load("ceiling: bare fastify, list page bytes", `http://127.0.0.1:${listCeilingTarget.port}/iam/v2beta1/groups?page_size=50`),
       },
       { key: "restGet", run: () => load("REST Get group (with auth)", base + getPath) },
       { key: "listFirst", run: () => load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`) },
@@ -349,7 +394,9 @@ async function measure(
     const ratio = (a: string, b: string) => median(samples.get(a)!.map((r, i) => r.rps / samples.get(b)![i]!.rps)) * 100;
 
     const backend = POSTGRES ? `PostgreSQL, ${processes} server process${processes > 1 ? "es" : ""}` : "SQLite, one process";
-    console.log(`\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row, ${CONNECTIONS} connections; medians`);
+    console.log(
+      `\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row, ${CONNECTIONS} connections; medians`,
+    );
     console.log("| scenario | req/s | p50 ms | p99 ms | server CPU µs/req | vs ceiling |");
     console.log("|---|---:|---:|---:|---:|---:|");
     for (const [key, r] of rows) {

@@ -25,7 +25,13 @@ if (mode === "ceiling") {
   const address = app.server.address();
   console.log(`PORT ${typeof address === "object" && address ? address.port : 0}`);
 } else if (mode === "server") {
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: arg!, LOG_LEVEL: "silent", PLATFORM_BASE_URL: BENCH_BASE_URL });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: arg!,
+    LOG_LEVEL: "silent",
+    PLATFORM_BASE_URL: BENCH_BASE_URL,
+  });
   const server = await startServer({ config, store: await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }) });
   console.log(`PORT ${server.port}`);
   process.once("SIGTERM", () => void server.close().then(() => process.exit(0)));

@@ -100,7 +100,8 @@ async function writeUntilKilled(round: number, server: ServerProcess, token: str
         const created = via === "rest" ? await restCreateGroup(server.url, token, parent, name) : await grpc.createGroup(parent, name);
         // Acknowledged, even if the answer arrives after the kill: the server said it committed.
         result.acks.push({ ...created, round, via });
-        if (created.name !== name) result.failures.push(`${created.uid}: acknowledged with name ${JSON.stringify(created.name)}, sent ${JSON.stringify(name)}`);
+        if (created.name !== name)
+          result.failures.push(`${created.uid}: acknowledged with name ${JSON.stringify(created.name)}, sent ${JSON.stringify(name)}`);
         if (result.acks.length === killAfter) kill();
       } catch (err) {
         if (killed) continue;
@@ -132,7 +133,11 @@ function checkDatabase(dataDir: string): string[] {
 }
 
 /** Reads every ack back by uid (GET); returns the ones missing or changed, and reads that failed outright. */
-async function verify(server: ServerProcess, token: string, acks: readonly Ack[]): Promise<{ lost: Map<string, string>; errors: string[] }> {
+async function verify(
+  server: ServerProcess,
+  token: string,
+  acks: readonly Ack[],
+): Promise<{ lost: Map<string, string>; errors: string[] }> {
   const lost = new Map<string, string>();
   const errors: string[] = [];
   let next = 0;
@@ -143,7 +148,8 @@ async function verify(server: ServerProcess, token: string, acks: readonly Ack[]
         const res = await restCall(server.url, token, "GET", `/iam/v2beta1/groups/${ack.uid}`);
         const where = `${ack.uid} (round ${ack.round}, ${ack.via})`;
         if (res.status !== 200) lost.set(ack.uid, `${where}: GET answered ${res.status} ${JSON.stringify(res.body)}`);
-        else if (res.body.name !== ack.name) lost.set(ack.uid, `${where}: name ${JSON.stringify(res.body.name)}, acknowledged ${JSON.stringify(ack.name)}`);
+        else if (res.body.name !== ack.name)
+          lost.set(ack.uid, `${where}: name ${JSON.stringify(res.body.name)}, acknowledged ${JSON.stringify(ack.name)}`);
       } catch (err) {
         errors.push(`${ack.uid}: ${(err as Error).message}`);
       }
@@ -185,7 +191,9 @@ async function main(): Promise<number> {
     await cluster.createDatabase("durability");
     env = { PLATFORM_DATABASE_URL: cluster.url("durability") };
   }
-  console.log(`durability${args.postgres ? " (PostgreSQL, fsync on; crashed every other round)" : ""}: ${rounds} rounds, ~${writes} writes each, ${concurrency} concurrent writers (REST and gRPC), data in ${dataDir}`);
+  console.log(
+    `durability${args.postgres ? " (PostgreSQL, fsync on; crashed every other round)" : ""}: ${rounds} rounds, ~${writes} writes each, ${concurrency} concurrent writers (REST and gRPC), data in ${dataDir}`,
+  );
   const problems: string[] = [];
   const allAcks: Ack[] = [];
   let attempted = 0;
@@ -214,7 +222,12 @@ async function main(): Promise<number> {
     ({ server, token } = await start(dataDir));
     const check = await verify(server, token, r.acks);
     for (const uid of check.lost.keys()) lost.add(uid);
-    const roundProblems = [...r.failures, ...dbProblems, ...[...check.lost.values()].map((l) => `lost ${l}`), ...check.errors.map((e) => `unverified ${e}`)];
+    const roundProblems = [
+      ...r.failures,
+      ...dbProblems,
+      ...[...check.lost.values()].map((l) => `lost ${l}`),
+      ...check.errors.map((e) => `unverified ${e}`),
+    ];
     problems.push(...roundProblems.map((p) => `round ${round}: ${p}`));
     console.log(
       `round ${round}/${rounds}: attempted ${r.attempted}, acknowledged ${r.acks.length}, SIGKILL, ` +
@@ -235,12 +248,16 @@ async function main(): Promise<number> {
   const acknowledged = allAcks.length;
   console.log("");
   console.log(`rounds: ${rounds}`);
-  console.log(`kills: ${rounds} (SIGKILL during concurrent creates)${cluster ? `, PostgreSQL crashed ${Math.floor(rounds / 2)} times` : ""}`);
+  console.log(
+    `kills: ${rounds} (SIGKILL during concurrent creates)${cluster ? `, PostgreSQL crashed ${Math.floor(rounds / 2)} times` : ""}`,
+  );
   console.log(`writes attempted: ${attempted + ORGANIZATIONS}`);
   console.log(`acknowledged: ${acknowledged}`);
   console.log(`lost: ${lost.size}`);
   console.log(`integrity ok: ${integrityOk}/${rounds} after kills, ${finalDb.length === 0 ? "ok" : "FAILED"} after a clean stop`);
-  console.log(`figure: ${rounds} kills, ${acknowledged.toLocaleString("en-US")} acknowledged writes, ${lost.size} lost, integrity ${integrityOk}/${rounds} ok`);
+  console.log(
+    `figure: ${rounds} kills, ${acknowledged.toLocaleString("en-US")} acknowledged writes, ${lost.size} lost, integrity ${integrityOk}/${rounds} ok`,
+  );
   // The data stays for a post-mortem after a real failure, not after the injected one.
   const keep = args.keep || (problems.length > 0 && !args["inject-loss"]);
   if (problems.length > 0) console.log(`\n${problems.length} problem(s):\n  ${problems.slice(0, 30).join("\n  ")}`);

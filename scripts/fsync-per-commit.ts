@@ -98,7 +98,8 @@ async function main(): Promise<number> {
     const duringReads = within(readWindow);
     const perCommit = duringCreates.length / creates;
     const perRead = duringReads.length / reads;
-    const byCall = (list: typeof calls) => ["fsync", "fdatasync"].map((name) => `${name} ${list.filter((c) => c.call === name).length}`).join(", ");
+    const byCall = (list: typeof calls) =>
+      ["fsync", "fdatasync"].map((name) => `${name} ${list.filter((c) => c.call === name).length}`).join(", ");
     console.log(`creates: ${creates} sequential REST creates, ${duringCreates.length} syncs (${byCall(duringCreates)})`);
     console.log(`reads: ${reads} sequential REST gets, ${duringReads.length} syncs (${byCall(duringReads)})`);
     console.log(`whole run (start-up, warm-up and shutdown included): ${calls.length} syncs (${byCall(calls)})`);

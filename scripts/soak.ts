@@ -147,7 +147,8 @@ async function worker(w: number, api: SoakApi, seeded: Seeded, run: Run): Promis
           if (walk.token === "" || walk.pages >= WALK_PAGES) walk = { root: pick(seeded.organizations), token: "", pages: 0 };
           const page = await api.listGroups(reqId, walk.root, PAGE_SIZE, walk.token);
           // Seeded folders alone fill the first page of every organization.
-          if (walk.pages === 0 && page.uids.length !== PAGE_SIZE) throw new CallFailedError("answer", `first page of ${walk.root} has ${page.uids.length} groups`);
+          if (walk.pages === 0 && page.uids.length !== PAGE_SIZE)
+            throw new CallFailedError("answer", `first page of ${walk.root} has ${page.uids.length} groups`);
           walk = { ...walk, token: page.nextPageToken, pages: walk.pages + 1 };
           break;
         }
@@ -192,7 +193,8 @@ async function seed(url: string, token: string): Promise<Seeded> {
       const org = await restCreateGroup(url, token, null, `soak org ${o}`);
       seeded.organizations.push(org.uid);
       seeded.all.push(org.uid);
-      for (let f = 0; f < FOLDERS_PER_ORGANIZATION; f++) seeded.all.push((await restCreateGroup(url, token, org.uid, `soak folder ${f}`)).uid);
+      for (let f = 0; f < FOLDERS_PER_ORGANIZATION; f++)
+        seeded.all.push((await restCreateGroup(url, token, org.uid, `soak folder ${f}`)).uid);
     }),
   );
   return seeded;
@@ -220,7 +222,9 @@ function judgeDrain(run: Run, ranOnServer: ReadonlySet<string>) {
     } else {
       t.resets++;
       const when = c.sentBeforeSignal ? "in flight at the signal" : "sent after the signal";
-      resets.push(`${c.protocol} ${c.op} ${c.reqId} (${when}, ${ranOnServer.has(c.reqId) ? "ran on the server" : "absent from the server's log"}): ${f.kind}: ${f.message}`);
+      resets.push(
+        `${c.protocol} ${c.op} ${c.reqId} (${when}, ${ranOnServer.has(c.reqId) ? "ran on the server" : "absent from the server's log"}): ${f.kind}: ${f.message}`,
+      );
     }
   }
   return { before, after, refusals, resets, errors };
@@ -271,7 +275,15 @@ interface Outcome {
 async function soakThenSignal(server: ServerProcess, token: string, seeded: Seeded): Promise<Outcome> {
   const accessLog = watchAccessLog(server);
   const apis = { rest: restSoakApi(server.url, token), grpc: grpcSoakApi(server.port, token) };
-  const run: Run = { stopped: false, latency: new LatencyLog(), failures: new FailureTally(), calls: { rest: 0, grpc: 0 }, reads: 0, inFlight: { rest: 0, grpc: 0 }, drain: [] };
+  const run: Run = {
+    stopped: false,
+    latency: new LatencyLog(),
+    failures: new FailureTally(),
+    calls: { rest: 0, grpc: 0 },
+    reads: 0,
+    inFlight: { rest: 0, grpc: 0 },
+    drain: [],
+  };
   const rss = sampleRss(server.pid);
   const serverCpu = cpuSeconds(server.pid) ?? 0;
   const clientCpu = process.cpuUsage();
@@ -281,7 +293,9 @@ async function soakThenSignal(server: ServerProcess, token: string, seeded: Seed
     () => {
       const at = Math.round((performance.now() - started) / 1000);
       const last = rss.samples[rss.samples.length - 1];
-      console.log(`  ${at} s: ${count(run.calls.rest + run.calls.grpc)} calls, ${run.failures.total} errors, RSS ${last ? mib(last.kib) : "?"}`);
+      console.log(
+        `  ${at} s: ${count(run.calls.rest + run.calls.grpc)} calls, ${run.failures.total} errors, RSS ${last ? mib(last.kib) : "?"}`,
+      );
     },
     Math.max(5, Math.round(seconds / 6)) * 1000,
   );
@@ -328,23 +342,36 @@ function report(o: Outcome, server: ServerProcess): string[] {
 
   console.log("");
   console.log(`duration: ${(soakMs / 1000).toFixed(1)} s, ${concurrency} workers`);
-  console.log(`calls: ${count(total)} (REST ${count(run.calls.rest)}, gRPC ${count(run.calls.grpc)}), reads ${percentOf(run.reads)}, writes ${percentOf(total - run.reads)}`);
+  console.log(
+    `calls: ${count(total)} (REST ${count(run.calls.rest)}, gRPC ${count(run.calls.grpc)}), reads ${percentOf(run.reads)}, writes ${percentOf(total - run.reads)}`,
+  );
   console.log(`req/s: REST ${perSecond(run.calls.rest)}, gRPC ${perSecond(run.calls.grpc)}, total ${perSecond(total)}`);
-  for (const [label, s] of [["REST", rs], ["gRPC", gs], ["all", run.latency.summary()]] as const) {
+  for (const [label, s] of [
+    ["REST", rs],
+    ["gRPC", gs],
+    ["all", run.latency.summary()],
+  ] as const) {
     console.log(`latency ${label}: p50 ${ms(s.p50)}, p99 ${ms(s.p99)}, max ${ms(s.max)}`);
   }
   for (const key of run.latency.keys()) {
     const s = run.latency.summary((k) => k === key);
-    console.log(`  ${key.padEnd(17)} ${count(s.calls).padStart(9)} calls  p50 ${ms(s.p50).padStart(8)}  p99 ${ms(s.p99).padStart(8)}  max ${ms(s.max).padStart(8)}`);
+    console.log(
+      `  ${key.padEnd(17)} ${count(s.calls).padStart(9)} calls  p50 ${ms(s.p50).padStart(8)}  p99 ${ms(s.p99).padStart(8)}  max ${ms(s.max).padStart(8)}`,
+    );
   }
   console.log(
     `rss: ${mib(memory.warm)} after warm-up (median of 10-20% of the run), ${mib(memory.end)} at the end (median of the last 10%), ` +
       `growth ${mib(memory.growthKib)} (${memory.percent.toFixed(1)}%), peak ${mib(memory.peak)}, ${o.rss.length} samples; ` +
       `fails beyond +${RSS_GROWTH_LIMIT.percent}% and +${RSS_GROWTH_LIMIT.mib} MiB`,
   );
-  console.log(`rss by tenth of the run (MiB): ${memory.tenths.map((kib) => (kib === undefined ? "-" : (kib / 1024).toFixed(0))).join(" ")}`);
-  console.log(`cpu: server ${o.cpu.server.toFixed(0)}% of one core, soak client ${o.cpu.client.toFixed(0)}% of one core (${os.availableParallelism()} cores)`);
-  const describe = (t: typeof drain.before) => `${count(t.calls)} calls, ${count(t.ok)} completed, ${count(t.refused)} refused cleanly, ${t.resets} reset, ${t.errors} failed otherwise`;
+  console.log(
+    `rss by tenth of the run (MiB): ${memory.tenths.map((kib) => (kib === undefined ? "-" : (kib / 1024).toFixed(0))).join(" ")}`,
+  );
+  console.log(
+    `cpu: server ${o.cpu.server.toFixed(0)}% of one core, soak client ${o.cpu.client.toFixed(0)}% of one core (${os.availableParallelism()} cores)`,
+  );
+  const describe = (t: typeof drain.before) =>
+    `${count(t.calls)} calls, ${count(t.ok)} completed, ${count(t.refused)} refused cleanly, ${t.resets} reset, ${t.errors} failed otherwise`;
   console.log(`drain: SIGTERM with ${inFlight} calls in flight (${o.inFlightAtSignal.rest} REST, ${o.inFlightAtSignal.grpc} gRPC)`);
   console.log(`  in flight at the signal: ${describe(drain.before)}`);
   console.log(`  sent after the signal: ${describe(drain.after)}`);
@@ -374,7 +401,9 @@ async function main(): Promise<number> {
   const server = await startServerProcess(dataDir);
   const token = await mintAdminToken(dataDir);
   const seeded = await seed(server.url, token);
-  console.log(`soak: ${seconds} s, ${concurrency} workers (${restWorkers} REST, ${concurrency - restWorkers} gRPC), server pid ${server.pid}, data in ${dataDir}`);
+  console.log(
+    `soak: ${seconds} s, ${concurrency} workers (${restWorkers} REST, ${concurrency - restWorkers} gRPC), server pid ${server.pid}, data in ${dataDir}`,
+  );
   console.log(`machine: ${machine()}`);
   const problems = report(await soakThenSignal(server, token, seeded), server);
   if (problems.length > 0) {

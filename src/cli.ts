@@ -1,15 +1,15 @@
 import { readFileSync } from "node:fs";
-import { ImportInputError, importAdvisories } from "./advisories/import.js";
+import { importAdvisories, ImportInputError } from "./advisories/import.js";
 import { adminSubject } from "./auth/authenticator.js";
 import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
+import { FailedPreconditionError } from "./domain/errors.js";
 import { isUidp } from "./domain/uidp.js";
 import { prepareStore, startServer } from "./server/app.js";
-import { FailedPreconditionError } from "./domain/errors.js";
 import { copyStore } from "./store/copy.js";
+import { openStore as openConfiguredStore, openEngine } from "./store/open.js";
 import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
-import { openEngine, openStore as openConfiguredStore } from "./store/open.js";
 import type { Store } from "./store/store.js";
 import { isWorker, runPrimary } from "./workers.js";
 

@@ -104,7 +104,10 @@ function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): bool
 
 /** A comma-separated list, blanks dropped. */
 function list(raw: string | undefined): string[] {
-  return (raw ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
+  return (raw ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
 }
 
 /** Reads and validates the configuration; throws ConfigError naming every bad variable. */
@@ -120,11 +123,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (!/^https?:\/\/[^\s]+$/.test(issuer)) problems.push(`PLATFORM_USER_ISSUERS: ${issuer} is not an http(s) URL`);
   }
   const databaseUrl = env.PLATFORM_DATABASE_URL ?? "";
-  if (databaseUrl !== "" && !/^postgres(ql)?:\/\/\S+$/.test(databaseUrl)) problems.push("PLATFORM_DATABASE_URL: must be a postgres:// or postgresql:// URL");
+  if (databaseUrl !== "" && !/^postgres(ql)?:\/\/\S+$/.test(databaseUrl))
+    problems.push("PLATFORM_DATABASE_URL: must be a postgres:// or postgresql:// URL");
   const userAudiences = list(env.PLATFORM_USER_AUDIENCES);
   const corsOrigins = list(env.PLATFORM_CORS_ORIGINS);
   for (const origin of corsOrigins) {
-    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin)) problems.push(`PLATFORM_CORS_ORIGINS: ${origin} is not an origin like https://app.example.com (or *)`);
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin))
+      problems.push(`PLATFORM_CORS_ORIGINS: ${origin} is not an origin like https://app.example.com (or *)`);
   }
   const config: Config = {
     port,

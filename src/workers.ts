@@ -6,7 +6,9 @@ const MAX_RESTART_DELAY_MS = 10_000;
 /** What the primary process writes about its workers (one JSON line each, like the workers' own logs). */
 function note(level: "info" | "warn" | "error", msg: string, fields: Record<string, unknown> = {}): void {
   const levels = { info: 30, warn: 40, error: 50 };
-  process.stdout.write(`${JSON.stringify({ level: levels[level], time: Date.now(), pid: process.pid, role: "primary", msg, ...fields })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ level: levels[level], time: Date.now(), pid: process.pid, role: "primary", msg, ...fields })}\n`,
+  );
 }
 
 /**

@@ -28,12 +28,25 @@ const amazon = { account: "123456789012" };
 const google = { projectId: "acme-prod", projectNumber: "987654321" };
 const azure = { tenantId: "72f988bf-86f1-41af-91ab-2d7cd011db47", clientIds: { ingester: "11111111-2222-3333-4444-555555555555" } };
 const chainguard = { serviceBindings: { "registry-pusher": SERVICE_IDENTITY } };
-const github = { appInstallations: { "123456": { installations: [{ installationId: "7890", name: "acme" }, { installationId: "7891", name: "" }] } } };
+const github = {
+  appInstallations: {
+    "123456": {
+      installations: [
+        { installationId: "7890", name: "acme" },
+        { installationId: "7891", name: "" },
+      ],
+    },
+  },
+};
 
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -41,7 +54,18 @@ function assertViolations(res: RestResult, fields: string[]) {
 describe("create and get", () => {
   test("the association's uid is its group's; every provider round-trips; Get returns the same", async () => {
     const org = await createGroup(srv.url, null, "aa org");
-    const a = await ok(call("POST", `${PATH}/${org.uid}`, { name: "Acme Clouds", description: "prod accounts", uid: "f".repeat(40), amazon, google, azure, chainguard, github }));
+    const a = await ok(
+      call("POST", `${PATH}/${org.uid}`, {
+        name: "Acme Clouds",
+        description: "prod accounts",
+        uid: "f".repeat(40),
+        amazon,
+        google,
+        azure,
+        chainguard,
+        github,
+      }),
+    );
     assert.deepEqual(a, {
       uid: org.uid,
       name: "Acme Clouds",
@@ -94,16 +118,44 @@ describe("create and get", () => {
     ["an empty amazon", { name: "x", amazon: {} }, ["amazon.account"]],
     ["google without project id", { name: "x", google: { projectNumber: "1" } }, ["google.project_id"]],
     ["google without project number", { name: "x", google: { projectId: "p" } }, ["google.project_number"]],
-    ["google with a non-numeric project number", { name: "x", google: { projectId: "p", projectNumber: "12a" } }, ["google.project_number"]],
+    [
+      "google with a non-numeric project number",
+      { name: "x", google: { projectId: "p", projectNumber: "12a" } },
+      ["google.project_number"],
+    ],
     ["azure without tenant or client ids", { name: "x", azure: {} }, ["azure.tenant_id", "azure.client_ids"]],
     ["azure with an empty client id", { name: "x", azure: { tenantId: "t", clientIds: { ingester: "" } } }, ["azure.client_ids[ingester]"]],
     ["chainguard without bindings", { name: "x", chainguard: {} }, ["chainguard.service_bindings"]],
-    ["a chainguard binding that is not a uid", { name: "x", chainguard: { serviceBindings: { pusher: "not-a-uid" } } }, ["chainguard.service_bindings[pusher]"]],
-    ["a GitHub app id of 0", { name: "x", github: { appInstallations: { "0": { installations: [{ installationId: "1" }] } } } }, ["github.app_installations[0]"]],
-    ["a negative GitHub app id", { name: "x", github: { appInstallations: { "-5": { installations: [{ installationId: "1" }] } } } }, ["github.app_installations[-5]"]],
-    ["a GitHub app without installations", { name: "x", github: { appInstallations: { "42": {} } } }, ["github.app_installations[42].installations"]],
-    ["a GitHub installation without id", { name: "x", github: { appInstallations: { "42": { installations: [{ name: "acme" }] } } } }, ["github.app_installations[42].installations[0].installation_id"]],
-    ["everything wrong at once", { amazon: { account: "1" }, google: {}, chainguard: { serviceBindings: { a: "b" } } }, ["name", "amazon.account", "google.project_id", "google.project_number", "chainguard.service_bindings[a]"]],
+    [
+      "a chainguard binding that is not a uid",
+      { name: "x", chainguard: { serviceBindings: { pusher: "not-a-uid" } } },
+      ["chainguard.service_bindings[pusher]"],
+    ],
+    [
+      "a GitHub app id of 0",
+      { name: "x", github: { appInstallations: { "0": { installations: [{ installationId: "1" }] } } } },
+      ["github.app_installations[0]"],
+    ],
+    [
+      "a negative GitHub app id",
+      { name: "x", github: { appInstallations: { "-5": { installations: [{ installationId: "1" }] } } } },
+      ["github.app_installations[-5]"],
+    ],
+    [
+      "a GitHub app without installations",
+      { name: "x", github: { appInstallations: { "42": {} } } },
+      ["github.app_installations[42].installations"],
+    ],
+    [
+      "a GitHub installation without id",
+      { name: "x", github: { appInstallations: { "42": { installations: [{ name: "acme" }] } } } },
+      ["github.app_installations[42].installations[0].installation_id"],
+    ],
+    [
+      "everything wrong at once",
+      { amazon: { account: "1" }, google: {}, chainguard: { serviceBindings: { a: "b" } } },
+      ["name", "amazon.account", "google.project_id", "google.project_number", "chainguard.service_bindings[a]"],
+    ],
   ];
   for (const [label, body, fields] of CASES) {
     test(`${label} is INVALID_ARGUMENT on ${fields.join(", ")}`, async () => {
@@ -115,7 +167,15 @@ describe("create and get", () => {
 
   test("a GitHub app id that is not an integer is INVALID_ARGUMENT (JSON map keys of int64)", async () => {
     const org = await createGroup(srv.url, null, "aa bad key");
-    assertRestError(await call("POST", `${PATH}/${org.uid}`, { name: "x", github: { appInstallations: { abc: { installations: [{ installationId: "1" }] } } } }), 400, 3, "INVALID_ARGUMENT");
+    assertRestError(
+      await call("POST", `${PATH}/${org.uid}`, {
+        name: "x",
+        github: { appInstallations: { abc: { installations: [{ installationId: "1" }] } } },
+      }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
   });
 });
 
@@ -138,7 +198,9 @@ describe("update", () => {
     const cleared = await ok(call("PATCH", `${PATH}/${org.uid}`, { github: null }));
     assert.equal(cleared.github, undefined);
     assert.deepEqual(cleared.azure, azure);
-    const masked = await ok(call("PATCH", `${PATH}/${org.uid}?updateMask=azure,name`, { name: "renamed", amazon: { account: "000000000000" } }));
+    const masked = await ok(
+      call("PATCH", `${PATH}/${org.uid}?updateMask=azure,name`, { name: "renamed", amazon: { account: "000000000000" } }),
+    );
     assert.equal(masked.azure, undefined);
     assert.equal(masked.name, "renamed");
     assert.deepEqual(masked.amazon, amazon, "amazon is not in the mask");
@@ -146,7 +208,12 @@ describe("update", () => {
   });
 
   test("updateMask names the only fields that change; a provider is replaced whole", async () => {
-    const res = await ok(call("PATCH", `${PATH}/${org.uid}?updateMask=google`, { description: "ignored", google: { projectId: "acme-dev", projectNumber: "1" } }));
+    const res = await ok(
+      call("PATCH", `${PATH}/${org.uid}?updateMask=google`, {
+        description: "ignored",
+        google: { projectId: "acme-dev", projectNumber: "1" },
+      }),
+    );
     assert.deepEqual(res, { ...base, google: { projectId: "acme-dev", projectNumber: "1" }, updateTime: res.updateTime });
     base = res;
   });
@@ -257,7 +324,12 @@ describe("list", () => {
   });
 
   test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "accountAssociations", `uidp.ids=${items.map((i) => i.uid).join("&uidp.ids=")}`, items, ["group", "name", "created_at", "updated_at"]);
+    await assertPagedWalks(srv.url, PATH, "accountAssociations", `uidp.ids=${items.map((i) => i.uid).join("&uidp.ids=")}`, items, [
+      "group",
+      "name",
+      "created_at",
+      "updated_at",
+    ]);
   });
 });
 
@@ -268,16 +340,24 @@ describe("AccountAssociationsService over native gRPC", () => {
       const org = await createGroup(srv.url, null, "aa grpc org");
       const created: AccountAssociation = await client.call("createAccountAssociation", {
         parent: org.uid,
-        accountAssociation: { name: "grpc clouds", github: { appInstallations: { "9007199254740993": { installations: [{ installationId: 9007199254740995n, name: "big" }] } } } },
+        accountAssociation: {
+          name: "grpc clouds",
+          github: { appInstallations: { "9007199254740993": { installations: [{ installationId: 9007199254740995n, name: "big" }] } } },
+        },
       });
       assert.equal(created.uid, org.uid);
       assert.equal(created.github?.appInstallations["9007199254740993"]?.installations[0]?.installationId, 9007199254740995n);
       const got: AccountAssociation = await client.call("getAccountAssociation", { uid: org.uid });
       assert.equal(got.name, "grpc clouds");
       const rest = await ok(call("GET", `${PATH}/${org.uid}`));
-      assert.deepEqual(rest.github, { appInstallations: { "9007199254740993": { installations: [{ installationId: "9007199254740995", name: "big" }] } } });
+      assert.deepEqual(rest.github, {
+        appInstallations: { "9007199254740993": { installations: [{ installationId: "9007199254740995", name: "big" }] } },
+      });
       const listed = await client.call("listAccountAssociations", { uidp: { ids: [org.uid] } });
-      assert.deepEqual(listed.accountAssociations.map((a: AccountAssociation) => a.uid), [org.uid]);
+      assert.deepEqual(
+        listed.accountAssociations.map((a: AccountAssociation) => a.uid),
+        [org.uid],
+      );
       assert.equal(listed.totalCount, 1n);
       const updated: AccountAssociation = await client.call("updateAccountAssociation", {
         accountAssociation: { uid: org.uid, amazon: { account: "210987654321" } },
@@ -290,10 +370,18 @@ describe("AccountAssociationsService over native gRPC", () => {
         (e: ServiceError) => e,
       );
       assert.equal(bad.code, 3);
-      assert.deepEqual((grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map((v) => v.field), ["amazon.account"]);
+      assert.deepEqual(
+        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
+          (v) => v.field,
+        ),
+        ["amazon.account"],
+      );
       await client.call("deleteAccountAssociation", { uid: org.uid });
       await client.call("deleteAccountAssociation", { uid: org.uid });
-      const gone = await client.call("getAccountAssociation", { uid: org.uid }).then(() => assert.fail("expected NOT_FOUND"), (e: ServiceError) => e);
+      const gone = await client.call("getAccountAssociation", { uid: org.uid }).then(
+        () => assert.fail("expected NOT_FOUND"),
+        (e: ServiceError) => e,
+      );
       assert.equal(gone.code, 5);
     } finally {
       client.close();

@@ -8,11 +8,11 @@ import { createHash } from "node:crypto";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { advisoriesFromOsv, isInvalid, parseOsv, type OsvRecord } from "../src/advisories/osv.js";
-import { ok } from "./support/principals.js";
 import { importCounts, platformCli } from "./support/platform-cli.js";
+import { ok } from "./support/principals.js";
 import { createGroup, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const DATA = fileURLToPath(new URL("data/osv", import.meta.url));
@@ -87,7 +87,10 @@ describe("import-advisories", () => {
     first = await listed(org);
     assert.equal(first.length, 12);
     const want = EXPECTED.map((e) => expectedUid(org, e.id, e.ecosystem, e.name)).sort();
-    assert.deepEqual(first.map((a) => a.uid), want);
+    assert.deepEqual(
+      first.map((a) => a.uid),
+      want,
+    );
     for (const e of EXPECTED) {
       const a = first.find((x) => x.uid === expectedUid(org, e.id, e.ecosystem, e.name));
       assert.equal(a.advisoryId, e.id);
@@ -131,7 +134,11 @@ describe("import-advisories", () => {
     assert.equal(changed.createTime, before.createTime);
     assert.equal(changed.updateTime, "2025-03-04T05:06:07.000Z");
     assert.deepEqual(changed.events.at(-1).fixed.fixedVersion, "3.0.4");
-    assert.deepEqual(now.filter((a) => a.uid !== uid), first.filter((a) => a.uid !== uid), "every other advisory is as it was");
+    assert.deepEqual(
+      now.filter((a) => a.uid !== uid),
+      first.filter((a) => a.uid !== uid),
+      "every other advisory is as it was",
+    );
     first = now;
   });
 
@@ -154,11 +161,17 @@ describe("import-advisories", () => {
     const group = (await createGroup(srv.url, org, "malformed input")).uid;
     const dir = tempDir();
     const good = JSON.parse(readFileSync(`${DATA}/go/GO-2021-0113.json`, "utf8"));
-    const write = (name: string, content: unknown) => writeFileSync(join(dir, name), typeof content === "string" ? content : JSON.stringify(content));
+    const write = (name: string, content: unknown) =>
+      writeFileSync(join(dir, name), typeof content === "string" ? content : JSON.stringify(content));
     write("bad-json.json", '{"id": "GO-BROKEN", "affected": [');
     write("missing-id.json", { ...good, id: undefined });
     write("no-affected.json", { ...good, id: "TEST-NO-AFFECTED", affected: [] });
-    write("wrong-types.json", { ...good, id: "TEST-WRONG-TYPES", aliases: "CVE-2021-38561", affected: [{ package: { ecosystem: "Go", name: 42 } }] });
+    write("wrong-types.json", {
+      ...good,
+      id: "TEST-WRONG-TYPES",
+      aliases: "CVE-2021-38561",
+      affected: [{ package: { ecosystem: "Go", name: 42 } }],
+    });
     write("numeric-id.json", { ...good, id: 42 });
     write("not-an-object.json", "[1, 2, 3]");
     write("notes.txt", "not a record");
@@ -176,13 +189,18 @@ describe("import-advisories", () => {
       new RegExp(`^${dir}/not-an-object\\.json: \\?: not an OSV record: expected a JSON object$`),
       new RegExp(`^${dir}/numeric-id\\.json: \\?: id must be a non-empty string$`),
       new RegExp(`^${dir}/wrong-types\\.json: TEST-WRONG-TYPES: aliases must be an array of strings$`),
-      new RegExp(`^${dir}/wrong-types\\.json: TEST-WRONG-TYPES: affected\\[0\\]\\.package must be an object with a non-empty string ecosystem and name$`),
+      new RegExp(
+        `^${dir}/wrong-types\\.json: TEST-WRONG-TYPES: affected\\[0\\]\\.package must be an object with a non-empty string ecosystem and name$`,
+      ),
     ];
     assert.equal(lines.length, expected.length, run.stderr);
     for (const [i, pattern] of expected.entries()) assert.match(lines[i]!, pattern);
 
     const advisories = await listed(group);
-    assert.deepEqual(advisories.map((a) => [a.uid, a.advisoryId]), [[expectedUid(group, "TEST-GOOD-0001", "Go", "golang.org/x/text"), "TEST-GOOD-0001"]]);
+    assert.deepEqual(
+      advisories.map((a) => [a.uid, a.advisoryId]),
+      [[expectedUid(group, "TEST-GOOD-0001", "Go", "golang.org/x/text"), "TEST-GOOD-0001"]],
+    );
   });
 
   test("an unknown group exits 1 and writes nothing", async () => {
@@ -228,7 +246,13 @@ describe("OSV conversion (pure)", () => {
     const [crypto] = advisoriesFromOsv(parsed(RECORDS.get(`${DATA}/ghsa/GHSA-3ww4-gg4f-jr7f.json`)), G, 5);
     assert.equal(crypto!.createTime, Date.parse("2024-02-05T21:30:31Z"));
     assert.equal(crypto!.updateTime, Date.parse("2024-07-29T14:44:04Z"));
-    assert.deepEqual(crypto!.events.map((e) => [e.type, e.createTime]), [["detection", crypto!.createTime], ["fixed", crypto!.updateTime]]);
+    assert.deepEqual(
+      crypto!.events.map((e) => [e.type, e.createTime]),
+      [
+        ["detection", crypto!.createTime],
+        ["fixed", crypto!.updateTime],
+      ],
+    );
     const [gin] = advisoriesFromOsv(parsed(RECORDS.get(`${DATA}/go/GO-2023-1737.json`)), G, 5);
     assert.equal(gin!.createTime, 5, "no known time: the import time");
     assert.equal(gin!.updateTime, 5);
@@ -241,21 +265,50 @@ describe("OSV conversion (pure)", () => {
     const doc = {
       id: "TEST-MERGE",
       modified: "2024-01-01T00:00:00Z",
-      severity: [{ type: "CVSS_V2", score: "AV:N/AC:L/Au:N/C:P/I:N/A:N" }, { type: "Ubuntu", score: "high" }],
+      severity: [
+        { type: "CVSS_V2", score: "AV:N/AC:L/Au:N/C:P/I:N/A:N" },
+        { type: "Ubuntu", score: "high" },
+      ],
       affected: [
-        { package: { ecosystem: "Go", name: "example.com/m" }, ranges: [{ type: "SEMVER", events: [{ introduced: "0" }, { fixed: "1.2.0" }] }] },
+        {
+          package: { ecosystem: "Go", name: "example.com/m" },
+          ranges: [{ type: "SEMVER", events: [{ introduced: "0" }, { fixed: "1.2.0" }] }],
+        },
         { package: { ecosystem: "PyPI", name: "example.com/m" } },
-        { package: { ecosystem: "Go", name: "example.com/m" }, ranges: [{ type: "SEMVER", events: [{ introduced: "1.3.0" }, { fixed: "1.3.1" }, { fixed: "1.2.0" }] }] },
+        {
+          package: { ecosystem: "Go", name: "example.com/m" },
+          ranges: [{ type: "SEMVER", events: [{ introduced: "1.3.0" }, { fixed: "1.3.1" }, { fixed: "1.2.0" }] }],
+        },
       ],
     };
     const out = advisoriesFromOsv(parsed(doc), G, 5);
-    assert.deepEqual(out.map((a) => [a.componentType, a.artifactName]), [["go", "example.com/m"], ["pypi", "example.com/m"]]);
+    assert.deepEqual(
+      out.map((a) => [a.componentType, a.artifactName]),
+      [
+        ["go", "example.com/m"],
+        ["pypi", "example.com/m"],
+      ],
+    );
     assert.notEqual(out[0]!.uid, out[1]!.uid, "the ecosystem is part of the uid");
-    assert.deepEqual(out[0]!.events.map((e) => (e.type === "fixed" ? e.data.fixedVersion : e.type)), ["detection", "1.2.0", "1.3.1"]);
-    assert.deepEqual(out[1]!.events.map((e) => e.type), ["detection"]);
-    assert.deepEqual(out[0]!.severities, [{ type: 1, score: "AV:N/AC:L/Au:N/C:P/I:N/A:N" }], "CVSS only; other severity types are left out");
+    assert.deepEqual(
+      out[0]!.events.map((e) => (e.type === "fixed" ? e.data.fixedVersion : e.type)),
+      ["detection", "1.2.0", "1.3.1"],
+    );
+    assert.deepEqual(
+      out[1]!.events.map((e) => e.type),
+      ["detection"],
+    );
+    assert.deepEqual(
+      out[0]!.severities,
+      [{ type: 1, score: "AV:N/AC:L/Au:N/C:P/I:N/A:N" }],
+      "CVSS only; other severity types are left out",
+    );
     assert.equal(new Set(out.flatMap((a) => a.events.map((e) => e.uid))).size, 4, "event uids are distinct");
-    assert.deepEqual(advisoriesFromOsv(parsed(doc), G, 99).map((a) => a.events.map((e) => e.uid)), out.map((a) => a.events.map((e) => e.uid)), "and stable");
+    assert.deepEqual(
+      advisoriesFromOsv(parsed(doc), G, 99).map((a) => a.events.map((e) => e.uid)),
+      out.map((a) => a.events.map((e) => e.uid)),
+      "and stable",
+    );
   });
 
   test("malformed times, severities and ranges are problems", () => {

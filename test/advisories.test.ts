@@ -8,8 +8,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import type { ServiceError } from "@grpc/grpc-js";
 import {
   AdvisoriesService,
@@ -60,7 +60,16 @@ function handMade(group: string): AdvisoryRecord {
     aliases: ["CVE-2024-22859"],
     severities: [{ type: 1, score: "AV:N/AC:L/Au:N/C:P/I:N/A:N" }],
     events: [
-      { uid: e(1), createTime: 1_700_000_001_000, author: "scanner-bot", reviewer: "rita", reviewState: 2, issue: null, type: "detection", data: { scanv1: { scanner: "grype", componentVersion: "3.0.0" } } },
+      {
+        uid: e(1),
+        createTime: 1_700_000_001_000,
+        author: "scanner-bot",
+        reviewer: "rita",
+        reviewState: 2,
+        issue: null,
+        type: "detection",
+        data: { scanv1: { scanner: "grype", componentVersion: "3.0.0" } },
+      },
       {
         uid: e(2),
         createTime: 1_700_000_002_000,
@@ -72,7 +81,16 @@ function handMade(group: string): AdvisoryRecord {
         data: { type: "TYPE_COMPONENT_VULNERABILITY_MISMATCH", note: "not our build" },
       },
       // Later but pending: the latest approved event stays the false positive.
-      { uid: e(3), createTime: 1_700_000_003_000, author: "mallory", reviewer: "", reviewState: 1, issue: null, type: "fixNotPlanned", data: { note: "maybe" } },
+      {
+        uid: e(3),
+        createTime: 1_700_000_003_000,
+        author: "mallory",
+        reviewer: "",
+        reviewState: 1,
+        issue: null,
+        type: "fixNotPlanned",
+        data: { note: "maybe" },
+      },
     ],
     createTime: 1_700_000_000_000,
     updateTime: 1_700_000_500_000,
@@ -157,7 +175,10 @@ describe("GetAdvisory", () => {
     assert.equal(got.advisoryId, "CGA-xvgw-cvr7-9g2q");
     assert.equal(got.legacyAdvisoryId, "CGA-LEGACY-1");
     assert.equal(got.deleteTime, undefined);
-    assert.deepEqual(got.severities.map((s: Json) => [s.type, s.score]), [[1, "AV:N/AC:L/Au:N/C:P/I:N/A:N"]]);
+    assert.deepEqual(
+      got.severities.map((s: Json) => [s.type, s.score]),
+      [[1, "AV:N/AC:L/Au:N/C:P/I:N/A:N"]],
+    );
     const [detection, falsePositive, notPlanned] = got.events;
     assert.equal(detection.type.case, "detection");
     assert.equal(detection.type.value.type.case, "scanv1");
@@ -183,7 +204,11 @@ describe("GetAdvisory", () => {
 
 describe("ListAdvisories filters", () => {
   const cases: [string, (a: Json) => boolean, number][] = [
-    ["advisory_ids=GO-2022-0236&advisory_ids=GHSA-3ww4-gg4f-jr7f", (a) => ["GO-2022-0236", "GHSA-3ww4-gg4f-jr7f"].includes(a.advisoryId), 3],
+    [
+      "advisory_ids=GO-2022-0236&advisory_ids=GHSA-3ww4-gg4f-jr7f",
+      (a) => ["GO-2022-0236", "GHSA-3ww4-gg4f-jr7f"].includes(a.advisoryId),
+      3,
+    ],
     ["legacy_advisory_ids=CGA-LEGACY-1", (a) => a.legacyAdvisoryId === "CGA-LEGACY-1", 1],
     ["aliases=CVE-2021-31525", (a) => a.aliases.includes("CVE-2021-31525"), 2],
     ["aliases=CVE-2024-22859&aliases=CVE-0000-0000", (a) => a.aliases.includes("CVE-2024-22859"), 2],
@@ -227,10 +252,17 @@ describe("ListAdvisories filters", () => {
   }
 
   test("the same filters over gRPC, enums as numbers", async () => {
-    const list = async (req: object) => uids((await grpc.call("listAdvisories", { uidp: { descendantsOf: orgA }, pageSize: 200, ...req })).advisories);
-    assert.deepEqual(await list({ eventTypes: [EventTypeFilter.FIXED] }), uids(all.filter((a) => a.events.some((e: Json) => "fixed" in e))));
+    const list = async (req: object) =>
+      uids((await grpc.call("listAdvisories", { uidp: { descendantsOf: orgA }, pageSize: 200, ...req })).advisories);
+    assert.deepEqual(
+      await list({ eventTypes: [EventTypeFilter.FIXED] }),
+      uids(all.filter((a) => a.events.some((e: Json) => "fixed" in e))),
+    );
     assert.deepEqual(await list({ latestEventType: EventTypeFilter.DETECTION }), uids(byId("GO-TEST-UNFIXED")));
-    assert.deepEqual(await list({ aliases: ["CVE-2021-31525"], componentNames: ["stdlib"] }), uids(byId("GO-2022-0236").filter((a) => a.componentName === "stdlib")));
+    assert.deepEqual(
+      await list({ aliases: ["CVE-2021-31525"], componentNames: ["stdlib"] }),
+      uids(byId("GO-2022-0236").filter((a) => a.componentName === "stdlib")),
+    );
     assert.deepEqual(await list({ eventReviewStates: [ReviewState.PENDING], excludeEventAuthors: ["alice"] }), []);
     assert.deepEqual(await list({ origin: "openssl", artifactNames: ["nothing"] }), [hand.uid]);
     assert.deepEqual(await list({ query: "CRYPTOGRAPHY" }), uids(byId("GHSA-3ww4-gg4f-jr7f")));
@@ -245,14 +277,23 @@ describe("ListAdvisories filters", () => {
     ];
     for (const [query, field] of bad) {
       const err = assertRestError(await rest(srv.url, "GET", `${PATH}?${query}`), 400, 3, "INVALID_ARGUMENT");
-      assert.deepEqual(fieldViolations(err).map((v) => v.field), [field], query);
+      assert.deepEqual(
+        fieldViolations(err).map((v) => v.field),
+        [field],
+        query,
+      );
     }
   });
 });
 
 describe("ListAdvisories paging", () => {
   test("every order, both ways, at every page size from 1 to N+1", async () => {
-    await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}`, all, ["uid", "advisory_id", "created_at", "updated_at"]);
+    await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}`, all, [
+      "uid",
+      "advisory_id",
+      "created_at",
+      "updated_at",
+    ]);
   });
 
   test("a filtered list pages too, and the default order is uid", async () => {
@@ -260,7 +301,10 @@ describe("ListAdvisories paging", () => {
     assert.equal(go.length, 11);
     await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}&component_types=go`, go, ["advisory_id"]);
     const byDefault = await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgA}&page_size=200`));
-    assert.deepEqual(byDefault.advisories.map((a: Json) => a.uid), uids(all));
+    assert.deepEqual(
+      byDefault.advisories.map((a: Json) => a.uid),
+      uids(all),
+    );
   });
 });
 
@@ -284,7 +328,12 @@ describe("ListAdvisories and GetAdvisory authorization", () => {
     assert.deepEqual(list.advisories, []);
     assert.equal(list.totalCount, "0");
     const denied = assertRestError(await rest(srv.url, "GET", `${PATH}/${hand.uid}`, undefined, as(puller)), 403, 7, "PERMISSION_DENIED");
-    const ghost = assertRestError(await rest(srv.url, "GET", `${PATH}/${orgA}/${"9".repeat(16)}`, undefined, as(puller)), 403, 7, "PERMISSION_DENIED");
+    const ghost = assertRestError(
+      await rest(srv.url, "GET", `${PATH}/${orgA}/${"9".repeat(16)}`, undefined, as(puller)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.deepEqual(ghost, denied);
     const pullerGrpc = grpcClient(AdvisoriesService, srv.port, { token: puller.token });
     try {
@@ -300,8 +349,15 @@ describe("ListAdvisories and GetAdvisory authorization", () => {
     assert.deepEqual(uids(list.advisories), uids(all));
     assert.equal(list.totalCount, "14");
     const filtered = await ok(rest(srv.url, "GET", `${PATH}?aliases=CVE-2024-22859`, undefined, as(reader)));
-    assert.deepEqual(uids(filtered.advisories), uids(all.filter((a) => a.aliases.includes("CVE-2024-22859"))), "B's advisory with that alias is not listed");
-    assert.deepEqual(await ok(rest(srv.url, "GET", `${PATH}/${hand.uid}`, undefined, as(reader))), all.find((a) => a.uid === hand.uid));
+    assert.deepEqual(
+      uids(filtered.advisories),
+      uids(all.filter((a) => a.aliases.includes("CVE-2024-22859"))),
+      "B's advisory with that alias is not listed",
+    );
+    assert.deepEqual(
+      await ok(rest(srv.url, "GET", `${PATH}/${hand.uid}`, undefined, as(reader))),
+      all.find((a) => a.uid === hand.uid),
+    );
     const ofB = await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgB}`));
     assert.equal(ofB.totalCount, "2");
     assertRestError(await rest(srv.url, "GET", `${PATH}/${ofB.advisories[0].uid}`, undefined, as(reader)), 403, 7, "PERMISSION_DENIED");
@@ -311,7 +367,10 @@ describe("ListAdvisories and GetAdvisory authorization", () => {
 
 describe("AdvisoriesService is read-only", () => {
   test("it has Get and List only, and the API refuses writes", async () => {
-    assert.deepEqual(AdvisoriesService.methods.map((m) => m.name), ["GetAdvisory", "ListAdvisories"]);
+    assert.deepEqual(
+      AdvisoriesService.methods.map((m) => m.name),
+      ["GetAdvisory", "ListAdvisories"],
+    );
     const served = srv.server.restOperations.filter((op) => op.rpc.startsWith("platformapi.vulnerabilities."));
     assert.deepEqual(served.map((op) => `${op.method} ${op.path}`).sort(), [`GET ${PATH}`, `GET ${PATH}/{uid=**}`]);
     const writes: [string, string][] = [
@@ -335,7 +394,10 @@ describe("record ↔ message conversion", () => {
     const kinds: [string, Record<string, unknown>][] = [
       ["detection", { manual: {} }],
       ["detection", { nvdapi: { cpeSearched: "cpe:2.3:a:openssl:*", cpeFound: "cpe:2.3:a:openssl:openssl:3.0.0" } }],
-      ["detection", { scanv1: { scanner: "grype", subpackage: "libssl3", componentId: "id", componentType: "apk", grypeDbBuilt: "2024-01-01" } }],
+      [
+        "detection",
+        { scanv1: { scanner: "grype", subpackage: "libssl3", componentId: "id", componentType: "apk", grypeDbBuilt: "2024-01-01" } },
+      ],
       ["fixed", { fixedVersion: "3.0.1", note: "upstream", scannerVersion: "0.74.0" }],
       ["falsePositiveDetermination", { type: "TYPE_INLINE_MITIGATIONS_EXIST", note: "hardened build" }],
       ["analysisNotPlanned", { note: "end of life" }],
@@ -356,7 +418,10 @@ describe("record ↔ message conversion", () => {
     }));
     const record: AdvisoryRecord = { ...hand, events, deleteTime: 1_750_000_000_000 };
     const message = advisoryMessage(record);
-    assert.deepEqual(message.events.map((e) => e.type.case), kinds.map(([type]) => type));
+    assert.deepEqual(
+      message.events.map((e) => e.type.case),
+      kinds.map(([type]) => type),
+    );
     assert.deepEqual(advisoryRecord(message, hand.parentUid, hand.origin), record);
     assert.deepEqual(advisoryRecord(advisoryMessage({ ...record, legacyAdvisoryId: "", deleteTime: null }), hand.parentUid, hand.origin), {
       ...record,

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createServer } from "node:net";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import type { ServiceError } from "@grpc/grpc-js";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
@@ -36,7 +36,9 @@ before(async () => {
   idp = await OidcIssuer.start("people");
   const port = await freePort();
   BASE = AUTH = `http://127.0.0.1:${port}`;
-  srv = await startTestServer({ env: { PORT: String(port), PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: idp.url } });
+  srv = await startTestServer({
+    env: { PORT: String(port), PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: idp.url },
+  });
   assert.equal(srv.url, BASE);
 });
 
@@ -117,7 +119,13 @@ describe("our tokens can be verified by another service", () => {
 
   test("a token from /sts/exchange has the same shape and verifies against the same JWKS", async () => {
     const sub = "person-1";
-    const res = await rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}`, undefined, bearer(idp.idToken({ sub, aud: AUTH })));
+    const res = await rest(
+      srv.url,
+      "GET",
+      `/sts/exchange?aud=${encodeURIComponent(BASE)}`,
+      undefined,
+      bearer(idp.idToken({ sub, aud: AUTH })),
+    );
     assert.equal(res.status, 200, JSON.stringify(res.body));
     const { payload, protectedHeader } = await jwtVerify(res.body.token, createRemoteJWKSet(new URL(`${AUTH}/.well-known/jwks.json`)), {
       issuer: AUTH,
@@ -127,7 +135,11 @@ describe("our tokens can be verified by another service", () => {
     });
     assert.equal(protectedHeader.typ, "at+jwt");
     assert.equal(payload.exp, payload.iat! + 3600);
-    const lookup = await rest(srv.url, "GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(idp.url)}&subject=${sub}`);
+    const lookup = await rest(
+      srv.url,
+      "GET",
+      `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(idp.url)}&subject=${sub}`,
+    );
     assert.equal(payload.sub, lookup.body.uid);
   });
 });
@@ -192,7 +204,11 @@ describe("the command line", () => {
       client.close();
     }
     // Another service verifying through the JWKS accepts it too.
-    const { payload } = await jwtVerify(token, createRemoteJWKSet(new URL(`${AUTH}/.well-known/jwks.json`)), { issuer: AUTH, audience: BASE, typ: "at+jwt" });
+    const { payload } = await jwtVerify(token, createRemoteJWKSet(new URL(`${AUTH}/.well-known/jwks.json`)), {
+      issuer: AUTH,
+      audience: BASE,
+      typ: "at+jwt",
+    });
     assert.equal(payload.sub, srv.server.adminSubject);
     assert.equal(await listGroupsStatus(srv.adminToken), 200, "the old key still verifies");
   });
@@ -230,7 +246,10 @@ describe("requests without a token", () => {
         assert.equal(err.code, 16, err.message);
         const status = grpcStatus(err);
         assert.equal(status.code, 16);
-        const infos = status.details.filter((d) => d.$typeName === "google.rpc.ErrorInfo") as unknown as { reason: string; domain: string }[];
+        const infos = status.details.filter((d) => d.$typeName === "google.rpc.ErrorInfo") as unknown as {
+          reason: string;
+          domain: string;
+        }[];
         assert.equal(infos.length, 1);
         assert.equal(infos[0]!.reason, "UNAUTHENTICATED");
       }
@@ -257,8 +276,12 @@ describe("requests without a token", () => {
     }
 
     const reflected = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) =>
-      execFile(BUF, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-services", srv.url], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) =>
-        err && typeof err.code !== "number" ? reject(err) : resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
+      execFile(
+        BUF,
+        ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-services", srv.url],
+        { cwd: ROOT, timeout: 60_000 },
+        (err, stdout, stderr) =>
+          err && typeof err.code !== "number" ? reject(err) : resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
       ),
     );
     assert.equal(reflected.code, 0, reflected.stderr);

@@ -52,10 +52,40 @@ async function writeAdvisoryOfB(): Promise<string> {
   const uid = `${fx.B.folder.uid}/${"a".repeat(16)}`;
   const store = await srv.openStore();
   const t = Date.now();
-  const names = { artifactName: "b-lib", componentName: "b-lib", origin: "b-lib", artifactType: "library", componentType: "go", artifactArchitecture: "", componentLocation: "" };
-  const detection = { uid: `${uid}/${"1".repeat(16)}`, createTime: t, author: "b", reviewer: "", reviewState: 2, issue: null, type: "detection", data: { manual: {} } };
+  const names = {
+    artifactName: "b-lib",
+    componentName: "b-lib",
+    origin: "b-lib",
+    artifactType: "library",
+    componentType: "go",
+    artifactArchitecture: "",
+    componentLocation: "",
+  };
+  const detection = {
+    uid: `${uid}/${"1".repeat(16)}`,
+    createTime: t,
+    author: "b",
+    reviewer: "",
+    reviewState: 2,
+    issue: null,
+    type: "detection",
+    data: { manual: {} },
+  };
   await store.advisories.upsert([
-    { uid, parentUid: fx.B.folder.uid, advisoryId: "CGA-bbbb-bbbb-bbbb", legacyAdvisoryId: "", author: "b", ...names, aliases: ["CVE-2099-0002"], severities: [], events: [detection], createTime: t, updateTime: t, deleteTime: null },
+    {
+      uid,
+      parentUid: fx.B.folder.uid,
+      advisoryId: "CGA-bbbb-bbbb-bbbb",
+      legacyAdvisoryId: "",
+      author: "b",
+      ...names,
+      aliases: ["CVE-2099-0002"],
+      severities: [],
+      events: [detection],
+      createTime: t,
+      updateTime: t,
+      deleteTime: null,
+    },
   ]);
   await store.close();
   return uid;
@@ -80,15 +110,32 @@ const IAM_SERVICES: readonly DescService[] = [
 const V1_LISTS: readonly DescService[] = [GroupsV1Service, RegistryV1Service];
 /** Served RPCs that take an identifier but are authorized by something other than the caller's API token. */
 const EXEMPT: Record<string, string> = {
-  "platformapi.oidc.v1.SecurityTokenService/Exchange": "needs no API token: the upstream token must match the identity's claimMatch (sts-exchange.test.ts)",
+  "platformapi.oidc.v1.SecurityTokenService/Exchange":
+    "needs no API token: the upstream token must match the identity's claimMatch (sts-exchange.test.ts)",
 };
 /** Request fields that carry a uid, a parent or a uidp filter. */
-const IDENTIFIER_FIELDS = new Set(["uid", "id", "ids", "parent", "uidp", "identity", "group", "role", "identity_uid", "role_uid", "default_role", "key_id"]);
+const IDENTIFIER_FIELDS = new Set([
+  "uid",
+  "id",
+  "ids",
+  "parent",
+  "uidp",
+  "identity",
+  "group",
+  "role",
+  "identity_uid",
+  "role_uid",
+  "default_role",
+  "key_id",
+]);
 
 /** True when a request message names an object: an identifier field at the top or inside a top-level message. */
 function takesIdentifier(method: DescMethod): boolean {
   return method.input.fields.some(
-    (f) => IDENTIFIER_FIELDS.has(f.name) || ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) && f.message.fields.some((g) => IDENTIFIER_FIELDS.has(g.name))),
+    (f) =>
+      IDENTIFIER_FIELDS.has(f.name) ||
+      ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) &&
+        f.message.fields.some((g) => IDENTIFIER_FIELDS.has(g.name))),
   );
 }
 
@@ -162,10 +209,17 @@ function okOutcome(method: DescMethod, res: Json): Outcome {
   return { ok: true, code: 0, fingerprint: `0 ${JSON.stringify(body)}`, body };
 }
 
-async function callRpc(protocol: Exclude<Protocol, "rest">, service: DescService, localName: string, request: object, caller: Caller): Promise<Outcome> {
+async function callRpc(
+  protocol: Exclude<Protocol, "rest">,
+  service: DescService,
+  localName: string,
+  request: object,
+  caller: Caller,
+): Promise<Outcome> {
   const method = service.methods.find((m) => m.localName === localName)!;
   try {
-    const res = protocol === "grpc" ? await grpcFor(service, caller).call(localName, request) : await connectFor(service, caller)[localName](request);
+    const res =
+      protocol === "grpc" ? await grpcFor(service, caller).call(localName, request) : await connectFor(service, caller)[localName](request);
     return okOutcome(method, res);
   } catch (err) {
     if (protocol === "grpc") {
@@ -221,19 +275,32 @@ function probes(): Probe[] {
   const V2 = "/iam/v2beta1";
 
   for (const g of [B.org, B.folder, B.sub]) {
-    add(GroupsService, "getGroup", `group ${g.name}`, g.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/groups/${u}` }, rpc: { uid: u } }));
+    add(GroupsService, "getGroup", `group ${g.name}`, g.uid, "denied", (u) => ({
+      rest: { method: "GET", path: `${V2}/groups/${u}` },
+      rpc: { uid: u },
+    }));
     add(GroupsService, "updateGroup", `group ${g.name}`, g.uid, "denied", (u) => ({
       rest: { method: "PATCH", path: `${V2}/groups/${u}?updateMask=description`, body: { description: "pwned" } },
       rpc: { group: { uid: u, description: "pwned" }, updateMask: { paths: ["description"] } },
     }));
-    add(GroupsService, "deleteGroup", `group ${g.name}`, g.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/groups/${u}` }, rpc: { uid: u } }));
+    add(GroupsService, "deleteGroup", `group ${g.name}`, g.uid, "denied", (u) => ({
+      rest: { method: "DELETE", path: `${V2}/groups/${u}` },
+      rpc: { uid: u },
+    }));
     add(GroupsService, "createGroup", `under ${g.name}`, g.uid, "denied", (u) => ({
       rest: { method: "POST", path: `${V2}/groups/${u}`, body: { name: "intruder" } },
       rpc: { parent: u, group: { name: "intruder" } },
     }));
     add(IdentitiesService, "createIdentity", `under ${g.name}`, g.uid, "denied", (u) => ({
-      rest: { method: "POST", path: `${V2}/identities/${u}`, body: { name: "intruder", claimMatch: { issuer: "https://evil.example", subject: "me" } } },
-      rpc: { parent: u, identity: { name: "intruder", relationship: { case: "claimMatch", value: { issuer: "https://evil.example", subject: "me" } } } },
+      rest: {
+        method: "POST",
+        path: `${V2}/identities/${u}`,
+        body: { name: "intruder", claimMatch: { issuer: "https://evil.example", subject: "me" } },
+      },
+      rpc: {
+        parent: u,
+        identity: { name: "intruder", relationship: { case: "claimMatch", value: { issuer: "https://evil.example", subject: "me" } } },
+      },
     }));
     add(RolesService, "createRole", `under ${g.name}`, g.uid, "denied", (u) => ({
       rest: { method: "POST", path: `${V2}/roles/${u}`, body: { name: "intruder", capabilities: ["CAP_REPO_LIST"] } },
@@ -254,32 +321,53 @@ function probes(): Probe[] {
   }
 
   for (const id of [B.identity, { uid: B.owner.uid, name: "owner b" }]) {
-    add(IdentitiesService, "getIdentity", id.name, id.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/identities/${u}` }, rpc: { uid: u } }));
+    add(IdentitiesService, "getIdentity", id.name, id.uid, "denied", (u) => ({
+      rest: { method: "GET", path: `${V2}/identities/${u}` },
+      rpc: { uid: u },
+    }));
     add(IdentitiesService, "updateIdentity", `${id.name} description`, id.uid, "denied", (u) => ({
       rest: { method: "PATCH", path: `${V2}/identities/${u}?updateMask=description`, body: { description: "pwned" } },
       rpc: { identity: { uid: u, description: "pwned" }, updateMask: { paths: ["description"] } },
     }));
     add(IdentitiesService, "updateIdentity", `${id.name} claimMatch`, id.uid, "denied", (u) => ({
       rest: { method: "PATCH", path: `${V2}/identities/${u}`, body: { claimMatch: { issuer: "https://evil.example", subject: "me" } } },
-      rpc: { identity: { uid: u, relationship: { case: "claimMatch", value: { issuer: "https://evil.example", subject: "me" } } }, updateMask: { paths: ["claim_match"] } },
+      rpc: {
+        identity: { uid: u, relationship: { case: "claimMatch", value: { issuer: "https://evil.example", subject: "me" } } },
+        updateMask: { paths: ["claim_match"] },
+      },
     }));
-    add(IdentitiesService, "deleteIdentity", id.name, id.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/identities/${u}` }, rpc: { uid: u } }));
+    add(IdentitiesService, "deleteIdentity", id.name, id.uid, "denied", (u) => ({
+      rest: { method: "DELETE", path: `${V2}/identities/${u}` },
+      rpc: { uid: u },
+    }));
   }
 
-  add(RolesService, "getRole", B.role.name, B.role.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/roles/${u}` }, rpc: { uid: u } }));
+  add(RolesService, "getRole", B.role.name, B.role.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${V2}/roles/${u}` },
+    rpc: { uid: u },
+  }));
   add(RolesService, "updateRole", `${B.role.name} capabilities`, B.role.uid, "denied", (u) => ({
     rest: { method: "PATCH", path: `${V2}/roles/${u}`, body: { capabilities: ["CAP_IAM_GROUPS_DELETE"] } },
     rpc: { role: { uid: u, capabilities: [Capability.CAP_IAM_GROUPS_DELETE] }, updateMask: { paths: ["capabilities"] } },
   }));
-  add(RolesService, "deleteRole", B.role.name, B.role.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/roles/${u}` }, rpc: { uid: u } }));
+  add(RolesService, "deleteRole", B.role.name, B.role.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${V2}/roles/${u}` },
+    rpc: { uid: u },
+  }));
 
   for (const b of [B.binding, B.ownerBinding]) {
-    add(RoleBindingsService, "getRoleBinding", b.uid, b.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/roleBindings/${u}` }, rpc: { uid: u } }));
+    add(RoleBindingsService, "getRoleBinding", b.uid, b.uid, "denied", (u) => ({
+      rest: { method: "GET", path: `${V2}/roleBindings/${u}` },
+      rpc: { uid: u },
+    }));
     add(RoleBindingsService, "updateRoleBinding", b.uid, b.uid, "denied", (u) => ({
       rest: { method: "PATCH", path: `${V2}/roleBindings/${u}`, body: { identityUid: ownerA.uid } },
       rpc: { roleBinding: { uid: u, identityUid: ownerA.uid }, updateMask: { paths: ["identity_uid"] } },
     }));
-    add(RoleBindingsService, "deleteRoleBinding", b.uid, b.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/roleBindings/${u}` }, rpc: { uid: u } }));
+    add(RoleBindingsService, "deleteRoleBinding", b.uid, b.uid, "denied", (u) => ({
+      rest: { method: "DELETE", path: `${V2}/roleBindings/${u}` },
+      rpc: { uid: u },
+    }));
   }
 
   const idp = (defaultRole = fx.builtin.viewer!) => ({
@@ -305,20 +393,38 @@ function probes(): Probe[] {
       rpc: { parent: u, groupInvite: { roleUid: owner, ttl: { seconds: 3600n } } },
     }));
   }
-  add(IdentityProvidersService, "getIdentityProvider", B.idp.name, B.idp.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/identityProviders/${u}` }, rpc: { uid: u } }));
+  add(IdentityProvidersService, "getIdentityProvider", B.idp.name, B.idp.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${V2}/identityProviders/${u}` },
+    rpc: { uid: u },
+  }));
   add(IdentityProvidersService, "updateIdentityProvider", B.idp.name, B.idp.uid, "denied", (u) => ({
     rest: { method: "PATCH", path: `${V2}/identityProviders/${u}?updateMask=default_role`, body: { defaultRole: owner } },
     rpc: { identityProvider: { uid: u, defaultRole: owner }, updateMask: { paths: ["default_role"] } },
   }));
-  add(IdentityProvidersService, "deleteIdentityProvider", B.idp.name, B.idp.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/identityProviders/${u}` }, rpc: { uid: u } }));
-  add(AccountAssociationsService, "getAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/accountAssociations/${u}` }, rpc: { uid: u } }));
+  add(IdentityProvidersService, "deleteIdentityProvider", B.idp.name, B.idp.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${V2}/identityProviders/${u}` },
+    rpc: { uid: u },
+  }));
+  add(AccountAssociationsService, "getAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${V2}/accountAssociations/${u}` },
+    rpc: { uid: u },
+  }));
   add(AccountAssociationsService, "updateAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({
     rest: { method: "PATCH", path: `${V2}/accountAssociations/${u}?updateMask=description`, body: { description: "pwned" } },
     rpc: { accountAssociation: { uid: u, description: "pwned" }, updateMask: { paths: ["description"] } },
   }));
-  add(AccountAssociationsService, "deleteAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/accountAssociations/${u}` }, rpc: { uid: u } }));
-  add(GroupInvitesService, "getGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({ rest: { method: "GET", path: `${V2}/groupInvites/${u}` }, rpc: { uid: u } }));
-  add(GroupInvitesService, "deleteGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${V2}/groupInvites/${u}` }, rpc: { uid: u } }));
+  add(AccountAssociationsService, "deleteAccountAssociation", B.association.name, B.association.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${V2}/accountAssociations/${u}` },
+    rpc: { uid: u },
+  }));
+  add(GroupInvitesService, "getGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${V2}/groupInvites/${u}` },
+    rpc: { uid: u },
+  }));
+  add(GroupInvitesService, "deleteGroupInvite", "B's invite", B.invite.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${V2}/groupInvites/${u}` },
+    rpc: { uid: u },
+  }));
 
   // The registry: repos under B's groups, B's repo and tag, a tag put into B's repo.
   const R2 = "/registry/v2beta1";
@@ -328,16 +434,31 @@ function probes(): Probe[] {
       rpc: { parent: u, repo: { name: "intruder" } },
     }));
   }
-  add(ReposService, "getRepo", B.repo.name, B.repo.uid, "denied", (u) => ({ rest: { method: "GET", path: `${R2}/repos/${u}` }, rpc: { uid: u } }));
+  add(ReposService, "getRepo", B.repo.name, B.repo.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${R2}/repos/${u}` },
+    rpc: { uid: u },
+  }));
   add(ReposService, "updateRepo", `${B.repo.name} description`, B.repo.uid, "denied", (u) => ({
     rest: { method: "PATCH", path: `${R2}/repos/${u}?updateMask=description`, body: { description: "pwned" } },
     rpc: { repo: { uid: u, description: "pwned" }, updateMask: { paths: ["description"] } },
   }));
-  add(ReposService, "deleteRepo", B.repo.name, B.repo.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${R2}/repos/${u}` }, rpc: { uid: u } }));
+  add(ReposService, "deleteRepo", B.repo.name, B.repo.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${R2}/repos/${u}` },
+    rpc: { uid: u },
+  }));
   const evilTag = { name: "latest", digest: `sha256:${"e".repeat(64)}` };
-  add(TagsService, "createTag", `B's tag name in ${B.repo.name}`, B.repo.uid, "denied", (u) => ({ rest: { method: "POST", path: `${R2}/tags/${u}`, body: evilTag }, rpc: { parent: u, tag: evilTag } }));
-  add(TagsService, "getTag", "B's tag", B.tag.uid, "denied", (u) => ({ rest: { method: "GET", path: `${R2}/tags/${u}` }, rpc: { uid: u } }));
-  add(TagsService, "deleteTag", "B's tag", B.tag.uid, "denied", (u) => ({ rest: { method: "DELETE", path: `${R2}/tags/${u}` }, rpc: { uid: u } }));
+  add(TagsService, "createTag", `B's tag name in ${B.repo.name}`, B.repo.uid, "denied", (u) => ({
+    rest: { method: "POST", path: `${R2}/tags/${u}`, body: evilTag },
+    rpc: { parent: u, tag: evilTag },
+  }));
+  add(TagsService, "getTag", "B's tag", B.tag.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${R2}/tags/${u}` },
+    rpc: { uid: u },
+  }));
+  add(TagsService, "deleteTag", "B's tag", B.tag.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${R2}/tags/${u}` },
+    rpc: { uid: u },
+  }));
   // An identity provider or an invite in A that promises B's custom role.
   add(IdentityProvidersService, "createIdentityProvider", "in A with B's role as default", B.role.uid, "notFound", (u) => ({
     rest: { method: "POST", path: `${V2}/identityProviders/${A.org.uid}`, body: idp(u) },
@@ -403,10 +524,17 @@ function probes(): Probe[] {
   for (const [service, method, collection] of lists) {
     const path = listPaths[collection] ?? `${V2}/${collection}`;
     for (const [param, target, uidp] of filters) {
-      add(service, method, `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`, target, "empty", (u) => ({
-        rest: { method: "GET", path: `${path}?${param}=${u}` },
-        rpc: { uidp: uidp(u) },
-      }));
+      add(
+        service,
+        method,
+        `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`,
+        target,
+        "empty",
+        (u) => ({
+          rest: { method: "GET", path: `${path}?${param}=${u}` },
+          rpc: { uidp: uidp(u) },
+        }),
+      );
     }
     const own: Record<string, string> = {
       groups: B.folder.uid,
@@ -421,25 +549,57 @@ function probes(): Probe[] {
       tags: B.tag.uid,
       "v1/repos": B.repo.uid,
     };
-    add(service, method, "uidp.ids=B's", own[collection]!, "empty", (u) => ({ rest: { method: "GET", path: `${path}?uidp.ids=${u}` }, rpc: { uidp: { ids: [u] } } }));
-  }
-  add(GroupInvitesService, "listGroupInvites", "key_id=B's", B.invite.keyId, "empty", (u) => ({ rest: { method: "GET", path: `${V2}/groupInvites?key_id=${u}` }, rpc: { keyId: u } }));
-  for (const target of [B.org.uid, B.folder.uid]) {
-    add(GroupsV1Service, "listGroups", "id=B's", target, "empty", (u) => ({ rest: { method: "GET", path: `/iam/v1/groups?id=${u}` }, rpc: { id: u } }));
-  }
-  add(RegistryV1Service, "listRepos", "id=B's", B.repo.uid, "empty", (u) => ({ rest: { method: "GET", path: `/registry/v1/repos?id=${u}` }, rpc: { id: u } }));
-  // Advisories: B's by uid, and every hierarchy filter aimed at B.
-  const ADV = "/vulnerabilities/v2beta1/advisories";
-  add(AdvisoriesService, "getAdvisory", "B's advisory", bAdvisory, "denied", (u) => ({ rest: { method: "GET", path: `${ADV}/${u}` }, rpc: { uid: u } }));
-  for (const [param, target, uidp] of filters) {
-    add(AdvisoriesService, "listAdvisories", `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`, target, "empty", (u) => ({
-      rest: { method: "GET", path: `${ADV}?${param}=${u}` },
-      rpc: { uidp: uidp(u) },
+    add(service, method, "uidp.ids=B's", own[collection]!, "empty", (u) => ({
+      rest: { method: "GET", path: `${path}?uidp.ids=${u}` },
+      rpc: { uidp: { ids: [u] } },
     }));
   }
-  add(AdvisoriesService, "listAdvisories", "uidp.ids=B's", bAdvisory, "empty", (u) => ({ rest: { method: "GET", path: `${ADV}?uidp.ids=${u}` }, rpc: { uidp: { ids: [u] } } }));
-  for (const [filter, target] of [["identity", B.identity.uid], ["group", B.org.uid], ["role", B.role.uid]] as const) {
-    add(RoleBindingsService, "listRoleBindings", `${filter}=B's`, target, "empty", (u) => ({ rest: { method: "GET", path: `${V2}/roleBindings?${filter}=${u}` }, rpc: { [filter]: u } }));
+  add(GroupInvitesService, "listGroupInvites", "key_id=B's", B.invite.keyId, "empty", (u) => ({
+    rest: { method: "GET", path: `${V2}/groupInvites?key_id=${u}` },
+    rpc: { keyId: u },
+  }));
+  for (const target of [B.org.uid, B.folder.uid]) {
+    add(GroupsV1Service, "listGroups", "id=B's", target, "empty", (u) => ({
+      rest: { method: "GET", path: `/iam/v1/groups?id=${u}` },
+      rpc: { id: u },
+    }));
+  }
+  add(RegistryV1Service, "listRepos", "id=B's", B.repo.uid, "empty", (u) => ({
+    rest: { method: "GET", path: `/registry/v1/repos?id=${u}` },
+    rpc: { id: u },
+  }));
+  // Advisories: B's by uid, and every hierarchy filter aimed at B.
+  const ADV = "/vulnerabilities/v2beta1/advisories";
+  add(AdvisoriesService, "getAdvisory", "B's advisory", bAdvisory, "denied", (u) => ({
+    rest: { method: "GET", path: `${ADV}/${u}` },
+    rpc: { uid: u },
+  }));
+  for (const [param, target, uidp] of filters) {
+    add(
+      AdvisoriesService,
+      "listAdvisories",
+      `${param}=${target === B.org.uid ? "B" : target === B.folder.uid ? "B/folder" : "B/folder/sub"}`,
+      target,
+      "empty",
+      (u) => ({
+        rest: { method: "GET", path: `${ADV}?${param}=${u}` },
+        rpc: { uidp: uidp(u) },
+      }),
+    );
+  }
+  add(AdvisoriesService, "listAdvisories", "uidp.ids=B's", bAdvisory, "empty", (u) => ({
+    rest: { method: "GET", path: `${ADV}?uidp.ids=${u}` },
+    rpc: { uidp: { ids: [u] } },
+  }));
+  for (const [filter, target] of [
+    ["identity", B.identity.uid],
+    ["group", B.org.uid],
+    ["role", B.role.uid],
+  ] as const) {
+    add(RoleBindingsService, "listRoleBindings", `${filter}=B's`, target, "empty", (u) => ({
+      rest: { method: "GET", path: `${V2}/roleBindings?${filter}=${u}` },
+      rpc: { [filter]: u },
+    }));
   }
   return out;
 }
@@ -470,7 +630,20 @@ async function run(protocol: Protocol, probe: Probe, uid: string, caller: Caller
 
 /** List items in a response body, whatever the collection's name. */
 function listItems(body: Json): Json[] {
-  for (const key of ["groups", "identities", "roles", "roleBindings", "identityProviders", "accountAssociations", "groupInvites", "advisories", "repos", "tags", "items"]) if (Array.isArray(body?.[key])) return body[key];
+  for (const key of [
+    "groups",
+    "identities",
+    "roles",
+    "roleBindings",
+    "identityProviders",
+    "accountAssociations",
+    "groupInvites",
+    "advisories",
+    "repos",
+    "tags",
+    "items",
+  ])
+    if (Array.isArray(body?.[key])) return body[key];
   return [];
 }
 
@@ -478,7 +651,9 @@ describe("ownerA against B's identifiers", () => {
   test("every served RPC that takes a uid, parent or uidp filter is probed", () => {
     const all = probes();
     const probed = new Set(all.map((p) => `${p.service.typeName}/${p.service.methods.find((m) => m.localName === p.method)!.name}`));
-    const byName = new Map<string, DescMethod>(CONTRACT_FILES.flatMap((f) => f.services).flatMap((s) => s.methods.map((m) => [`${s.typeName}/${m.name}`, m] as const)));
+    const byName = new Map<string, DescMethod>(
+      CONTRACT_FILES.flatMap((f) => f.services).flatMap((s) => s.methods.map((m) => [`${s.typeName}/${m.name}`, m] as const)),
+    );
     const served = new Set(srv.server.restOperations.map((op) => op.rpc.replace(/\.(\w+)$/, "/$1")));
     const missing: string[] = [];
     for (const name of served) {
@@ -546,12 +721,22 @@ describe("ownerA against B's identifiers", () => {
     assert.equal(bRecords, 0);
     assert.ok(calls > 1000, `${calls} calls`);
     // eslint-disable-next-line no-console
-    console.log(`${calls} calls (RPC × protocol × variant): ${succeeded} succeeded, ${bRecords} B records returned by List, ${differences.length} status differences between existing and non-existing targets`);
+    console.log(
+      `${calls} calls (RPC × protocol × variant): ${succeeded} succeeded, ${bRecords} B records returned by List, ${differences.length} status differences between existing and non-existing targets`,
+    );
   });
 
   test("the plain denials are PERMISSION_DENIED in the error model, over REST", async () => {
     assertRestError(await restAs(srv, ownerA, "GET", `/iam/v2beta1/groups/${fx.B.org.uid}`), 403, 7, "PERMISSION_DENIED");
-    assertRestError(await restAs(srv, ownerA, "POST", `/iam/v2beta1/roleBindings/${fx.A.org.uid}`, { identityUid: fx.B.identity.uid, roleUid: fx.builtin.viewer }), 404, 5, "NOT_FOUND");
+    assertRestError(
+      await restAs(srv, ownerA, "POST", `/iam/v2beta1/roleBindings/${fx.A.org.uid}`, {
+        identityUid: fx.B.identity.uid,
+        roleUid: fx.builtin.viewer,
+      }),
+      404,
+      5,
+      "NOT_FOUND",
+    );
   });
 
   test("B's owner sees its own records through the same calls (the probes are not vacuous)", async () => {
@@ -561,19 +746,34 @@ describe("ownerA against B's identifiers", () => {
     assert.equal((await restAs(srv, ownerB, "GET", `/iam/v2beta1/roleBindings/${fx.B.binding.uid}`)).status, 200);
     assert.equal((await restAs(srv, ownerB, "GET", `/vulnerabilities/v2beta1/advisories/${bAdvisory}`)).status, 200);
     const advisories = await restAs(srv, ownerB, "GET", `/vulnerabilities/v2beta1/advisories?uidp.descendants_of=${fx.B.org.uid}`);
-    assert.deepEqual(advisories.body.advisories.map((a: Json) => a.uid), [bAdvisory]);
+    assert.deepEqual(
+      advisories.body.advisories.map((a: Json) => a.uid),
+      [bAdvisory],
+    );
     const groups = await restAs(srv, ownerB, "GET", `/iam/v2beta1/groups?uidp.descendants_of=${fx.B.org.uid}`);
     assert.equal(groups.body.totalCount, "2");
     const bindings = await restAs(srv, ownerB, "GET", `/iam/v2beta1/roleBindings?identity=${fx.B.identity.uid}`);
-    assert.deepEqual(bindings.body.roleBindings.map((b: Json) => b.uid), [fx.B.binding.uid]);
+    assert.deepEqual(
+      bindings.body.roleBindings.map((b: Json) => b.uid),
+      [fx.B.binding.uid],
+    );
     const v1 = await restAs(srv, ownerB, "GET", `/iam/v1/groups?id=${fx.B.folder.uid}`);
-    assert.deepEqual(v1.body.items.map((g: Json) => g.id), [fx.B.folder.uid]);
+    assert.deepEqual(
+      v1.body.items.map((g: Json) => g.id),
+      [fx.B.folder.uid],
+    );
     assert.equal((await restAs(srv, ownerB, "GET", `/registry/v2beta1/repos/${fx.B.repo.uid}`)).status, 200);
     assert.equal((await restAs(srv, ownerB, "GET", `/registry/v2beta1/tags/${fx.B.tag.uid}`)).status, 200);
     const tags = await restAs(srv, ownerB, "GET", `/registry/v2beta1/tags?uidp.descendants_of=${fx.B.org.uid}`);
-    assert.deepEqual(tags.body.tags.map((t: Json) => t.uid), [fx.B.tag.uid]);
+    assert.deepEqual(
+      tags.body.tags.map((t: Json) => t.uid),
+      [fx.B.tag.uid],
+    );
     const v1Repos = await restAs(srv, ownerB, "GET", `/registry/v1/repos?id=${fx.B.repo.uid}`);
-    assert.deepEqual(v1Repos.body.items.map((r: Json) => r.id), [fx.B.repo.uid]);
+    assert.deepEqual(
+      v1Repos.body.items.map((r: Json) => r.id),
+      [fx.B.repo.uid],
+    );
   });
 
   test("a PATCH whose path names A's object and whose body names B's changes A only", async () => {
@@ -626,7 +826,9 @@ describe("prefix confusion", () => {
   });
 
   test("with fixed-width hex segments, a uid that starts with another is its descendant", () => {
-    const uids = [fx.A.org, fx.A.folder, fx.A.sub, fx.A.sibling, fx.B.org, fx.B.folder, fx.B.sub].map((g) => g.uid).concat(nearOrg, nearFolder);
+    const uids = [fx.A.org, fx.A.folder, fx.A.sub, fx.A.sibling, fx.B.org, fx.B.folder, fx.B.sub]
+      .map((g) => g.uid)
+      .concat(nearOrg, nearFolder);
     for (const x of uids) {
       for (const y of uids) {
         if (x !== y && x.startsWith(y)) assert.equal(x[y.length], "/", `${x} starts with ${y} only at a segment boundary`);
@@ -662,8 +864,15 @@ describe("prefix confusion", () => {
     assert.deepEqual(listed.body.groups.map((g: Json) => g.uid).sort(), [fx.A.folder.uid, fx.A.sub.uid].sort());
     assert.equal(listed.body.totalCount, "2");
     const below = await adminOk(srv, "GET", `/iam/v2beta1/groups?uidp.descendants_of=${fx.A.folder.uid}`);
-    assert.deepEqual(below.groups.map((g: Json) => g.uid), [fx.A.sub.uid], "the store's descendant range excludes the near miss");
+    assert.deepEqual(
+      below.groups.map((g: Json) => g.uid),
+      [fx.A.sub.uid],
+      "the store's descendant range excludes the near miss",
+    );
     const children = await adminOk(srv, "GET", `/iam/v2beta1/groups?uidp.children_of=${fx.A.org.uid}&page_size=200`);
-    assert.ok(children.groups.some((g: Json) => g.uid === nearFolder), "the near miss is a real child of A");
+    assert.ok(
+      children.groups.some((g: Json) => g.uid === nearFolder),
+      "the near miss is a real child of A",
+    );
   });
 });

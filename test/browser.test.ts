@@ -1,4 +1,3 @@
-import { tmpdir } from "node:os";
 /**
  * The API in a real browser (Debian's headless Chromium driven by
  * playwright-core): the /docs page renders every operation from local files
@@ -10,8 +9,8 @@ import { tmpdir } from "node:os";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync } from "node:fs";
 import http from "node:http";
-import net from "node:net";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { build } from "esbuild";
@@ -184,7 +183,15 @@ describe("in a real browser", { skip: SKIP }, () => {
       const doc = (await (await fetch(`${srv.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
       assert.equal(await page.locator(".opblock").count(), countOperations(doc), "one block per documented operation");
       const text = await page.locator("#swagger-ui").innerText();
-      for (const expected of ["Platform API", "GroupsService", "ListGroups", "/iam/v2beta1/groups", "/iam/v2beta1/groups/{uid}", "/iam/v2beta1/roleBindings:batchCreate", "Authorize"]) {
+      for (const expected of [
+        "Platform API",
+        "GroupsService",
+        "ListGroups",
+        "/iam/v2beta1/groups",
+        "/iam/v2beta1/groups/{uid}",
+        "/iam/v2beta1/roleBindings:batchCreate",
+        "Authorize",
+      ]) {
         assert.ok(text.includes(expected), `the page shows ${expected}`);
       }
       const listGroups = page.locator(".opblock-get", { has: page.locator('[data-path="/iam/v2beta1/groups"]') });
@@ -225,12 +232,18 @@ describe("in a real browser", { skip: SKIP }, () => {
       const getStatus = getGroup.locator(".live-responses-table .response .response-col_status").first();
       await getStatus.waitFor({ timeout: 30_000 });
       assert.equal((await getStatus.innerText()).trim(), "200");
-      assert.ok((await getGroup.locator(".live-responses-table").innerText()).includes("docs page child"), "the response shows the child group");
+      assert.ok(
+        (await getGroup.locator(".live-responses-table").innerText()).includes("docs page child"),
+        "the response shows the child group",
+      );
       assert.ok(requests.includes(`${origin}/iam/v2beta1/groups/${child.uid.replace("/", "%2F")}`), "the uid went percent-encoded");
 
       // Everything came from the server itself: no CDN, no validator badge, no fonts.
       assert.ok(requests.some((u) => u.endsWith("/openapi.json")));
-      assert.ok(requests.some((u) => u.startsWith(`${origin}/iam/v2beta1/groups`)), "the call went to the server");
+      assert.ok(
+        requests.some((u) => u.startsWith(`${origin}/iam/v2beta1/groups`)),
+        "the call went to the server",
+      );
       for (const url of requests) assert.equal(new URL(url).origin, origin, `request to another origin: ${url}`);
       assert.deepEqual(failed, []);
       assert.deepEqual(errors, []);
@@ -305,7 +318,11 @@ describe("in a real browser", { skip: SKIP }, () => {
       // The server itself answers fine: it is the browser that refuses, for want of CORS headers.
       const preflight = await fetch(`${refused.url}/platformapi.iam.v2beta1.GroupsService/ListGroups`, {
         method: "OPTIONS",
-        headers: { origin: pages.origin, "access-control-request-method": "POST", "access-control-request-headers": "authorization,content-type" },
+        headers: {
+          origin: pages.origin,
+          "access-control-request-method": "POST",
+          "access-control-request-headers": "authorization,content-type",
+        },
       });
       assert.equal(preflight.headers.get("access-control-allow-origin"), null);
     });

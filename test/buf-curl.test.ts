@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
-import { type TestServer, defaultToken, startTestServer } from "./support/server.js";
+import { defaultToken, startTestServer, type TestServer } from "./support/server.js";
 
 /** The repository root: buf.yaml there makes `--schema .` the contract's own module. */
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -57,9 +57,7 @@ function created(res: BufResult, name: string): { uid: string; name: string } {
 function printedError(res: BufResult) {
   assert.equal(res.stdout, "");
   const err = JSON.parse(res.stderr) as { code: string; message: string; details: { type: string; value: string }[] };
-  const infos = err.details
-    .filter((d) => d.type === "google.rpc.ErrorInfo")
-    .map((d) => fromBinary(ErrorInfoSchema, base64Decode(d.value)));
+  const infos = err.details.filter((d) => d.type === "google.rpc.ErrorInfo").map((d) => fromBinary(ErrorInfoSchema, base64Decode(d.value)));
   assert.equal(infos.length, 1, "exactly one ErrorInfo");
   return { ...err, info: infos[0]! };
 }
@@ -124,7 +122,10 @@ describe("buf curl, gRPC over h2c with server reflection (no --schema)", () => {
     const listed = await bufCurl(...alpha, "--list-services", srv.url);
     assert.equal(listed.exitCode, 0, listed.stderr);
     assert.ok(lines(listed.stdout).includes(GROUPS));
-    created(await bufCurl(...alpha, "-d", JSON.stringify({ group: { name: "alpha org" } }), `${srv.url}/${GROUPS}/CreateGroup`), "alpha org");
+    created(
+      await bufCurl(...alpha, "-d", JSON.stringify({ group: { name: "alpha org" } }), `${srv.url}/${GROUPS}/CreateGroup`),
+      "alpha org",
+    );
   });
 });
 

@@ -82,7 +82,10 @@ for (const backend of backends) {
         p.calls.clear();
 
         const first = await p.a.groups.list(query({ hierarchy: { childrenOf: ORG }, limit: 2 }));
-        assert.deepEqual(first.items.map((g) => g.name), ["team 1", "team 2"]);
+        assert.deepEqual(
+          first.items.map((g) => g.name),
+          ["team 1", "team 2"],
+        );
         assert.equal(first.totalCount, 3);
         assert.equal(await p.a.groups.list(query({ hierarchy: { childrenOf: ORG }, limit: 2 })), first, "the same frozen answer");
         assert.ok(Object.isFrozen(first) && Object.isFrozen(first.items) && Object.isFrozen(first.items[0]));

@@ -27,7 +27,11 @@ after(async () => {
 });
 
 function post(path: string, headers: Record<string, string>, body: Buffer | string): Promise<Response> {
-  return fetch(srv.url + path, { method: "POST", headers: { authorization: `Bearer ${srv.adminToken}`, ...headers }, body: typeof body === "string" ? body : new Uint8Array(body) });
+  return fetch(srv.url + path, {
+    method: "POST",
+    headers: { authorization: `Bearer ${srv.adminToken}`, ...headers },
+    body: typeof body === "string" ? body : new Uint8Array(body),
+  });
 }
 
 /** The ErrorInfo of a Connect unary error response (its JSON body). */
@@ -84,7 +88,11 @@ function parseFrames(body: Buffer): { messages: Buffer[]; trailers: Map<string, 
 /** A unary call in gRPC-Web text mode, as Google's grpc-web client makes it. */
 async function grpcWebTextCall<I extends DescMessage>(method: string, schema: I, request: MessageShape<I>) {
   const body = frame(0, toBinary(schema, request)).toString("base64");
-  const res = await post(`${GROUPS}/${method}`, { "content-type": "application/grpc-web-text", accept: "application/grpc-web-text", "x-grpc-web": "1" }, body);
+  const res = await post(
+    `${GROUPS}/${method}`,
+    { "content-type": "application/grpc-web-text", accept: "application/grpc-web-text", "x-grpc-web": "1" },
+    body,
+  );
   assert.equal(res.status, 200);
   assert.equal(res.headers.get("content-type"), "application/grpc-web-text+proto");
   const text = await res.text();
@@ -95,7 +103,11 @@ async function grpcWebTextCall<I extends DescMessage>(method: string, schema: I,
 describe("an unknown method under a Connect path is UNIMPLEMENTED in the caller's protocol", () => {
   for (const contentType of ["application/json", "application/proto"]) {
     test(`Connect unary, ${contentType}: Connect's error JSON`, async () => {
-      const res = await post(`${GROUPS}/NoSuchMethod`, { "content-type": contentType, "connect-protocol-version": "1" }, contentType === "application/json" ? "{}" : Buffer.alloc(0));
+      const res = await post(
+        `${GROUPS}/NoSuchMethod`,
+        { "content-type": contentType, "connect-protocol-version": "1" },
+        contentType === "application/json" ? "{}" : Buffer.alloc(0),
+      );
       assert.equal(res.status, 501);
       const err = await connectErrorInfo(res);
       assert.equal(err.code, "unimplemented");
@@ -111,7 +123,11 @@ describe("an unknown method under a Connect path is UNIMPLEMENTED in the caller'
   });
 
   test("gRPC-Web: a trailers-only response with grpc-status 12", async () => {
-    const res = await post(`${GROUPS}/NoSuchMethod`, { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" }, frame(0, new Uint8Array(0)));
+    const res = await post(
+      `${GROUPS}/NoSuchMethod`,
+      { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
+      frame(0, new Uint8Array(0)),
+    );
     assert.equal(res.status, 200);
     const { grpcStatus, info } = grpcWebHeaderStatus(res);
     assert.equal(grpcStatus, Code.Unimplemented);
@@ -141,7 +157,11 @@ describe("an unsupported compression is UNIMPLEMENTED with the accepted list", (
   }
 
   test("gRPC-Web, grpc-encoding: foo", async () => {
-    const res = await post(`${GROUPS}/GetGroup`, { "content-type": "application/grpc-web+proto", "grpc-encoding": "foo" }, frame(1, new Uint8Array(3)));
+    const res = await post(
+      `${GROUPS}/GetGroup`,
+      { "content-type": "application/grpc-web+proto", "grpc-encoding": "foo" },
+      frame(1, new Uint8Array(3)),
+    );
     assert.equal(res.status, 200);
     assert.equal(res.headers.get("grpc-accept-encoding"), "gzip,br");
     const { grpcStatus, info } = grpcWebHeaderStatus(res);
@@ -151,7 +171,13 @@ describe("an unsupported compression is UNIMPLEMENTED with the accepted list", (
 
   test("gzip is still accepted (connect-node client compressing every request)", async () => {
     const interceptors: Interceptor[] = [(next) => (req) => (req.header.set("authorization", `Bearer ${srv.adminToken}`), next(req))];
-    const transport = createConnectTransport({ baseUrl: srv.url, httpVersion: "1.1", sendCompression: compressionGzip, compressMinBytes: 0, interceptors });
+    const transport = createConnectTransport({
+      baseUrl: srv.url,
+      httpVersion: "1.1",
+      sendCompression: compressionGzip,
+      compressMinBytes: 0,
+      interceptors,
+    });
     const client = createClient(GroupsService, transport);
     const group = await client.createGroup({ group: { name: "gzipped" } });
     assert.equal((await client.getGroup({ uid: group.uid })).name, "gzipped");
@@ -160,7 +186,11 @@ describe("an unsupported compression is UNIMPLEMENTED with the accepted list", (
 
 describe("gRPC-Web text mode works like binary mode", () => {
   test("CreateGroup then GetGroup: base64 data frame and trailer frame", async () => {
-    const created = await grpcWebTextCall("CreateGroup", CreateGroupRequestSchema, create(CreateGroupRequestSchema, { group: { name: "text mode" } }));
+    const created = await grpcWebTextCall(
+      "CreateGroup",
+      CreateGroupRequestSchema,
+      create(CreateGroupRequestSchema, { group: { name: "text mode" } }),
+    );
     assert.equal(created.trailers.get("grpc-status"), "0");
     assert.equal(created.messages.length, 1);
     const group = fromBinary(GroupSchema, created.messages[0]!);

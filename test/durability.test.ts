@@ -49,11 +49,15 @@ test("the kill check reports an acknowledged write that is not there", { timeout
 
 const straceWorks = spawnSync("strace", ["-f", "-o", "/dev/null", "true"]).status === 0;
 
-test("synchronous=FULL: every create syncs, reads do not", { timeout: SCRIPT_TIMEOUT_MS, skip: !straceWorks && "strace is missing or cannot trace here" }, async () => {
-  const run = await runScript("fsync-per-commit.ts", ["--creates", "30", "--reads", "30"]);
-  assert.equal(run.code, 0, run.output);
-  const m = /^fsyncs per commit: (\d+\.\d+) \(30 creates\), reads: (\d+\.\d+) per request$/m.exec(run.output);
-  assert.ok(m, run.output);
-  assert.ok(Number(m[1]) >= 1, `fsyncs per commit ${m[1]}`);
-  assert.ok(Number(m[2]) < 1, `reads sync ${m[2]} times per request`);
-});
+test(
+  "synchronous=FULL: every create syncs, reads do not",
+  { timeout: SCRIPT_TIMEOUT_MS, skip: !straceWorks && "strace is missing or cannot trace here" },
+  async () => {
+    const run = await runScript("fsync-per-commit.ts", ["--creates", "30", "--reads", "30"]);
+    assert.equal(run.code, 0, run.output);
+    const m = /^fsyncs per commit: (\d+\.\d+) \(30 creates\), reads: (\d+\.\d+) per request$/m.exec(run.output);
+    assert.ok(m, run.output);
+    assert.ok(Number(m[1]) >= 1, `fsyncs per commit ${m[1]}`);
+    assert.ok(Number(m[2]) < 1, `reads sync ${m[2]} times per request`);
+  },
+);

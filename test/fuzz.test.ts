@@ -16,7 +16,16 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import net from "node:net";
 import { after, before, describe, test } from "node:test";
-import { create, fromJson, isMessage, toBinary, type DescMessage, type DescMethod, type JsonObject, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  fromJson,
+  isMessage,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type JsonObject,
+  type Message,
+} from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import fc from "fast-check";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
@@ -26,9 +35,9 @@ import type { RestOperation } from "../src/server/rest/transcoder.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { collectionOf, createFuzzFixture, fillCollections, type FuzzFixture } from "./support/fuzz-fixture.js";
 import { checkGrpcResult, rawGrpcClient, servedServices, type RawGrpcClient } from "./support/fuzz-grpc.js";
-import { grpcStatus } from "./support/grpc.js";
 import { checkRestResponse, restRequestArbitrary, sendRaw, tamper, type RestFuzzContext } from "./support/fuzz-http.js";
 import { messageArbitrary, nearValidArbitrary, payloadArbitrary, textArbitrary } from "./support/fuzz-messages.js";
+import { grpcStatus } from "./support/grpc.js";
 import { ok } from "./support/principals.js";
 import { openRowChecksummer, type RowChecksummer } from "./support/row-checksum.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
@@ -67,7 +76,12 @@ after(async () => {
  * Runs one request and holds it to the store rule: a rejected request leaves
  * every row as it was, and a caller without a valid token changes nothing.
  */
-async function guarded<T>(send: () => Promise<T>, check: (r: T) => number, unauthenticated: boolean, describeIt: () => string): Promise<void> {
+async function guarded<T>(
+  send: () => Promise<T>,
+  check: (r: T) => number,
+  unauthenticated: boolean,
+  describeIt: () => string,
+): Promise<void> {
   const before = rows.checksum();
   const result = await send();
   const code = check(result);
@@ -174,7 +188,15 @@ describe("fuzzing", () => {
     const auth = fc.oneof(
       { arbitrary: fc.constant<string | undefined>(admin), weight: 8 },
       { arbitrary: fc.constant<string | undefined>(undefined), weight: 2 },
-      { arbitrary: fc.constantFrom<string | undefined>("Bearer", `Bearer ${tamper(srv.adminToken)}`, "Basic eDp5", `Bearer ${"a".repeat(4000)}`), weight: 2 },
+      {
+        arbitrary: fc.constantFrom<string | undefined>(
+          "Bearer",
+          `Bearer ${tamper(srv.adminToken)}`,
+          "Basic eDp5",
+          `Bearer ${"a".repeat(4000)}`,
+        ),
+        weight: 2,
+      },
     );
     let seed = SEED + 1000;
     const isDelete = (name: string) => Number(name.startsWith("Delete"));
@@ -186,11 +208,16 @@ describe("fuzzing", () => {
       const path = `/${service.typeName}/${method.name}`;
       const valid = validRequest(method);
       const payloads = {
-        typed: fc.oneof(messageArbitrary(method.input, text), nearValidArbitrary(method.input, valid, text)).map((m) => toBinary(method.input, m)),
+        typed: fc
+          .oneof(messageArbitrary(method.input, text), nearValidArbitrary(method.input, valid, text))
+          .map((m) => toBinary(method.input, m)),
         raw: payloadArbitrary(method.input, text),
       };
       const shown = (bytes: Uint8Array) =>
-        Object.assign(bytes, { [fc.toStringMethod]: () => `${bytes.length} bytes: ${Buffer.from(bytes.subarray(0, 96)).toString("hex")}${bytes.length > 96 ? "…" : ""}` });
+        Object.assign(bytes, {
+          [fc.toStringMethod]: () =>
+            `${bytes.length} bytes: ${Buffer.from(bytes.subarray(0, 96)).toString("hex")}${bytes.length > 96 ? "…" : ""}`,
+        });
       for (const [kind, payload] of Object.entries(payloads)) {
         await t.test(`${path} (${kind})`, async () => {
           await fc.assert(
@@ -230,13 +257,27 @@ describe("regressions found by the fuzzer", () => {
   test("a path that is not validly percent-encoded gets the spec's error body, not fastify's own", async () => {
     // Found as GET /iam/v2beta1/groups/%C0%AF → 400 {"error":"Bad Request","code":"FST_ERR_BAD_URL",…}:
     // fastify rejects such a URL before any route or error handler runs.
-    for (const target of ["/iam/v2beta1/groups/%C0%AF", "/iam/v2beta1/identityProviders/%", "/registry/v2beta1/repos/%E2%82", "/iam/v2beta1/groups?x=1&%zz"]) {
+    for (const target of [
+      "/iam/v2beta1/groups/%C0%AF",
+      "/iam/v2beta1/identityProviders/%",
+      "/registry/v2beta1/repos/%E2%82",
+      "/iam/v2beta1/groups?x=1&%zz",
+    ]) {
       for (const method of ["GET", "POST", "PATCH", "DELETE"]) {
-        const res = await sendRaw(srv.port, agent, { method, target, headers: { authorization: `Bearer ${srv.adminToken}` }, unauthenticated: false });
+        const res = await sendRaw(srv.port, agent, {
+          method,
+          target,
+          headers: { authorization: `Bearer ${srv.adminToken}` },
+          unauthenticated: false,
+        });
         assert.equal(checkRestResponse(res), 3, `${method} ${target}: ${res.text}`);
         if (target.includes("?")) continue;
         const err = assertRestError({ status: res.status, body: JSON.parse(res.text), headers: new Headers() }, 400, 3, "INVALID_ARGUMENT");
-        assert.deepEqual(fieldViolations(err).map((v) => v.field), ["path"], `${method} ${target}`);
+        assert.deepEqual(
+          fieldViolations(err).map((v) => v.field),
+          ["path"],
+          `${method} ${target}`,
+        );
         assert.equal(err.message, "Invalid argument: path: is not validly percent-encoded");
       }
     }
@@ -247,7 +288,11 @@ describe("regressions found by the fuzzer: error size", () => {
   // Found as CreateIdentityProvider with ~5,000 empty additional_scopes: one violation per
   // entry made a 650 KB grpc-status-details-bin, HTTP/2 never delivered the trailers, and
   // the call and every later call on that connection hung until their deadlines.
-  const manyBadScopes = (n: number) => ({ name: "many scopes", defaultRole: fixture.viewer, oidc: { issuer: "https://idp.example", clientId: "c", clientSecret: "s", additionalScopes: new Array<string>(n).fill("") } });
+  const manyBadScopes = (n: number) => ({
+    name: "many scopes",
+    defaultRole: fixture.viewer,
+    oidc: { issuer: "https://idp.example", clientId: "c", clientSecret: "s", additionalScopes: new Array<string>(n).fill("") },
+  });
 
   test("an error with thousands of violations stays small over gRPC, and the connection keeps serving", async () => {
     const method = IdentityProvidersService.method.createIdentityProvider;
@@ -306,11 +351,20 @@ describe("limits", () => {
 
   test("a chunked body over 4 MiB (no Content-Length) is refused the same way", async () => {
     const res = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = http.request({ host: "127.0.0.1", port: lim.port, method: "POST", path: `/iam/v2beta1/groups/${crowded}`, headers: { "content-type": "application/json", authorization: `Bearer ${lim.adminToken}` } }, (r) => {
-        let text = "";
-        r.on("data", (c: Buffer) => (text += c.toString("utf8")));
-        r.on("end", () => resolve({ status: r.statusCode ?? 0, text }));
-      });
+      const req = http.request(
+        {
+          host: "127.0.0.1",
+          port: lim.port,
+          method: "POST",
+          path: `/iam/v2beta1/groups/${crowded}`,
+          headers: { "content-type": "application/json", authorization: `Bearer ${lim.adminToken}` },
+        },
+        (r) => {
+          let text = "";
+          r.on("data", (c: Buffer) => (text += c.toString("utf8")));
+          r.on("end", () => resolve({ status: r.statusCode ?? 0, text }));
+        },
+      );
       req.on("error", reject);
       const body = Buffer.from(bigBody());
       for (let i = 0; i < body.length; i += 65_536) req.write(body.subarray(i, i + 65_536));
@@ -342,7 +396,9 @@ describe("limits", () => {
       assertRestError({ ...res, headers: new Headers() }, 431, 8, "HEADERS_TOO_LARGE");
     }
     // Just under the limit still works: the limit is the one announced, not smaller.
-    const near = await rawExchange(`GET /iam/v2beta1/groups/${crowded} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n${auth}x-big: ${"a".repeat(14 * 1024)}\r\n\r\n`);
+    const near = await rawExchange(
+      `GET /iam/v2beta1/groups/${crowded} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n${auth}x-big: ${"a".repeat(14 * 1024)}\r\n\r\n`,
+    );
     assert.equal(near.status, 200);
   });
 
@@ -354,7 +410,11 @@ describe("limits", () => {
       assert.equal(big.err?.code, grpc.status.RESOURCE_EXHAUSTED, big.err?.details);
       // TODO: grpc-js refuses the frame before any handler runs, so this error alone carries no
       // grpc-status-details-bin (no ErrorInfo); the same holds for UNIMPLEMENTED on unknown methods.
-      const next = await client.call("/platformapi.iam.v2beta1.GroupsService/GetGroup", toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: crowded })), auth);
+      const next = await client.call(
+        "/platformapi.iam.v2beta1.GroupsService/GetGroup",
+        toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: crowded })),
+        auth,
+      );
       assert.equal(checkGrpcResult(next), 0);
     } finally {
       client.close();
@@ -362,7 +422,9 @@ describe("limits", () => {
   });
 
   test("Lists without paging (v1) refuse paging parameters rather than ignore them", async () => {
-    const unpaged = lim.server.restOperations.filter((op) => op.method === "GET" && /\.List\w+$/.test(op.rpc) && !op.queryParams.includes("page_size"));
+    const unpaged = lim.server.restOperations.filter(
+      (op) => op.method === "GET" && /\.List\w+$/.test(op.rpc) && !op.queryParams.includes("page_size"),
+    );
     for (const op of unpaged) {
       for (const query of ["page_size=-1", "page_size=1000000000", "skip=2147483647"]) {
         assertRestError(await rest(lim.url, "GET", `${op.path}?${query}`), 400, 3, "INVALID_ARGUMENT");
@@ -389,7 +451,11 @@ describe("limits", () => {
       await t.test(op.path, async () => {
         const invalid = async (query: string, field: string) => {
           const err = assertRestError(await list(op, query), 400, 3, "INVALID_ARGUMENT");
-          assert.deepEqual(fieldViolations(err).map((v) => v.field), [field], `${op.path}?${query}: ${JSON.stringify(err)}`);
+          assert.deepEqual(
+            fieldViolations(err).map((v) => v.field),
+            [field],
+            `${op.path}?${query}: ${JSON.stringify(err)}`,
+          );
         };
         await invalid("page_size=-1", "page_size");
         const byDefault = await ok(list(op, "page_size=0"));
@@ -410,9 +476,16 @@ describe("limits", () => {
         const foreign = [...firstTokens.entries()].find(([rpc]) => rpc !== op.rpc)?.[1];
         if (foreign) await invalid(`page_size=1&page_token=${encodeURIComponent(foreign)}`, "page_token");
         await invalid(`page_size=1&page_token=${encodeURIComponent(tamper(own))}`, "page_token");
-        const withOtherFilter = await rest(lim.url, "GET", `${op.path}?uidp.descendants_of=${other}&page_size=1&page_token=${encodeURIComponent(own)}`);
+        const withOtherFilter = await rest(
+          lim.url,
+          "GET",
+          `${op.path}?uidp.descendants_of=${other}&page_size=1&page_token=${encodeURIComponent(own)}`,
+        );
         const err = assertRestError(withOtherFilter, 400, 3, "INVALID_ARGUMENT");
-        assert.deepEqual(fieldViolations(err).map((v) => v.field), ["page_token"]);
+        assert.deepEqual(
+          fieldViolations(err).map((v) => v.field),
+          ["page_token"],
+        );
         // The control: the token is good where it belongs.
         assert.equal(itemsOf(op, await ok(list(op, `page_size=1&page_token=${encodeURIComponent(own)}`))).length, 1);
       });

@@ -116,7 +116,9 @@ test("openapi-typescript + openapi-fetch: the client type-checks and does Create
   await run(bin("openapi-typescript"), ["openapi.json", "--output", "schema.d.ts"], { cwd: dir });
   writeFileSync(join(dir, "client.ts"), PROGRAM);
   writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(TSCONFIG));
-  const typecheck = await run(bin("tsc"), ["-p", "tsconfig.json"], { cwd: dir }).catch((err: { stdout?: string }) => ({ stdout: `tsc failed:\n${err.stdout ?? ""}` }));
+  const typecheck = await run(bin("tsc"), ["-p", "tsconfig.json"], { cwd: dir }).catch((err: { stdout?: string }) => ({
+    stdout: `tsc failed:\n${err.stdout ?? ""}`,
+  }));
   assert.equal(typecheck.stdout, "", "the generated client type-checks");
 
   const { stdout } = await run(process.execPath, ["--import", "tsx", "client.ts"], {
@@ -132,7 +134,12 @@ test("openapi-typescript + openapi-fetch: the client type-checks and does Create
   assert.deepEqual(out.updated, { name: "generated grandchild", description: "patched" });
   assert.match(repo, new RegExp(`^${grandchild}/[0-9a-f]{16}$`));
   assert.match(tag, new RegExp(`^${repo}/[0-9a-f]{16}$`));
-  assert.deepEqual(out.tag, { uid: tag, digest: `sha256:${"a".repeat(64)}`, listed: [tag], retagged: { uid: tag, digest: `sha256:${"b".repeat(64)}` } });
+  assert.deepEqual(out.tag, {
+    uid: tag,
+    digest: `sha256:${"a".repeat(64)}`,
+    listed: [tag],
+    retagged: { uid: tag, digest: `sha256:${"b".repeat(64)}` },
+  });
   assert.deepEqual(out.tagAfter, { status: 404, reason: "NOT_FOUND" });
   assert.deepEqual(out.groupAfter, { status: 404, reason: "NOT_FOUND" });
 });

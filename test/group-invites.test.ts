@@ -4,8 +4,8 @@ import { after, before, describe, test } from "node:test";
 import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
 import { AuthService } from "../gen/platformapi/auth/v1/auth_pb.js";
-import { INVITE_ADDRESS_FAILURE_LIMIT } from "../src/services/auth/auth.js";
 import { GroupInvitesService, type GroupInvite } from "../gen/platformapi/iam/v2beta1/group_invites_pb.js";
+import { INVITE_ADDRESS_FAILURE_LIMIT } from "../src/services/auth/auth.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
 import { requestFrom } from "./support/from-address.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
@@ -36,7 +36,10 @@ const createBodies = new Set<number>();
 
 before(async () => {
   people = await OidcIssuer.start("people");
-  srv = await startTestServer({ env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: people.url }, now: () => clock });
+  srv = await startTestServer({
+    env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: people.url },
+    now: () => clock,
+  });
   viewer = await builtinRole(srv, "viewer");
   owner = await builtinRole(srv, "owner");
 });
@@ -88,7 +91,11 @@ function assertRefused(res: RestResult & { text: string }): string {
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   return err;
 }
 
@@ -118,7 +125,10 @@ describe("create, get, list, delete", () => {
   });
 
   test("create returns the code once, the role hydrated and the expiration; Get and List never show the code", async () => {
-    const inv = await createInvite(org.uid, invite(viewer, { email: "new@acme.example", singleUse: true, uid: "f".repeat(40), code: "mine", keyId: "mine" }));
+    const inv = await createInvite(
+      org.uid,
+      invite(viewer, { email: "new@acme.example", singleUse: true, uid: "f".repeat(40), code: "mine", keyId: "mine" }),
+    );
     const m = CODE.exec(inv.code);
     assert.ok(m, inv.code);
     assert.match(inv.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
@@ -183,7 +193,12 @@ describe("create, get, list, delete", () => {
   });
 
   test("a caller may invite only with capabilities it holds: owner and viewer invites are PERMISSION_DENIED", async () => {
-    const inviterRole = await customRole(srv, org.uid, "inviter", ["CAP_IAM_GROUP_INVITES_CREATE", "CAP_IAM_ROLE_BINDINGS_CREATE", "CAP_IAM_GROUP_INVITES_LIST", "CAP_IAM_GROUPS_LIST"]);
+    const inviterRole = await customRole(srv, org.uid, "inviter", [
+      "CAP_IAM_GROUP_INVITES_CREATE",
+      "CAP_IAM_ROLE_BINDINGS_CREATE",
+      "CAP_IAM_GROUP_INVITES_LIST",
+      "CAP_IAM_GROUPS_LIST",
+    ]);
     const lister = await customRole(srv, org.uid, "invite lister", ["CAP_IAM_GROUPS_LIST"]);
     const inviter = await createCaller(srv, org.uid, "inviter", inviterRole);
     for (const role of [owner, viewer]) {
@@ -193,7 +208,12 @@ describe("create, get, list, delete", () => {
     const inv = await createInvite(team.uid, invite(lister), as(inviter));
     assert.equal(inv.roleUid, lister);
     // Without role_bindings.create an invite cannot be made at all.
-    const noBind = await createCaller(srv, org.uid, "invite no bind", await customRole(srv, org.uid, "invites only", ["CAP_IAM_GROUP_INVITES_CREATE", "CAP_IAM_GROUPS_LIST"]));
+    const noBind = await createCaller(
+      srv,
+      org.uid,
+      "invite no bind",
+      await customRole(srv, org.uid, "invites only", ["CAP_IAM_GROUP_INVITES_CREATE", "CAP_IAM_GROUPS_LIST"]),
+    );
     assertRestError(await call("POST", `${PATH}/${team.uid}`, invite(lister), as(noBind)), 403, 7, "PERMISSION_DENIED");
   });
 
@@ -206,7 +226,12 @@ describe("create, get, list, delete", () => {
     const other = await createGroup(srv.url, null, "invite stranger org");
     const stranger = await createCaller(srv, other.uid, "invite stranger", owner);
     const a = assertRestError(await call("GET", `${PATH}/${inv.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    const b = assertRestError(await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
+    const b = assertRestError(
+      await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.deepEqual(a, b);
     assertRestError(await call("POST", `${PATH}/${org.uid}`, invite(viewer), as(stranger)), 403, 7, "PERMISSION_DENIED");
   });
@@ -247,7 +272,15 @@ describe("list", () => {
     team = await createGroup(srv.url, org.uid, "invite list team");
     items = [];
     // Clock steps of 0 and repeated ttls exercise the uid tie-break.
-    const plan: [string, number, number][] = [[org.uid, 0, 60], [org.uid, 1, 30], [team.uid, 0, 60], [org.uid, 0, 10], [team.uid, 2, 5], [team.uid, 0, 60], [org.uid, 1, 3600]];
+    const plan: [string, number, number][] = [
+      [org.uid, 0, 60],
+      [org.uid, 1, 30],
+      [team.uid, 0, 60],
+      [org.uid, 0, 10],
+      [team.uid, 2, 5],
+      [team.uid, 0, 60],
+      [org.uid, 1, 3600],
+    ];
     for (const [group, step, ttl] of plan) {
       clock += step;
       items.push(await createInvite(group, invite(viewer, { ttl: `${ttl}s` })));
@@ -262,7 +295,10 @@ describe("list", () => {
   const sorted = (idx: number[]) => idx.map((i) => items[i]!.uid).sort();
 
   test("the default order is created_at desc (ties by uid desc)", async () => {
-    const want = items.map((i, n) => ({ ...i, n })).sort((a, b) => Date.parse(b.createTime) - Date.parse(a.createTime) || (a.uid < b.uid ? 1 : -1)).map((i) => i.uid);
+    const want = items
+      .map((i, n) => ({ ...i, n }))
+      .sort((a, b) => Date.parse(b.createTime) - Date.parse(a.createTime) || (a.uid < b.uid ? 1 : -1))
+      .map((i) => i.uid);
     assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`), want);
   });
 
@@ -285,7 +321,11 @@ describe("list", () => {
   });
 
   test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "groupInvites", `uidp.descendants_of=${org.uid}`, items, ["uid", "created_at", "expiration_time"]);
+    await assertPagedWalks(srv.url, PATH, "groupInvites", `uidp.descendants_of=${org.uid}`, items, [
+      "uid",
+      "created_at",
+      "expiration_time",
+    ]);
   });
 });
 
@@ -294,7 +334,10 @@ describe("GroupInvitesService over native gRPC", () => {
     const client = grpcClient(GroupInvitesService, srv.port);
     try {
       const org = await createGroup(srv.url, null, "invite grpc org");
-      const created: GroupInvite = await client.call("createGroupInvite", { parent: org.uid, groupInvite: { roleUid: viewer, ttl: { seconds: 3600n }, singleUse: true } });
+      const created: GroupInvite = await client.call("createGroupInvite", {
+        parent: org.uid,
+        groupInvite: { roleUid: viewer, ttl: { seconds: 3600n }, singleUse: true },
+      });
       assert.match(created.code, CODE);
       codes.push(created.code);
       assert.equal(created.role?.name, "viewer");
@@ -302,13 +345,27 @@ describe("GroupInvitesService over native gRPC", () => {
       assert.equal(got.code, "");
       assert.equal(got.keyId, created.keyId);
       const listed = await client.call("listGroupInvites", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(listed.groupInvites.map((i: GroupInvite) => [i.uid, i.code]), [[created.uid, ""]]);
+      assert.deepEqual(
+        listed.groupInvites.map((i: GroupInvite) => [i.uid, i.code]),
+        [[created.uid, ""]],
+      );
       assert.equal(listed.totalCount, 1n);
-      const bad = await client.call("createGroupInvite", { parent: org.uid, groupInvite: { roleUid: viewer } }).then(() => assert.fail("expected INVALID_ARGUMENT"), (e: ServiceError) => e);
+      const bad = await client.call("createGroupInvite", { parent: org.uid, groupInvite: { roleUid: viewer } }).then(
+        () => assert.fail("expected INVALID_ARGUMENT"),
+        (e: ServiceError) => e,
+      );
       assert.equal(bad.code, 3);
-      assert.deepEqual((grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map((v) => v.field), ["ttl"]);
+      assert.deepEqual(
+        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
+          (v) => v.field,
+        ),
+        ["ttl"],
+      );
       await client.call("deleteGroupInvite", { uid: created.uid });
-      const gone = await client.call("getGroupInvite", { uid: created.uid }).then(() => assert.fail("expected NOT_FOUND"), (e: ServiceError) => e);
+      const gone = await client.call("getGroupInvite", { uid: created.uid }).then(
+        () => assert.fail("expected NOT_FOUND"),
+        (e: ServiceError) => e,
+      );
       assert.equal(gone.code, 5);
     } finally {
       client.close();
@@ -325,9 +382,11 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     // People sign in with verified emails (ID tokens carry the real time).
     clock = Math.max(clock, Date.now());
     const signIn = async (sub: string, email: string, verified: boolean) => {
-      const res = await ok(call("GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}`, undefined, {
-        authorization: `Bearer ${people.idToken({ sub, aud: AUTH, email, email_verified: verified })}`,
-      }));
+      const res = await ok(
+        call("GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}`, undefined, {
+          authorization: `Bearer ${people.idToken({ sub, aud: AUTH, email, email_verified: verified })}`,
+        }),
+      );
       const whoami = await ok(call("GET", "/auth/v1/ok", undefined, { authorization: `Bearer ${res.token}` }));
       return { uid: whoami.subject as string, token: res.token as string };
     };
@@ -344,7 +403,10 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     assert.equal(res.body.identity.uid, c1.uid);
     assert.deepEqual([res.body.group.uid, res.body.group.name], [org.uid, org.name]);
     const whoami = await ok(call("GET", "/auth/v1/ok", undefined, as(c1)));
-    assert.deepEqual(whoami.capabilities.map((c: { group: { id: string }; role: { name: string } }) => [c.group.id, c.role.name]), [[org.uid, "viewer"]]);
+    assert.deepEqual(
+      whoami.capabilities.map((c: { group: { id: string }; role: { name: string } }) => [c.group.id, c.role.name]),
+      [[org.uid, "viewer"]],
+    );
     assert.equal((await register(c1, inv.code)).status, 200);
     assert.deepEqual(await bindingsOf(c1.uid), [[org.uid, viewer]], "no duplicate binding");
     assert.equal((await register(c2, inv.code)).status, 200);
@@ -418,7 +480,12 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     const wrongSecret = `${live.keyId}.${randomBytes(32).toString("base64url")}`;
     const unknown = `${randomBytes(16).toString("hex")}.${randomBytes(32).toString("base64url")}`;
     const cases: [string, string][] = [
-      ["malformed", "not-a-code"], ["unknown", unknown], ["wrong secret", wrongSecret], ["expired", expiring.code], ["used", used.code], ["wrong email", forCarol.code],
+      ["malformed", "not-a-code"],
+      ["unknown", unknown],
+      ["wrong secret", wrongSecret],
+      ["expired", expiring.code],
+      ["used", used.code],
+      ["wrong email", forCarol.code],
     ];
     const texts = new Set<string>();
     for (const [, code] of cases) texts.add(assertRefused(await register(caller, code)));
@@ -427,7 +494,10 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     try {
       const statuses = new Set<string>();
       for (const [, code] of cases) {
-        const err = await client.call("register", { code }).then(() => assert.fail("expected PERMISSION_DENIED"), (e: ServiceError) => e);
+        const err = await client.call("register", { code }).then(
+          () => assert.fail("expected PERMISSION_DENIED"),
+          (e: ServiceError) => e,
+        );
         assert.equal(err.code, 7);
         statuses.add(JSON.stringify(grpcStatus(err)));
       }
@@ -452,7 +522,10 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     assert.doesNotMatch(body.message, /invite code is invalid/);
     const client = grpcClient(AuthService, srv.port, { token: guesser.token });
     try {
-      const err = await client.call("register", { code: inv.code }).then(() => assert.fail("expected RESOURCE_EXHAUSTED"), (e: ServiceError) => e);
+      const err = await client.call("register", { code: inv.code }).then(
+        () => assert.fail("expected RESOURCE_EXHAUSTED"),
+        (e: ServiceError) => e,
+      );
       assert.equal(err.code, 8);
     } finally {
       client.close();
@@ -487,7 +560,10 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     assert.equal(JSON.parse(connect.text).code, "resource_exhausted");
     const client = grpcClient(AuthService, srv.port, { token: newcomer.token });
     try {
-      const err = await client.call("register", { code: inv.code }).then(() => assert.fail("expected RESOURCE_EXHAUSTED"), (e: ServiceError) => e);
+      const err = await client.call("register", { code: inv.code }).then(
+        () => assert.fail("expected RESOURCE_EXHAUSTED"),
+        (e: ServiceError) => e,
+      );
       assert.equal(err.code, 8);
     } finally {
       client.close();
@@ -511,7 +587,11 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     const PER_CALLER = 10;
     const callers: Caller[] = [];
     for (let i = 0; i < CALLERS; i += 50) {
-      callers.push(...(await Promise.all(Array.from({ length: Math.min(50, CALLERS - i) }, (_, j) => createCaller(srv, target.uid, `brute ${i + j}`, null)))));
+      callers.push(
+        ...(await Promise.all(
+          Array.from({ length: Math.min(50, CALLERS - i) }, (_, j) => createCaller(srv, target.uid, `brute ${i + j}`, null)),
+        )),
+      );
     }
     const b64 = () => randomBytes(32).toString("base64url");
     const garbage = (): string => {
@@ -537,9 +617,11 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
       for (let k = 0; k < PER_CALLER; k++) {
         const n = c * PER_CALLER + k;
         const code =
-          n % 3 === 0 ? `${randomBytes(16).toString("hex")}.${b64()}`
-          : n % 3 === 1 ? `${live[n % live.length]!.keyId}.${b64()}`
-          : garbage();
+          n % 3 === 0
+            ? `${randomBytes(16).toString("hex")}.${b64()}`
+            : n % 3 === 1
+              ? `${live[n % live.length]!.keyId}.${b64()}`
+              : garbage();
         attempts.push({ caller, code });
       }
     });

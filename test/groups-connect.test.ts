@@ -3,9 +3,9 @@ import { after, before, describe, test } from "node:test";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { GroupsService, type Group } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { connectError } from "./support/assertions.js";
 import { testTransport, type TestTransport, type TransportKind } from "./support/connect.js";
 import { startTestServer, type TestServer } from "./support/server.js";
-import { connectError } from "./support/assertions.js";
 
 let srv: TestServer;
 before(async () => {
@@ -55,12 +55,18 @@ for (const { kind, label } of TRANSPORTS) {
     test("ListGroups with uidp.descendants_of returns the org's groups and totalCount", async () => {
       await client.createGroup({ parent: child.uid, group: { name: "grandchild" } });
       const res = await client.listGroups({ uidp: { descendantsOf: org.uid }, orderBy: "name" });
-      assert.deepEqual(res.groups.map((g) => g.name), ["child", "grandchild"]);
+      assert.deepEqual(
+        res.groups.map((g) => g.name),
+        ["child", "grandchild"],
+      );
       assert.equal(res.totalCount, 2n);
       assert.equal(res.nextPageToken, "");
 
       const page = await client.listGroups({ uidp: { descendantsOf: org.uid }, orderBy: "name", pageSize: 1 });
-      assert.deepEqual(page.groups.map((g) => g.name), ["child"]);
+      assert.deepEqual(
+        page.groups.map((g) => g.name),
+        ["child"],
+      );
       assert.notEqual(page.nextPageToken, "");
       const next = await client.listGroups({
         uidp: { descendantsOf: org.uid },
@@ -68,7 +74,10 @@ for (const { kind, label } of TRANSPORTS) {
         pageSize: 1,
         pageToken: page.nextPageToken,
       });
-      assert.deepEqual(next.groups.map((g) => g.name), ["grandchild"]);
+      assert.deepEqual(
+        next.groups.map((g) => g.name),
+        ["grandchild"],
+      );
     });
 
     test("UpdateGroup with update_mask changes only the masked field", async () => {
@@ -91,7 +100,10 @@ for (const { kind, label } of TRANSPORTS) {
       assert.equal(infos[0]!.reason, "INVALID_ARGUMENT");
       assert.equal(infos[0]!.domain, "iam.platform.api");
       const [bad] = err.findDetails(BadRequestSchema);
-      assert.deepEqual(bad?.fieldViolations.map((v) => v.field), ["name"]);
+      assert.deepEqual(
+        bad?.fieldViolations.map((v) => v.field),
+        ["name"],
+      );
     });
 
     test("DeleteGroup removes an empty group; GetGroup is then NotFound", async () => {
@@ -120,7 +132,10 @@ describe("GroupsService via Connect GET (useHttpGet) over HTTP/1.1", () => {
     const got = await client.getGroup({ uid: org.uid });
     assert.equal(got.name, "get org");
     const listed = await client.listGroups({ name: "get org" });
-    assert.deepEqual(listed.groups.map((g) => g.uid), [org.uid]);
+    assert.deepEqual(
+      listed.groups.map((g) => g.uid),
+      [org.uid],
+    );
     const err = await connectError(client.getGroup({ uid: "0".repeat(40) }));
     assert.equal(err.code, Code.NotFound);
     assert.equal(err.findDetails(ErrorInfoSchema).length, 1);

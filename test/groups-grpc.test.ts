@@ -37,7 +37,12 @@ function statusOf(err: unknown, code: number) {
   assert.equal(st.code, code, "google.rpc.Status.code");
   const infos = st.details.filter((d) => d.$typeName === "google.rpc.ErrorInfo") as ErrorInfo[];
   assert.equal(infos.length, 1, "exactly one ErrorInfo");
-  return { ...st, grpcMessage: e.details, info: infos[0]!, detail: <T extends Message>(typeName: T["$typeName"]) => st.details.filter((d) => d.$typeName === typeName) as T[] };
+  return {
+    ...st,
+    grpcMessage: e.details,
+    info: infos[0]!,
+    detail: <T extends Message>(typeName: T["$typeName"]) => st.details.filter((d) => d.$typeName === typeName) as T[],
+  };
 }
 
 /** Runs a call that must fail with code and returns its decoded status. */
@@ -93,19 +98,28 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     await create(other.uid, "eng");
 
     const below = await list({ uidp: { descendantsOf: org.uid }, orderBy: "name" });
-    assert.deepEqual(below.groups.map((g) => g.name), ["eng", "team one"]);
+    assert.deepEqual(
+      below.groups.map((g) => g.name),
+      ["eng", "team one"],
+    );
     assert.equal(below.totalCount, 2n);
     assert.equal(below.nextPageToken, "");
 
     const children = await list({ uidp: { childrenOf: org.uid } });
-    assert.deepEqual(children.groups.map((g) => g.uid), [eng.uid]);
+    assert.deepEqual(
+      children.groups.map((g) => g.uid),
+      [eng.uid],
+    );
 
     const named = await list({ name: "eng" });
     assert.equal(named.groups.length, 2, "both orgs have an eng");
     assert.ok(named.groups.every((g) => g.name === "eng"));
 
     const namedInOrg = await list({ name: "eng", uidp: { descendantsOf: org.uid } });
-    assert.deepEqual(namedInOrg.groups.map((g) => g.uid), [eng.uid]);
+    assert.deepEqual(
+      namedInOrg.groups.map((g) => g.uid),
+      [eng.uid],
+    );
 
     const partial = await list({ name: "en" });
     assert.equal(partial.groups.length, 0, "name is an exact match");
@@ -134,10 +148,16 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     assert.deepEqual(seen, ["p-a", "p-b", "p-c", "p-d", "p-e"]);
 
     const desc = await list({ ...base, orderBy: "name desc", pageSize: 0 });
-    assert.deepEqual(desc.groups.map((g) => g.name), ["p-e", "p-d", "p-c", "p-b", "p-a"]);
+    assert.deepEqual(
+      desc.groups.map((g) => g.name),
+      ["p-e", "p-d", "p-c", "p-b", "p-a"],
+    );
 
     const skipped = await list({ ...base, skip: 3 });
-    assert.deepEqual(skipped.groups.map((g) => g.name), ["p-d", "p-e"]);
+    assert.deepEqual(
+      skipped.groups.map((g) => g.name),
+      ["p-d", "p-e"],
+    );
     assert.equal(skipped.skipped, 3);
     assert.equal(skipped.totalCount, 5n);
     assert.equal(skipped.nextPageToken, "");
@@ -158,7 +178,7 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     assert.equal(timestampMs(reread.updateTime!), clock);
   });
 
-  test("UpdateGroup with update_mask \"description\" changes the description and leaves the name", async () => {
+  test('UpdateGroup with update_mask "description" changes the description and leaves the name', async () => {
     const g = await create(org.uid, "upd masked", "before");
     clock += 60_000;
     const updated: Group = await groups.call("updateGroup", {
@@ -181,13 +201,13 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
   for (const path of ["create_time", "uid", "no_such_field"]) {
     test(`UpdateGroup with update_mask "${path}" is INVALID_ARGUMENT on update_mask`, async () => {
       const g = await create(org.uid, `mask ${path.replace(/_/g, "-")}`, "kept");
-      const st = await failure(
-        groups.call("updateGroup", { group: { uid: g.uid, description: "x" }, updateMask: { paths: [path] } }),
-        3,
-      );
+      const st = await failure(groups.call("updateGroup", { group: { uid: g.uid, description: "x" }, updateMask: { paths: [path] } }), 3);
       assert.equal(st.info.reason, "INVALID_ARGUMENT");
       const [bad] = st.detail<BadRequest>("google.rpc.BadRequest");
-      assert.deepEqual(bad?.fieldViolations.map((v) => v.field), ["update_mask"]);
+      assert.deepEqual(
+        bad?.fieldViolations.map((v) => v.field),
+        ["update_mask"],
+      );
       assert.match(bad!.fieldViolations[0]!.description, new RegExp(path));
       const unchanged: Group = await groups.call("getGroup", { uid: g.uid });
       assert.equal(unchanged.description, "kept");
@@ -214,7 +234,10 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     assert.match(st.message, /^Precondition failed: /);
     const [pf] = st.detail<PreconditionFailure>("google.rpc.PreconditionFailure");
     assert.ok(pf, "a PreconditionFailure detail");
-    assert.deepEqual(pf.violations.map((v) => v.type), ["RESOURCE_NOT_EMPTY"]);
+    assert.deepEqual(
+      pf.violations.map((v) => v.type),
+      ["RESOURCE_NOT_EMPTY"],
+    );
     assert.match(pf.violations[0]!.description, /group/);
     const still: Group = await groups.call("getGroup", { uid: eng.uid });
     assert.equal(still.name, "eng");
@@ -230,7 +253,10 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
       assert.equal(st.info.domain, "iam.platform.api");
       assert.match(st.message, /^Invalid argument: name: /);
       const [bad] = st.detail<BadRequest>("google.rpc.BadRequest");
-      assert.deepEqual(bad?.fieldViolations.map((v) => v.field), ["name"]);
+      assert.deepEqual(
+        bad?.fieldViolations.map((v) => v.field),
+        ["name"],
+      );
       assert.match(bad!.fieldViolations[0]!.description, /\^\[a-z0-9 \._-\]/);
     });
   }
@@ -247,7 +273,10 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     const st = await failure(groups.call("getGroup", { uid: "not-a-uid" }), 3);
     assert.equal(st.info.reason, "INVALID_ARGUMENT");
     const [bad] = st.detail<BadRequest>("google.rpc.BadRequest");
-    assert.deepEqual(bad?.fieldViolations.map((v) => v.field), ["uid"]);
+    assert.deepEqual(
+      bad?.fieldViolations.map((v) => v.field),
+      ["uid"],
+    );
   });
 
   test("v1 ListGroups returns items with id in place of uid", async () => {
@@ -258,6 +287,9 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
     assert.ok(res.items.every((g: { id: string }) => g.id.startsWith(org.uid + "/")));
 
     const one = await groupsV1.call("listGroups", { id: org.uid });
-    assert.deepEqual(one.items.map((g: { id: string; name: string }) => [g.id, g.name]), [[org.uid, "grpc org"]]);
+    assert.deepEqual(
+      one.items.map((g: { id: string; name: string }) => [g.id, g.name]),
+      [[org.uid, "grpc org"]],
+    );
   });
 });

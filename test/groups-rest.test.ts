@@ -252,7 +252,10 @@ describe("v1", () => {
       items: [{ id: child.uid, name: "v1 child", description: "", resourceLimits: {}, verified: false }],
     });
     const byId = await call("GET", `/iam/v1/groups?id=${root.uid}`);
-    assert.deepEqual(byId.body.items.map((g: { id: string }) => g.id), [root.uid]);
+    assert.deepEqual(
+      byId.body.items.map((g: { id: string }) => g.id),
+      [root.uid],
+    );
     const byName = await call("GET", `/iam/v1/groups?name=v1%20org`);
     assert.ok(byName.body.items.some((g: { id: string }) => g.id === root.uid));
   });

@@ -9,7 +9,13 @@ test("a view of node request headers reads like fetch Headers, without pseudo-he
   assert.equal(h.get("accept"), "a, b");
   assert.equal(h.get(":path"), null);
   assert.equal(h.has("x-empty"), false);
-  assert.deepEqual([...h], [["accept", "a, b"], ["authorization", "Bearer x"]]);
+  assert.deepEqual(
+    [...h],
+    [
+      ["accept", "a, b"],
+      ["authorization", "Bearer x"],
+    ],
+  );
   const seen: string[] = [];
   h.forEach((value, key, parent) => {
     seen.push(`${key}=${value}`);

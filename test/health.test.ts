@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import * as grpc from "@grpc/grpc-js";
 import {
   Health,
   HealthCheckRequestSchema,
@@ -11,8 +11,8 @@ import {
   type HealthListResponse,
 } from "../gen/grpc/health/v1/health_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
 import { testTransport } from "./support/connect.js";
+import { grpcClient, type GrpcTestClient } from "./support/grpc.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
@@ -53,7 +53,7 @@ function watch(port: number, service: string) {
   };
 }
 
-test("Check of the whole server (\"\") is SERVING", async () => {
+test('Check of the whole server ("") is SERVING', async () => {
   const res: HealthCheckResponse = await health.call("check", { service: "" });
   assert.equal(res.status, ServingStatus.SERVING);
 });

@@ -14,8 +14,8 @@ import zlib from "node:zlib";
 import { SignJWT } from "jose";
 import { loadConfig } from "../src/config.js";
 import { startServer, type RunningServer } from "../src/server/app.js";
-import { readServerKey } from "./support/forge.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
+import { readServerKey } from "./support/forge.js";
 import { createGroup, freshStorage, rest, startTestServer, type TestServer, type TestStorage } from "./support/server.js";
 
 /** A raw HTTP/1.1 exchange: the bytes as they came, no decoding of Content-Encoding (fetch would undo it). */
@@ -42,7 +42,12 @@ describe("unknown fields in a request body", () => {
   after(() => srv.close());
 
   test("POST {nmae} is INVALID_ARGUMENT naming nmae, and creates nothing", async () => {
-    const err = assertRestError(await rest(srv.url, "POST", `/iam/v2beta1/groups/${org.uid}`, { nmae: "acme" }), 400, 3, "INVALID_ARGUMENT");
+    const err = assertRestError(
+      await rest(srv.url, "POST", `/iam/v2beta1/groups/${org.uid}`, { nmae: "acme" }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
     assert.deepEqual(
       fieldViolations(err).map((v) => v.field),
       ["nmae"],
@@ -55,7 +60,12 @@ describe("unknown fields in a request body", () => {
 
   test("PATCH {descripton} without a mask is refused and changes nothing, updateTime included", async () => {
     const group = await createGroup(srv.url, org.uid, "patched", "before");
-    const err = assertRestError(await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${group.uid}`, { descripton: "typo" }), 400, 3, "INVALID_ARGUMENT");
+    const err = assertRestError(
+      await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${group.uid}`, { descripton: "typo" }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
     assert.deepEqual(
       fieldViolations(err).map((v) => v.field),
       ["descripton"],
@@ -79,7 +89,12 @@ describe("unknown fields in a request body", () => {
       extra: true,
     };
     const err = assertRestError(await rest(srv.url, "POST", "/iam/v2beta1/roleBindings:batchCreate", body), 400, 3, "INVALID_ARGUMENT");
-    assert.deepEqual(fieldViolations(err).map((v) => v.field).sort(), ["extra", "requests[0].role_binding.nmae"]);
+    assert.deepEqual(
+      fieldViolations(err)
+        .map((v) => v.field)
+        .sort(),
+      ["extra", "requests[0].role_binding.nmae"],
+    );
   });
 
   test("proto field names are as good as JSON names, and a well-formed body still works", async () => {
@@ -102,7 +117,13 @@ describe("HEAD on GET routes", () => {
   });
   after(() => srv.close());
 
-  for (const path of ["/iam/v2beta1/groups/{uid}", "/iam/v2beta1/groups?uidp.descendants_of={uid}", "/healthz", "/openapi.json", "/.well-known/jwks.json"]) {
+  for (const path of [
+    "/iam/v2beta1/groups/{uid}",
+    "/iam/v2beta1/groups?uidp.descendants_of={uid}",
+    "/healthz",
+    "/openapi.json",
+    "/.well-known/jwks.json",
+  ]) {
     test(`HEAD ${path} answers like GET, without the body`, async () => {
       const url = srv.url + path.replace("{uid}", group.uid);
       const headers = { authorization: `Bearer ${srv.adminToken}` };
@@ -142,7 +163,14 @@ describe("401: WWW-Authenticate and a message that says what is wrong", () => {
     storage = await freshStorage();
     const logStream = new PassThrough();
     logStream.on("data", (chunk: Buffer) => logs.push(chunk.toString("utf8")));
-    const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: storage.dataDir, LOG_LEVEL: "debug", PLATFORM_SHUTDOWN_GRACE_MS: "2000", PLATFORM_METRICS_TOKEN: "m".repeat(32) });
+    const config = loadConfig({
+      PORT: "0",
+      HOST: "127.0.0.1",
+      PLATFORM_DATA_DIR: storage.dataDir,
+      LOG_LEVEL: "debug",
+      PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+      PLATFORM_METRICS_TOKEN: "m".repeat(32),
+    });
     server = await startServer({ config, store: await storage.openStore(), logStream, now: () => clock });
   });
   after(() => server.close());
@@ -175,9 +203,24 @@ describe("401: WWW-Authenticate and a message that says what is wrong", () => {
     const valid = (await server.tokens.mint(server.adminSubject)).token;
     assert.equal((await authOk(valid)).status, 200);
     const cases: { name: string; token: () => Promise<string>; message: RegExp; logged: RegExp }[] = [
-      { name: "garbage", token: async () => "not-a-jwt", message: /not a valid API token of this server/, logged: /not a canonical compact JWS/ },
-      { name: "another audience", token: () => signed(ours.privateKey, ours.kid, "https://elsewhere.example"), message: /another audience/, logged: /JWTClaimValidationFailed.*aud/ },
-      { name: "an unknown key", token: () => signed(stranger, "no-such-kid", server.tokens.audience), message: /key this server does not know/, logged: /no-such-kid/ },
+      {
+        name: "garbage",
+        token: async () => "not-a-jwt",
+        message: /not a valid API token of this server/,
+        logged: /not a canonical compact JWS/,
+      },
+      {
+        name: "another audience",
+        token: () => signed(ours.privateKey, ours.kid, "https://elsewhere.example"),
+        message: /another audience/,
+        logged: /JWTClaimValidationFailed.*aud/,
+      },
+      {
+        name: "an unknown key",
+        token: () => signed(stranger, "no-such-kid", server.tokens.audience),
+        message: /key this server does not know/,
+        logged: /no-such-kid/,
+      },
       {
         name: "expired",
         token: async () => {
@@ -194,7 +237,10 @@ describe("401: WWW-Authenticate and a message that says what is wrong", () => {
       const body = assertRestError(res, 401, 16, "UNAUTHENTICATED");
       assert.equal(res.headers.get("www-authenticate"), 'Bearer error="invalid_token"', c.name);
       assert.match(body.message, c.message, c.name);
-      assert.ok(logs.some((line) => line.includes('"level":20') && line.includes("bearer token refused") && c.logged.test(line)), `${c.name}: the reason is logged`);
+      assert.ok(
+        logs.some((line) => line.includes('"level":20') && line.includes("bearer token refused") && c.logged.test(line)),
+        `${c.name}: the reason is logged`,
+      );
     }
     // The log names the reason, never the token.
     assert.ok(!logs.join("").includes(valid.split(".")[2]!));
@@ -312,7 +358,9 @@ describe("compression", () => {
     const corrupt = assertRestError(await post(Buffer.from("this is not gzip"), "gzip"), 400, 3, "INVALID_ARGUMENT");
     assert.equal(fieldViolations(corrupt)[0]!.field, "body");
     // Nothing was created by any of them.
-    const names = (await rest(srv.url, "GET", `/iam/v2beta1/groups?uidp.children_of=${org.uid}&page_size=100`)).body.groups.map((g: { name: string }) => g.name);
+    const names = (await rest(srv.url, "GET", `/iam/v2beta1/groups?uidp.children_of=${org.uid}&page_size=100`)).body.groups.map(
+      (g: { name: string }) => g.name,
+    );
     assert.ok(!names.includes("big"));
   });
 

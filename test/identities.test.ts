@@ -12,7 +12,17 @@ import { createGroup, rest, startTestServer, type TestServer } from "./support/s
 const START = Date.parse("2030-03-04T05:06:07.890Z");
 const YEAR_MS = 365 * 24 * 3600 * 1000;
 const ISSUER = "https://token.actions.githubusercontent.com";
-const PUBLIC_JWKS = JSON.stringify({ keys: [{ kty: "EC", crv: "P-256", kid: "k1", x: "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", y: "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0" }] });
+const PUBLIC_JWKS = JSON.stringify({
+  keys: [
+    {
+      kty: "EC",
+      crv: "P-256",
+      kid: "k1",
+      x: "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+      y: "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+    },
+  ],
+});
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "k"];
 
 // A clock the tests move by hand, so timestamps are exact values.
@@ -39,7 +49,11 @@ async function createIdentity(parent: string, body: object) {
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: Awaited<ReturnType<typeof call>>, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -82,17 +96,31 @@ describe("create", () => {
   });
 
   test("claim-match patterns are kept as patterns", async () => {
-    const id = await createIdentity(org.uid, { name: "pattern id", claimMatch: { issuerPattern: "https://.*\\.example", subjectPattern: "repo:acme/.*" } });
-    assert.deepEqual(id.claimMatch, { issuerPattern: "https://.*\\.example", subjectPattern: "repo:acme/.*", claims: {}, claimPatterns: {} });
+    const id = await createIdentity(org.uid, {
+      name: "pattern id",
+      claimMatch: { issuerPattern: "https://.*\\.example", subjectPattern: "repo:acme/.*" },
+    });
+    assert.deepEqual(id.claimMatch, {
+      issuerPattern: "https://.*\\.example",
+      subjectPattern: "repo:acme/.*",
+      claims: {},
+      claimPatterns: {},
+    });
   });
 
   test("static keys: expiration defaults to create time + 365 days; exactly 365 days is accepted", async () => {
     const id = await createIdentity(org.uid, { name: "offline robot", staticKeys: staticKeys({ audiences: ["aud-1"] }) });
     assert.deepEqual(id.staticKeys, { ...staticKeys(), expirationTime: iso(clock + YEAR_MS), audiences: ["aud-1"] });
     assert.equal(id.claimMatch, undefined);
-    const capped = await createIdentity(org.uid, { name: "offline robot two", staticKeys: staticKeys({ expirationTime: iso(clock + YEAR_MS) }) });
+    const capped = await createIdentity(org.uid, {
+      name: "offline robot two",
+      staticKeys: staticKeys({ expirationTime: iso(clock + YEAR_MS) }),
+    });
     assert.equal(capped.staticKeys.expirationTime, iso(clock + YEAR_MS));
-    const sooner = await createIdentity(org.uid, { name: "offline robot three", staticKeys: staticKeys({ expirationTime: iso(clock + 3600_000) }) });
+    const sooner = await createIdentity(org.uid, {
+      name: "offline robot three",
+      staticKeys: staticKeys({ expirationTime: iso(clock + 3600_000) }),
+    });
     assert.equal(sooner.staticKeys.expirationTime, iso(clock + 3600_000));
   });
 
@@ -106,8 +134,16 @@ describe("create", () => {
     ["no name and no relationship", {}, ["name", "claim_match"]],
     ["claim match without issuer", { name: "bot", claimMatch: { subject: "s" } }, ["claim_match.issuer"]],
     ["claim match without subject", { name: "bot", claimMatch: { issuer: ISSUER } }, ["claim_match.subject"]],
-    ["claim match with an invalid issuer pattern", { name: "bot", claimMatch: { issuerPattern: "(", subject: "s" } }, ["claim_match.issuer_pattern"]],
-    ["claim match with an invalid claim pattern", { name: "bot", claimMatch: { ...claimMatch(), claimPatterns: { ref: "[" } } }, ["claim_match.claim_patterns[ref]"]],
+    [
+      "claim match with an invalid issuer pattern",
+      { name: "bot", claimMatch: { issuerPattern: "(", subject: "s" } },
+      ["claim_match.issuer_pattern"],
+    ],
+    [
+      "claim match with an invalid claim pattern",
+      { name: "bot", claimMatch: { ...claimMatch(), claimPatterns: { ref: "[" } } },
+      ["claim_match.claim_patterns[ref]"],
+    ],
     ["static keys without issuer", { name: "bot", staticKeys: staticKeys({ issuer: "" }) }, ["static_keys.issuer"]],
     ["static keys without subject", { name: "bot", staticKeys: staticKeys({ subject: "" }) }, ["static_keys.subject"]],
     ["static keys without keys", { name: "bot", staticKeys: staticKeys({ issuerKeys: "" }) }, ["static_keys.issuer_keys"]],
@@ -115,10 +151,22 @@ describe("create", () => {
     ["issuer keys that are not a JWKS", { name: "bot", staticKeys: staticKeys({ issuerKeys: "[1,2]" }) }, ["static_keys.issuer_keys"]],
     ["an empty JWKS", { name: "bot", staticKeys: staticKeys({ issuerKeys: '{"keys":[]}' }) }, ["static_keys.issuer_keys"]],
     ["a JWK without kty", { name: "bot", staticKeys: staticKeys({ issuerKeys: '{"keys":[{"x":"1"}]}' }) }, ["static_keys.issuer_keys"]],
-    ["an expiration past 365 days", { name: "bot", staticKeys: staticKeys({ expirationTime: iso(START + YEAR_MS + 1000) }) }, ["static_keys.expiration_time"]],
-    ["an expiration in the past", { name: "bot", staticKeys: staticKeys({ expirationTime: iso(START - 1000) }) }, ["static_keys.expiration_time"]],
+    [
+      "an expiration past 365 days",
+      { name: "bot", staticKeys: staticKeys({ expirationTime: iso(START + YEAR_MS + 1000) }) },
+      ["static_keys.expiration_time"],
+    ],
+    [
+      "an expiration in the past",
+      { name: "bot", staticKeys: staticKeys({ expirationTime: iso(START - 1000) }) },
+      ["static_keys.expiration_time"],
+    ],
     ["two audiences", { name: "bot", staticKeys: staticKeys({ audiences: ["a", "b"] }) }, ["static_keys.audiences"]],
-    ["every static-keys rule at once", { name: "bot", staticKeys: { issuerKeys: "{}", audiences: ["a", "b"] } }, ["static_keys.issuer", "static_keys.subject", "static_keys.issuer_keys", "static_keys.audiences"]],
+    [
+      "every static-keys rule at once",
+      { name: "bot", staticKeys: { issuerKeys: "{}", audiences: ["a", "b"] } },
+      ["static_keys.issuer", "static_keys.subject", "static_keys.issuer_keys", "static_keys.audiences"],
+    ],
   ];
   for (const [label, body, fields] of CASES) {
     test(`${label} is INVALID_ARGUMENT on ${fields.join(", ")}`, async () => {
@@ -130,19 +178,37 @@ describe("create", () => {
     test(`a JWKS key with the private member "${member}" is refused`, async () => {
       const jwks = JSON.parse(PUBLIC_JWKS);
       jwks.keys.push({ kty: member === "k" ? "oct" : "RSA", n: "AQAB", e: "AQAB", [member]: "c2VjcmV0" });
-      const err = assertViolations(await call("POST", `/iam/v2beta1/identities/${org.uid}`, { name: "bot", staticKeys: staticKeys({ issuerKeys: JSON.stringify(jwks) }) }), ["static_keys.issuer_keys"]);
+      const err = assertViolations(
+        await call("POST", `/iam/v2beta1/identities/${org.uid}`, {
+          name: "bot",
+          staticKeys: staticKeys({ issuerKeys: JSON.stringify(jwks) }),
+        }),
+        ["static_keys.issuer_keys"],
+      );
       assert.match(fieldViolations(err)[0]!.description, new RegExp(`"${member}"`));
     });
   }
 
   test("both claim match and static keys is INVALID_ARGUMENT", async () => {
-    assertRestError(await call("POST", `/iam/v2beta1/identities/${org.uid}`, { name: "bot", claimMatch: claimMatch(), staticKeys: staticKeys() }), 400, 3, "INVALID_ARGUMENT");
+    assertRestError(
+      await call("POST", `/iam/v2beta1/identities/${org.uid}`, { name: "bot", claimMatch: claimMatch(), staticKeys: staticKeys() }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
   });
 
   test("a malformed parent is INVALID_ARGUMENT on parent; a missing group is NOT_FOUND", async () => {
-    assertViolations(await call("POST", `/iam/v2beta1/identities/${"Z".repeat(40)}`, { name: "bot", claimMatch: claimMatch() }), ["parent"]);
+    assertViolations(await call("POST", `/iam/v2beta1/identities/${"Z".repeat(40)}`, { name: "bot", claimMatch: claimMatch() }), [
+      "parent",
+    ]);
     assertViolations(await call("POST", "/iam/v2beta1/identities", { name: "bot", claimMatch: claimMatch() }), ["parent"]);
-    assertRestError(await call("POST", `/iam/v2beta1/identities/${"a".repeat(40)}`, { name: "bot", claimMatch: claimMatch() }), 404, 5, "NOT_FOUND");
+    assertRestError(
+      await call("POST", `/iam/v2beta1/identities/${"a".repeat(40)}`, { name: "bot", claimMatch: claimMatch() }),
+      404,
+      5,
+      "NOT_FOUND",
+    );
   });
 });
 
@@ -193,7 +259,11 @@ describe("update", () => {
 
   test("updateMask names the only fields that change", async () => {
     const id = await createIdentity(org.uid, { name: "masked", description: "a", claimMatch: claimMatch() });
-    const res = await call("PATCH", `/iam/v2beta1/identities/${id.uid}?updateMask=description`, { name: "ignored", description: "b", claimMatch: claimMatch("other") });
+    const res = await call("PATCH", `/iam/v2beta1/identities/${id.uid}?updateMask=description`, {
+      name: "ignored",
+      description: "b",
+      claimMatch: claimMatch("other"),
+    });
     assert.equal(res.body.name, "masked");
     assert.equal(res.body.description, "b");
     assert.deepEqual(res.body.claimMatch, id.claimMatch);
@@ -221,10 +291,17 @@ describe("update", () => {
 
   test("a new relationship is re-validated and a failed update changes nothing", async () => {
     const id = await createIdentity(org.uid, { name: "validated", claimMatch: claimMatch() });
-    assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}`, { staticKeys: staticKeys({ issuerKeys: '{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}' }) }), ["static_keys.issuer_keys"]);
+    assertViolations(
+      await call("PATCH", `/iam/v2beta1/identities/${id.uid}`, {
+        staticKeys: staticKeys({ issuerKeys: '{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}' }),
+      }),
+      ["static_keys.issuer_keys"],
+    );
     assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}`, { claimMatch: { issuer: ISSUER } }), ["claim_match.subject"]);
     assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}?updateMask=claim_match`, { name: "x" }), ["claim_match"]);
-    assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}?updateMask=static_keys`, { claimMatch: claimMatch() }), ["static_keys"]);
+    assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}?updateMask=static_keys`, { claimMatch: claimMatch() }), [
+      "static_keys",
+    ]);
     assertViolations(await call("PATCH", `/iam/v2beta1/identities/${id.uid}`, { name: "NO" }), ["name"]);
     assert.deepEqual((await call("GET", `/iam/v2beta1/identities/${id.uid}`)).body, id);
   });
@@ -244,8 +321,13 @@ describe("list", () => {
     items = [];
     // Repeated names and clock steps of 0 exercise the uid tie-break.
     const plan: [string, string, number, boolean][] = [
-      [org.uid, "alpha", 0, false], [org.uid, "beta", 1, true], [team.uid, "alpha", 0, false],
-      [org.uid, "gamma", 0, true], [team.uid, "beta", 2, false], [org.uid, "alpha", 1, false], [team.uid, "delta", 0, true],
+      [org.uid, "alpha", 0, false],
+      [org.uid, "beta", 1, true],
+      [team.uid, "alpha", 0, false],
+      [org.uid, "gamma", 0, true],
+      [team.uid, "beta", 2, false],
+      [org.uid, "alpha", 1, false],
+      [team.uid, "delta", 0, true],
     ];
     for (const [parent, name, step, isStatic] of plan) {
       clock += step;
@@ -262,18 +344,43 @@ describe("list", () => {
     assert.equal(res.status, 200, JSON.stringify(res.body));
     return (res.body.identities as { uid: string }[]).map((i) => i.uid).sort();
   };
-  const pick = (pred: (i: number) => boolean) => items.filter((_, i) => pred(i)).map((i) => i.uid).sort();
+  const pick = (pred: (i: number) => boolean) =>
+    items
+      .filter((_, i) => pred(i))
+      .map((i) => i.uid)
+      .sort();
 
   test("uidp, name and relationship_type filters", async () => {
     const all = `uidp.descendants_of=${org.uid}`;
-    assert.deepEqual(await uids(all), pick(() => true));
-    assert.deepEqual(await uids(`uidp.children_of=${team.uid}`), pick((i) => [2, 4, 6].includes(i)));
-    assert.deepEqual(await uids(`${all}&name=alpha`), pick((i) => [0, 2, 5].includes(i)));
+    assert.deepEqual(
+      await uids(all),
+      pick(() => true),
+    );
+    assert.deepEqual(
+      await uids(`uidp.children_of=${team.uid}`),
+      pick((i) => [2, 4, 6].includes(i)),
+    );
+    assert.deepEqual(
+      await uids(`${all}&name=alpha`),
+      pick((i) => [0, 2, 5].includes(i)),
+    );
     assert.deepEqual(await uids(`${all}&name=alph`), []);
-    assert.deepEqual(await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_STATIC`), pick((i) => [1, 3, 6].includes(i)));
-    assert.deepEqual(await uids(`${all}&relationshipType=RELATIONSHIP_TYPE_CLAIM_MATCH`), pick((i) => [0, 2, 4, 5].includes(i)));
-    assert.deepEqual(await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_UNSPECIFIED`), pick(() => true));
-    assert.deepEqual(await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_CLAIM_MATCH&name=beta`), pick((i) => i === 4));
+    assert.deepEqual(
+      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_STATIC`),
+      pick((i) => [1, 3, 6].includes(i)),
+    );
+    assert.deepEqual(
+      await uids(`${all}&relationshipType=RELATIONSHIP_TYPE_CLAIM_MATCH`),
+      pick((i) => [0, 2, 4, 5].includes(i)),
+    );
+    assert.deepEqual(
+      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_UNSPECIFIED`),
+      pick(() => true),
+    );
+    assert.deepEqual(
+      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_CLAIM_MATCH&name=beta`),
+      pick((i) => i === 4),
+    );
   });
 
   for (const type of ["RELATIONSHIP_TYPE_AWS_IDENTITY", "RELATIONSHIP_TYPE_SERVICE_PRINCIPAL"]) {
@@ -292,13 +399,19 @@ describe("list", () => {
   });
 
   test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, "/iam/v2beta1/identities", "identities", `uidp.descendants_of=${org.uid}`, items, ["uid", "name", "created_at", "updated_at"]);
+    await assertPagedWalks(srv.url, "/iam/v2beta1/identities", "identities", `uidp.descendants_of=${org.uid}`, items, [
+      "uid",
+      "name",
+      "created_at",
+      "updated_at",
+    ]);
   });
 });
 
 describe("lookup", () => {
   test("maps (issuer, subject) to a deterministic root uid, whether or not the person signed up", async () => {
-    const q = (issuer: string, subject: string) => call("GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(issuer)}&subject=${encodeURIComponent(subject)}`);
+    const q = (issuer: string, subject: string) =>
+      call("GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(issuer)}&subject=${encodeURIComponent(subject)}`);
     const a = await q("https://accounts.google.com", "1234");
     assert.equal(a.status, 200, JSON.stringify(a.body));
     assert.match(a.body.uid, /^[0-9a-f]{40}$/);
@@ -321,7 +434,10 @@ describe("IdentitiesService over native gRPC", () => {
       const org = await createGroup(srv.url, null, "grpc identities");
       const created: Identity = await client.call("createIdentity", {
         parent: org.uid,
-        identity: { name: "grpc bot", relationship: { case: "claimMatch", value: { iss: { case: "issuer", value: ISSUER }, sub: { case: "subject", value: "s" } } } },
+        identity: {
+          name: "grpc bot",
+          relationship: { case: "claimMatch", value: { iss: { case: "issuer", value: ISSUER }, sub: { case: "subject", value: "s" } } },
+        },
       });
       assert.ok(created.uid.startsWith(`${org.uid}/`));
       assert.equal(timestampMs(created.lastSeenTime!), clock);
@@ -329,7 +445,10 @@ describe("IdentitiesService over native gRPC", () => {
       const got: Identity = await client.call("getIdentity", { uid: created.uid });
       assert.equal(got.name, "grpc bot");
       const listed = await client.call("listIdentities", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(listed.identities.map((i: Identity) => i.uid), [created.uid]);
+      assert.deepEqual(
+        listed.identities.map((i: Identity) => i.uid),
+        [created.uid],
+      );
       assert.equal(listed.totalCount, 1n);
       const looked = await client.call("lookupIdentity", { issuer: ISSUER, subject: "s" });
       assert.match(looked.uid, /^[0-9a-f]{40}$/);
@@ -346,7 +465,10 @@ describe("IdentitiesService over native gRPC", () => {
       assert.equal(bad.code, 3);
       const status = grpcStatus(bad);
       const badRequest = status.details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(badRequest.fieldViolations.map((v) => v.field), ["claim_match"]);
+      assert.deepEqual(
+        badRequest.fieldViolations.map((v) => v.field),
+        ["claim_match"],
+      );
     } finally {
       client.close();
     }

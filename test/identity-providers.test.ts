@@ -5,12 +5,12 @@ import type { ServiceError } from "@grpc/grpc-js";
 import type { BadRequest } from "../gen/google/rpc/error_details_pb.js";
 import { IdentityProvidersService, type IdentityProvider } from "../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import { SecurityTokenService } from "../gen/platformapi/oidc/v1/sts_pb.js";
+import { providerUserUid } from "../src/domain/user-identity.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "./support/assertions.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";
 import { assertPagedWalks } from "./support/paged-walk.js";
 import { as, builtinRole, createCaller, customRole, ok } from "./support/principals.js";
-import { providerUserUid } from "../src/domain/user-identity.js";
 import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "./support/server.js";
 
 const BASE = "http://api.test";
@@ -48,12 +48,17 @@ async function call(method: string, path: string, body?: unknown, headers?: Reco
 const iso = (ms: number) => new Date(ms).toISOString();
 const oidc = (extra: object = {}) => ({ issuer: "https://login.acme.example", clientId: CLIENT_ID, clientSecret: SECRET, ...extra });
 const provider = (extra: object = {}) => ({ name: "acme sso", defaultRole: viewer, oidc: oidc(), ...extra });
-const createProvider = async (parent: string, body: object = provider(), headers?: Record<string, string>) => ok(call("POST", `${PATH}/${parent}`, body, headers));
+const createProvider = async (parent: string, body: object = provider(), headers?: Record<string, string>) =>
+  ok(call("POST", `${PATH}/${parent}`, body, headers));
 
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -65,7 +70,19 @@ describe("create and get", () => {
   });
 
   test("returns the provider under its group, the secret blanked; Get returns the same", async () => {
-    const p = await createProvider(org.uid, provider({ description: "corporate", uid: "f".repeat(40), oidc: oidc({ additionalScopes: ["email", "groups"], groupsClaim: "groups", pkceEnabled: true, correlationRule: "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID" }) }));
+    const p = await createProvider(
+      org.uid,
+      provider({
+        description: "corporate",
+        uid: "f".repeat(40),
+        oidc: oidc({
+          additionalScopes: ["email", "groups"],
+          groupsClaim: "groups",
+          pkceEnabled: true,
+          correlationRule: "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID",
+        }),
+      }),
+    );
     assert.match(p.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
     assert.deepEqual(p, {
       uid: p.uid,
@@ -89,7 +106,10 @@ describe("create and get", () => {
   });
 
   test("PKCE alone (no secret) is enough; a loopback http issuer is accepted for development", async () => {
-    const p = await createProvider(org.uid, provider({ oidc: { issuer: "http://127.0.0.1:5556/dex", clientId: CLIENT_ID, pkceEnabled: true } }));
+    const p = await createProvider(
+      org.uid,
+      provider({ oidc: { issuer: "http://127.0.0.1:5556/dex", clientId: CLIENT_ID, pkceEnabled: true } }),
+    );
     assert.equal(p.oidc.pkceEnabled, true);
     assert.equal(p.oidc.issuer, "http://127.0.0.1:5556/dex");
   });
@@ -112,7 +132,11 @@ describe("create and get", () => {
     ["neither a client secret nor PKCE", () => provider({ oidc: oidc({ clientSecret: "" }) }), ["oidc.client_secret"]],
     ["a scope with a space", () => provider({ oidc: oidc({ additionalScopes: ["email", "a b"] }) }), ["oidc.additional_scopes[1]"]],
     ["an unknown correlation rule", () => provider({ oidc: oidc({ correlationRule: 7 }) }), ["oidc.correlation_rule"]],
-    ["everything wrong at once", () => ({ name: "X", oidc: { issuer: "ftp://x", pkceEnabled: false } }), ["name", "default_role", "oidc.issuer", "oidc.client_id", "oidc.client_secret"]],
+    [
+      "everything wrong at once",
+      () => ({ name: "X", oidc: { issuer: "ftp://x", pkceEnabled: false } }),
+      ["name", "default_role", "oidc.issuer", "oidc.client_id", "oidc.client_secret"],
+    ],
   ];
   for (const [label, body, fields] of CASES) {
     test(`${label} is INVALID_ARGUMENT on ${fields.join(", ")}`, async () => {
@@ -152,8 +176,11 @@ describe("authorization and escalation", () => {
   before(async () => {
     org = await createGroup(srv.url, null, "idp authz org");
     const managerRole = await customRole(srv, org.uid, "idp manager", [
-      "CAP_IAM_IDENTITY_PROVIDERS_CREATE", "CAP_IAM_IDENTITY_PROVIDERS_UPDATE", "CAP_IAM_IDENTITY_PROVIDERS_LIST",
-      "CAP_IAM_ROLE_BINDINGS_CREATE", "CAP_IAM_GROUPS_LIST",
+      "CAP_IAM_IDENTITY_PROVIDERS_CREATE",
+      "CAP_IAM_IDENTITY_PROVIDERS_UPDATE",
+      "CAP_IAM_IDENTITY_PROVIDERS_LIST",
+      "CAP_IAM_ROLE_BINDINGS_CREATE",
+      "CAP_IAM_GROUPS_LIST",
     ]);
     lister = await customRole(srv, org.uid, "group lister", ["CAP_IAM_GROUPS_LIST"]);
     manager = await createCaller(srv, org.uid, "idp manager", managerRole);
@@ -161,7 +188,12 @@ describe("authorization and escalation", () => {
 
   test("a caller may promise only capabilities it holds: owner or viewer as default role is PERMISSION_DENIED", async () => {
     for (const role of [owner, viewer]) {
-      const err = assertRestError(await call("POST", `${PATH}/${org.uid}`, provider({ defaultRole: role }), as(manager)), 403, 7, "PERMISSION_DENIED");
+      const err = assertRestError(
+        await call("POST", `${PATH}/${org.uid}`, provider({ defaultRole: role }), as(manager)),
+        403,
+        7,
+        "PERMISSION_DENIED",
+      );
       assert.match(err.message, /cannot grant/);
     }
     const p = await createProvider(org.uid, provider({ defaultRole: lister }), as(manager));
@@ -195,7 +227,12 @@ describe("authorization and escalation", () => {
     const stranger = await createCaller(srv, other.uid, "idp stranger", owner);
     // Same answer for another org's provider and a missing one.
     const a = assertRestError(await call("GET", `${PATH}/${p.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    const b = assertRestError(await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
+    const b = assertRestError(
+      await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.deepEqual(a, b);
     const listed = await ok(call("GET", `${PATH}?uidp.descendants_of=${org.uid}`, undefined, as(stranger)));
     assert.deepEqual(listed.identityProviders, []);
@@ -218,11 +255,19 @@ describe("update", () => {
 
   test("updateMask names the only fields that change", async () => {
     const p = await createProvider(org.uid);
-    const res = await ok(call("PATCH", `${PATH}/${p.uid}?updateMask=description`, { name: "ignored name", description: "b", oidc: oidc({ clientId: "other" }) }));
+    const res = await ok(
+      call("PATCH", `${PATH}/${p.uid}?updateMask=description`, {
+        name: "ignored name",
+        description: "b",
+        oidc: oidc({ clientId: "other" }),
+      }),
+    );
     assert.equal(res.name, p.name);
     assert.equal(res.description, "b");
     assert.deepEqual(res.oidc, p.oidc);
-    const scoped = await ok(call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_id`, { oidc: { clientId: "new-client", issuer: "https://ignored.example" } }));
+    const scoped = await ok(
+      call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_id`, { oidc: { clientId: "new-client", issuer: "https://ignored.example" } }),
+    );
     assert.deepEqual(scoped.oidc, { ...p.oidc, clientId: "new-client" });
   });
 
@@ -239,39 +284,65 @@ describe("update", () => {
     // Without PKCE the provider is valid only while a secret is stored.
     const kept = await ok(call("PATCH", `${PATH}/${p.uid}`, { oidc: { issuer: "https://login2.acme.example", clientId: "c2" } }));
     assert.deepEqual(kept.oidc, { ...p.oidc, issuer: "https://login2.acme.example", clientId: "c2" });
-    const replaced = await ok(call("PATCH", `${PATH}/${p.uid}?updateMask=*`, { name: "replaced", defaultRole: viewer, oidc: { issuer: "https://login3.acme.example", clientId: "c3" } }));
+    const replaced = await ok(
+      call("PATCH", `${PATH}/${p.uid}?updateMask=*`, {
+        name: "replaced",
+        defaultRole: viewer,
+        oidc: { issuer: "https://login3.acme.example", clientId: "c3" },
+      }),
+    );
     assert.deepEqual([replaced.name, replaced.oidc.clientId, replaced.oidc.pkceEnabled], ["replaced", "c3", false]);
-    assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret`, { oidc: { clientSecret: "" } }), ["oidc.client_secret"]);
+    assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret`, { oidc: { clientSecret: "" } }), [
+      "oidc.client_secret",
+    ]);
     // Cleared together with PKCE switched on, then PKCE off again fails: nothing is stored any more.
-    const cleared = await ok(call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret,oidc.pkce_enabled`, { oidc: { pkceEnabled: true } }));
+    const cleared = await ok(
+      call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret,oidc.pkce_enabled`, { oidc: { pkceEnabled: true } }),
+    );
     assert.equal(cleared.oidc.pkceEnabled, true);
-    assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.pkce_enabled`, { oidc: { pkceEnabled: false } }), ["oidc.client_secret"]);
+    assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.pkce_enabled`, { oidc: { pkceEnabled: false } }), [
+      "oidc.client_secret",
+    ]);
     // A new secret through the mask path works, and is not shown either.
-    const reset = await ok(call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret,oidc.pkce_enabled`, { oidc: { clientSecret: `${SECRET}-2` } }));
+    const reset = await ok(
+      call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.client_secret,oidc.pkce_enabled`, { oidc: { clientSecret: `${SECRET}-2` } }),
+    );
     assert.equal(reset.oidc.clientSecret, "");
     assert.equal(reset.oidc.pkceEnabled, false);
   });
 
   test("the correlation rule is immutable: restating is a no-op, another value INVALID_ARGUMENT", async () => {
     const p = await createProvider(org.uid, provider({ oidc: oidc({ correlationRule: "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID" }) }));
-    const restated = await ok(call("PATCH", `${PATH}/${p.uid}`, { oidc: oidc({ correlationRule: "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID", clientId: "c2" }) }));
+    const restated = await ok(
+      call("PATCH", `${PATH}/${p.uid}`, { oidc: oidc({ correlationRule: "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID", clientId: "c2" }) }),
+    );
     assert.equal(restated.oidc.correlationRule, "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID");
     assert.equal(restated.oidc.clientId, "c2");
     const unstated = await ok(call("PATCH", `${PATH}/${p.uid}`, { oidc: oidc() }));
     assert.equal(unstated.oidc.correlationRule, "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID");
-    assertViolations(await call("PATCH", `${PATH}/${p.uid}`, { oidc: oidc({ correlationRule: "CORRELATION_RULE_SUB_EQUALS_EXTERNAL_ID" }) }), ["oidc.correlation_rule"]);
+    assertViolations(
+      await call("PATCH", `${PATH}/${p.uid}`, { oidc: oidc({ correlationRule: "CORRELATION_RULE_SUB_EQUALS_EXTERNAL_ID" }) }),
+      ["oidc.correlation_rule"],
+    );
     assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc.correlation_rule`, { oidc: {} }), ["oidc.correlation_rule"]);
     assert.equal((await ok(call("GET", `${PATH}/${p.uid}`))).oidc.correlationRule, "CORRELATION_RULE_OID_EQUALS_EXTERNAL_ID");
     // UNSPECIFIED means SUB_EQUALS_EXTERNAL_ID: restating either keeps what was stored.
     const q = await createProvider(org.uid);
     assert.equal(q.oidc.correlationRule, "CORRELATION_RULE_UNSPECIFIED");
-    const same = await ok(call("PATCH", `${PATH}/${q.uid}?updateMask=oidc.correlation_rule`, { oidc: { correlationRule: "CORRELATION_RULE_SUB_EQUALS_EXTERNAL_ID" } }));
+    const same = await ok(
+      call("PATCH", `${PATH}/${q.uid}?updateMask=oidc.correlation_rule`, {
+        oidc: { correlationRule: "CORRELATION_RULE_SUB_EQUALS_EXTERNAL_ID" },
+      }),
+    );
     assert.equal(same.oidc.correlationRule, "CORRELATION_RULE_UNSPECIFIED");
   });
 
   test("a new oidc is validated whole; a failed update changes nothing", async () => {
     const p = await createProvider(org.uid);
-    assertViolations(await call("PATCH", `${PATH}/${p.uid}`, { oidc: { issuer: "http://evil.example", clientId: "" } }), ["oidc.issuer", "oidc.client_id"]);
+    assertViolations(await call("PATCH", `${PATH}/${p.uid}`, { oidc: { issuer: "http://evil.example", clientId: "" } }), [
+      "oidc.issuer",
+      "oidc.client_id",
+    ]);
     assertViolations(await call("PATCH", `${PATH}/${p.uid}?updateMask=oidc`, { name: "x y z" }), ["oidc.issuer", "oidc.client_id"]);
     assertViolations(await call("PATCH", `${PATH}/${p.uid}`, { name: "NO" }), ["name"]);
     assertViolations(await call("PATCH", `${PATH}/${p.uid}`, { defaultRole: "nope" }), ["default_role"]);
@@ -289,7 +360,10 @@ describe("delete", () => {
     const org = await createGroup(srv.url, null, "idp delete org");
     const p = await createProvider(org.uid);
     assertRestError(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), 400, 9, "FAILED_PRECONDITION");
-    assert.match(preconditionViolations((await call("DELETE", `/iam/v2beta1/groups/${org.uid}`)).body)[0]!.description, /identity providers/);
+    assert.match(
+      preconditionViolations((await call("DELETE", `/iam/v2beta1/groups/${org.uid}`)).body)[0]!.description,
+      /identity providers/,
+    );
     assert.deepEqual(await ok(call("DELETE", `${PATH}/${p.uid}`)), {});
     assertRestError(await call("GET", `${PATH}/${p.uid}`), 404, 5, "NOT_FOUND");
     assertRestError(await call("DELETE", `${PATH}/${p.uid}`), 404, 5, "NOT_FOUND");
@@ -306,7 +380,12 @@ describe("list", () => {
     team = await createGroup(srv.url, org.uid, "idp list team");
     items = [];
     const plan: [string, string, number][] = [
-      [org.uid, "alpha", 0], [org.uid, "beta", 1], [team.uid, "alpha", 0], [org.uid, "gamma", 0], [team.uid, "beta", 2], [team.uid, "delta", 0],
+      [org.uid, "alpha", 0],
+      [org.uid, "beta", 1],
+      [team.uid, "alpha", 0],
+      [org.uid, "gamma", 0],
+      [team.uid, "beta", 2],
+      [team.uid, "delta", 0],
     ];
     for (const [parent, name, step] of plan) {
       clock += step;
@@ -344,7 +423,12 @@ describe("list", () => {
   });
 
   test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "identityProviders", `uidp.descendants_of=${org.uid}`, items, ["uid", "name", "created_at", "updated_at"]);
+    await assertPagedWalks(srv.url, PATH, "identityProviders", `uidp.descendants_of=${org.uid}`, items, [
+      "uid",
+      "name",
+      "created_at",
+      "updated_at",
+    ]);
   });
 });
 
@@ -362,11 +446,18 @@ describe("IdentityProvidersService over native gRPC", () => {
       const responses: IdentityProvider[] = [created];
       responses.push(await client.call("getIdentityProvider", { uid: created.uid }));
       const listed = await client.call("listIdentityProviders", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(listed.identityProviders.map((p: IdentityProvider) => p.uid), [created.uid]);
+      assert.deepEqual(
+        listed.identityProviders.map((p: IdentityProvider) => p.uid),
+        [created.uid],
+      );
       assert.equal(listed.totalCount, 1n);
       responses.push(...listed.identityProviders);
       const updated: IdentityProvider = await client.call("updateIdentityProvider", {
-        identityProvider: { uid: created.uid, description: "via grpc", configuration: { case: "oidc", value: { ...oidcValue, clientSecret: "", clientId: "c9" } } },
+        identityProvider: {
+          uid: created.uid,
+          description: "via grpc",
+          configuration: { case: "oidc", value: { ...oidcValue, clientSecret: "", clientId: "c9" } },
+        },
       });
       assert.equal(updated.description, "via grpc");
       assert.equal(updated.configuration.case === "oidc" && updated.configuration.value.clientId, "c9");
@@ -376,14 +467,24 @@ describe("IdentityProvidersService over native gRPC", () => {
         assert.equal(r.configuration.value?.clientSecret, "");
         seen.push(JSON.stringify(r, (_k, v) => (typeof v === "bigint" ? v.toString() : v)));
       }
-      const bad = await client.call("createIdentityProvider", { parent: org.uid, identityProvider: { name: "grpc sso", defaultRole: viewer } }).then(
-        () => assert.fail("expected INVALID_ARGUMENT"),
+      const bad = await client
+        .call("createIdentityProvider", { parent: org.uid, identityProvider: { name: "grpc sso", defaultRole: viewer } })
+        .then(
+          () => assert.fail("expected INVALID_ARGUMENT"),
+          (e: ServiceError) => e,
+        );
+      assert.equal(bad.code, 3);
+      assert.deepEqual(
+        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
+          (v) => v.field,
+        ),
+        ["oidc"],
+      );
+      await client.call("deleteIdentityProvider", { uid: created.uid });
+      const gone = await client.call("getIdentityProvider", { uid: created.uid }).then(
+        () => assert.fail("expected NOT_FOUND"),
         (e: ServiceError) => e,
       );
-      assert.equal(bad.code, 3);
-      assert.deepEqual((grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map((v) => v.field), ["oidc"]);
-      await client.call("deleteIdentityProvider", { uid: created.uid });
-      const gone = await client.call("getIdentityProvider", { uid: created.uid }).then(() => assert.fail("expected NOT_FOUND"), (e: ServiceError) => e);
       assert.equal(gone.code, 5);
     } finally {
       client.close();
@@ -404,9 +505,16 @@ describe("sign-in through an organization's identity provider", () => {
   });
 
   const exchange = (idToken: string, providerUid: string, extra = "") =>
-    call("GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity_provider=${providerUid}${extra}`, undefined, { authorization: `Bearer ${idToken}` });
-  const personUid = (sub: string, p = idp) => providerUserUid({ uid: p.uid, parentUid: org.uid, oidc: { issuer: A.url, clientId: CLIENT_ID } }, sub);
-  const bindingsOf = async (uid: string) => (await ok(call("GET", `/iam/v2beta1/roleBindings?identity=${uid}`))).roleBindings as { group: { uid: string }; role: { uid: string } }[];
+    call("GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity_provider=${providerUid}${extra}`, undefined, {
+      authorization: `Bearer ${idToken}`,
+    });
+  const personUid = (sub: string, p = idp) =>
+    providerUserUid({ uid: p.uid, parentUid: org.uid, oidc: { issuer: A.url, clientId: CLIENT_ID } }, sub);
+  const bindingsOf = async (uid: string) =>
+    (await ok(call("GET", `/iam/v2beta1/roleBindings?identity=${uid}`))).roleBindings as {
+      group: { uid: string };
+      role: { uid: string };
+    }[];
 
   test("first sign-in registers the person in the org with the default role; the second adds nothing", async () => {
     const idToken = () => A.idToken({ sub: "alice-123", aud: CLIENT_ID, email: "Alice@Acme.example", email_verified: true });
@@ -415,13 +523,19 @@ describe("sign-in through an organization's identity provider", () => {
     const whoami = await ok(call("GET", "/auth/v1/ok", undefined, { authorization: `Bearer ${first.token}` }));
     assert.equal(whoami.subject, uid);
     assert.equal(whoami.email, "Alice@Acme.example");
-    assert.deepEqual(whoami.capabilities.map((c: { group: { id: string }; role: { id: string; name: string } }) => [c.group.id, c.role.id, c.role.name]), [[org.uid, viewer, "viewer"]]);
+    assert.deepEqual(
+      whoami.capabilities.map((c: { group: { id: string }; role: { id: string; name: string } }) => [c.group.id, c.role.id, c.role.name]),
+      [[org.uid, viewer, "viewer"]],
+    );
     const person = await ok(call("GET", `/iam/v2beta1/identities/${uid}`));
     assert.equal(person.name, "alice");
     assert.deepEqual(person.claimMatch, { issuer: A.url, subject: "alice-123", claims: {}, claimPatterns: {} });
     assert.equal(person.lastSeenTime, iso(clock));
     const bindings = await bindingsOf(uid);
-    assert.deepEqual(bindings.map((b) => [b.group.uid, b.role.uid]), [[org.uid, viewer]]);
+    assert.deepEqual(
+      bindings.map((b) => [b.group.uid, b.role.uid]),
+      [[org.uid, viewer]],
+    );
 
     // The default role changes: the existing person keeps theirs, a newcomer gets the new one.
     await ok(call("PATCH", `${PATH}/${idp.uid}`, { defaultRole: orgRole }));
@@ -432,7 +546,10 @@ describe("sign-in through an organization's identity provider", () => {
     const again = await ok(call("GET", `/iam/v2beta1/identities/${uid}`));
     assert.deepEqual(again, { ...person, lastSeenTime: iso(clock) });
     await ok(exchange(A.idToken({ sub: "bob-456", aud: [CLIENT_ID, "other"] }), idp.uid));
-    assert.deepEqual((await bindingsOf(personUid("bob-456"))).map((b) => [b.group.uid, b.role.uid]), [[org.uid, orgRole]]);
+    assert.deepEqual(
+      (await bindingsOf(personUid("bob-456"))).map((b) => [b.group.uid, b.role.uid]),
+      [[org.uid, orgRole]],
+    );
     assert.equal((await ok(call("GET", `/iam/v2beta1/identities/${personUid("bob-456")}`))).email, "");
   });
 

@@ -49,7 +49,8 @@ function filled(schema: DescMessage, depth: number): Message | undefined {
   const init: Record<string, unknown> = {};
   for (const field of schema.fields) {
     if (field.oneof) continue;
-    if (field.fieldKind === "list") init[field.localName] = [sample(field, field.listKind), sample(field, field.listKind)].filter((v) => v !== undefined);
+    if (field.fieldKind === "list")
+      init[field.localName] = [sample(field, field.listKind), sample(field, field.listKind)].filter((v) => v !== undefined);
     else if (field.fieldKind === "map") {
       const keys = field.mapKey === ScalarType.BOOL ? ["true", "false"] : field.mapKey === ScalarType.STRING ? ["k1", "k2"] : ["1", "2"];
       init[field.localName] = Object.fromEntries(keys.map((k) => [k, sample(field, field.mapKind)]).filter(([, v]) => v !== undefined));
@@ -100,7 +101,10 @@ test("the compiled binary writer writes the same bytes as protobuf-es toBinary o
   }
   assert.ok(compared >= 40, `compared ${compared} messages`);
   // Zero values of implicit fields are left out, but -0 is not zero.
-  for (const init of [{ seconds: 0n, nanos: 0 }, { seconds: -1n, nanos: 5 }]) {
+  for (const init of [
+    { seconds: 0n, nanos: 0 },
+    { seconds: -1n, nanos: 5 },
+  ]) {
     const m = create(TimestampSchema, init);
     assert.deepEqual(encodeMessage(TimestampSchema, m), toBinary(TimestampSchema, m));
   }

@@ -18,16 +18,25 @@ test("timestamps are RFC 3339 UTC with exactly three fractional digits, as Date#
 });
 
 test("responses emit unpopulated fields, int64 as strings, and no empty nextPageToken", () => {
-  const json = JSON.parse(responseJson(
-    ListGroupsResponseSchema,
-    {
-      groups: [{ uid: "a".repeat(40), name: "n", createTime: timestampFromMs(1_700_000_000_000), updateTime: timestampFromMs(1_700_000_000_120) }],
-      nextPageToken: "",
-      totalCount: 1n,
-      skipped: 0,
-    },
-    registry,
-  ));
+  const json = JSON.parse(
+    responseJson(
+      ListGroupsResponseSchema,
+      {
+        groups: [
+          {
+            uid: "a".repeat(40),
+            name: "n",
+            createTime: timestampFromMs(1_700_000_000_000),
+            updateTime: timestampFromMs(1_700_000_000_120),
+          },
+        ],
+        nextPageToken: "",
+        totalCount: 1n,
+        skipped: 0,
+      },
+      registry,
+    ),
+  );
   assert.deepEqual(json, {
     groups: [
       {

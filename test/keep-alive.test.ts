@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import type { Socket } from "node:net";
-import { setTimeout as sleep } from "node:timers/promises";
 import { test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { startTestServer } from "./support/server.js";
 
 interface Sent {
@@ -21,11 +21,23 @@ interface Sent {
 
 function send(agent: http.Agent, url: string, method: string, token: string, body?: unknown): Promise<Sent> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method, agent, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } }, (res) => {
-      let text = "";
-      res.on("data", (c: Buffer) => (text += c.toString("utf8")));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text, reused: req.reusedSocket, keepAlive: res.headers["keep-alive"] as string | undefined, socket: req.socket! }));
-    });
+    const req = http.request(
+      url,
+      { method, agent, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } },
+      (res) => {
+        let text = "";
+        res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+        res.on("end", () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            body: text,
+            reused: req.reusedSocket,
+            keepAlive: res.headers["keep-alive"] as string | undefined,
+            socket: req.socket!,
+          }),
+        );
+      },
+    );
     req.on("error", reject);
     req.end(body === undefined ? undefined : JSON.stringify(body));
   });

@@ -11,11 +11,11 @@ import http from "node:http";
 import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setImmediate as tick } from "node:timers/promises";
 import { after, describe, test } from "node:test";
+import { setImmediate as tick } from "node:timers/promises";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import Database from "better-sqlite3";
 import * as grpc from "@grpc/grpc-js";
+import Database from "better-sqlite3";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
@@ -25,7 +25,12 @@ const ROOT = new URL("..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
 const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
 /** The commands every build has, and import-advisories where src/cli.ts defines it. */
-const COMMANDS = ["serve", "admin-token", "rotate-key", ...(readFileSync(join(ROOT, "src/cli.ts"), "utf8").includes('"import-advisories": {') ? ["import-advisories"] : [])];
+const COMMANDS = [
+  "serve",
+  "admin-token",
+  "rotate-key",
+  ...(readFileSync(join(ROOT, "src/cli.ts"), "utf8").includes('"import-advisories": {') ? ["import-advisories"] : []),
+];
 /** Identical for serve and admin-token, so the token's audience is the server's. */
 const BASE_URL = "http://127.0.0.1:1";
 
@@ -121,7 +126,9 @@ function watchHealth(port: number) {
   const statuses: ServingStatus[] = [];
   const waiters: { status: ServingStatus; resolve: () => void }[] = [];
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{ status: ServingStatus }>;
+  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{
+    status: ServingStatus;
+  }>;
   call.on("data", (res: { status: ServingStatus }) => {
     statuses.push(res.status);
     for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
@@ -151,7 +158,12 @@ async function heldRestCreate(port: number, token: string, name: string) {
     method: "POST",
     path: "/iam/v2beta1/groups",
     agent: false,
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "content-length": Buffer.byteLength(body), expect: "100-continue" },
+    headers: {
+      authorization: `Bearer ${token}`,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      expect: "100-continue",
+    },
   });
   const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
     req.on("response", (res) => {
@@ -179,27 +191,36 @@ async function heldGrpcCreates(port: number, token: string, names: string[]) {
   await once(session, "connect");
   const calls = names.map((name) => {
     const stream = session.request(
-      { ":method": "POST", ":path": "/platformapi.iam.v2beta1.GroupsService/CreateGroup", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` },
+      {
+        ":method": "POST",
+        ":path": "/platformapi.iam.v2beta1.GroupsService/CreateGroup",
+        "content-type": "application/grpc",
+        te: "trailers",
+        authorization: `Bearer ${token}`,
+      },
       { endStream: false },
     );
-    const result = new Promise<{ status: string | undefined; message: string | undefined; uid?: string; name?: string }>((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let trailers: http2.IncomingHttpHeaders = {};
-      let headers: http2.IncomingHttpHeaders = {};
-      stream.on("response", (h) => (headers = h));
-      stream.on("trailers", (t) => (trailers = t));
-      stream.on("data", (c: Buffer) => chunks.push(c));
-      stream.on("error", reject);
-      stream.on("close", () => {
-        if (stream.rstCode !== undefined && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR) return reject(new Error(`stream reset ${stream.rstCode}`));
-        const status = (trailers["grpc-status"] ?? headers["grpc-status"]) as string | undefined;
-        const message = (trailers["grpc-message"] ?? headers["grpc-message"]) as string | undefined;
-        const data = Buffer.concat(chunks);
-        if (data.length < 5) return resolve({ status, message });
-        const group = fromBinary(GroupSchema, data.subarray(5, 5 + data.readUInt32BE(1)));
-        resolve({ status, message, uid: group.uid, name: group.name });
-      });
-    });
+    const result = new Promise<{ status: string | undefined; message: string | undefined; uid?: string; name?: string }>(
+      (resolve, reject) => {
+        const chunks: Buffer[] = [];
+        let trailers: http2.IncomingHttpHeaders = {};
+        let headers: http2.IncomingHttpHeaders = {};
+        stream.on("response", (h) => (headers = h));
+        stream.on("trailers", (t) => (trailers = t));
+        stream.on("data", (c: Buffer) => chunks.push(c));
+        stream.on("error", reject);
+        stream.on("close", () => {
+          if (stream.rstCode !== undefined && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR)
+            return reject(new Error(`stream reset ${stream.rstCode}`));
+          const status = (trailers["grpc-status"] ?? headers["grpc-status"]) as string | undefined;
+          const message = (trailers["grpc-message"] ?? headers["grpc-message"]) as string | undefined;
+          const data = Buffer.concat(chunks);
+          if (data.length < 5) return resolve({ status, message });
+          const group = fromBinary(GroupSchema, data.subarray(5, 5 + data.readUInt32BE(1)));
+          resolve({ status, message, uid: group.uid, name: group.name });
+        });
+      },
+    );
     result.catch(() => {});
     const send = () => {
       const msg = toBinary(CreateGroupRequestSchema, create(CreateGroupRequestSchema, { group: { name } }));
@@ -273,7 +294,11 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     const ok = await fetch(`http://127.0.0.1:${srv.port}/iam/v2beta1/groups`, { headers: { authorization: `Bearer ${token}` } });
     assert.equal(ok.status, 200, await ok.text());
 
-    const rest = await within(30_000, Promise.all(Array.from({ length: restCalls }, (_, i) => heldRestCreate(srv.port, token, `rest org ${i}`))), "REST calls in flight");
+    const rest = await within(
+      30_000,
+      Promise.all(Array.from({ length: restCalls }, (_, i) => heldRestCreate(srv.port, token, `rest org ${i}`))),
+      "REST calls in flight",
+    );
     const half = Math.ceil(grpcCalls / 2);
     const grpcNames = Array.from({ length: grpcCalls }, (_, i) => `grpc org ${i}`);
     const sessions = await within(
@@ -312,7 +337,10 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     assert.equal(killedBy, null, `ended by a signal; stderr: ${srv.stderr()}`);
     assert.equal(code, 0, `exit code; stderr: ${srv.stderr()}`);
     assert.equal(srv.stderr(), "", "nothing on stderr");
-    assert.ok(logLines(srv).some((l) => l.msg === "shutting down" && l.signal === signal), "the shutdown is logged with its signal");
+    assert.ok(
+      logLines(srv).some((l) => l.msg === "shutting down" && l.signal === signal),
+      "the shutdown is logged with its signal",
+    );
 
     // The store was checkpointed and closed: no WAL left, the database intact, every acknowledged group in it.
     const wal = join(dataDir, "platform.db-wal");
@@ -453,34 +481,42 @@ describe("command line", () => {
     }
   });
 
-  test("with a terminal attached, serve logs human-readable lines instead of JSON", { skip: existsSync("/usr/bin/script") ? false : "needs script(1) from util-linux" }, async () => {
-    const dataDir = tempDir();
-    // script(1) runs the command on a pseudo-terminal; its output is the terminal's.
-    const env = childEnv(serverEnv(dataDir));
-    const child = spawn("/usr/bin/script", ["-qfec", `${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} serve`, "/dev/null"], { cwd: ROOT, env, stdio: ["pipe", "pipe", "pipe"] });
-    children.add(child);
-    let out = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-    const exited = once(child, "close");
-    try {
-      const pid = await within(
-        30_000,
-        new Promise<number>((resolve) => {
-          child.stdout.on("data", () => {
-            // e.g. "[05:39:25.873] INFO (16596): Server listening at http://127.0.0.1:41917", with colours
-            // eslint-disable-next-line no-control-regex
-            const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
-            const m = /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): Server listening at http:\/\/127\.0\.0\.1:\d+/m.exec(plain);
-            if (m) resolve(Number(m[1]));
-          });
-        }),
-        "a pretty 'Server listening' line",
-      );
-      assert.ok(!out.trimStart().startsWith("{"), "not JSON");
-      process.kill(pid, "SIGTERM");
-      await within(30_000, exited, "serve under a terminal exits");
-    } finally {
-      if (child.exitCode === null) child.kill("SIGKILL");
-    }
-  });
+  test(
+    "with a terminal attached, serve logs human-readable lines instead of JSON",
+    { skip: existsSync("/usr/bin/script") ? false : "needs script(1) from util-linux" },
+    async () => {
+      const dataDir = tempDir();
+      // script(1) runs the command on a pseudo-terminal; its output is the terminal's.
+      const env = childEnv(serverEnv(dataDir));
+      const child = spawn("/usr/bin/script", ["-qfec", `${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} serve`, "/dev/null"], {
+        cwd: ROOT,
+        env,
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+      children.add(child);
+      let out = "";
+      child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+      const exited = once(child, "close");
+      try {
+        const pid = await within(
+          30_000,
+          new Promise<number>((resolve) => {
+            child.stdout.on("data", () => {
+              // e.g. "[05:39:25.873] INFO (16596): Server listening at http://127.0.0.1:41917", with colours
+              // eslint-disable-next-line no-control-regex
+              const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
+              const m = /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): Server listening at http:\/\/127\.0\.0\.1:\d+/m.exec(plain);
+              if (m) resolve(Number(m[1]));
+            });
+          }),
+          "a pretty 'Server listening' line",
+        );
+        assert.ok(!out.trimStart().startsWith("{"), "not JSON");
+        process.kill(pid, "SIGTERM");
+        await within(30_000, exited, "serve under a terminal exits");
+      } finally {
+        if (child.exitCode === null) child.kill("SIGKILL");
+      }
+    },
+  );
 });

@@ -96,12 +96,27 @@ before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "platform-logs-"));
   const logStream = new PassThrough();
   logStream.on("data", (chunk: Buffer) => raw.push(chunk.toString("utf8")));
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: "info",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+  });
   server = await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir })), logStream });
   adminToken = await mintAdminToken(server);
   secrets.push(adminToken);
   setDefaultToken(server.port, adminToken);
-  srv = { url: server.url, port: server.port, dataDir, databaseUrl: "", openStore: async () => openSqliteStore({ dataDir }), server, adminToken, close: () => server.close() };
+  srv = {
+    url: server.url,
+    port: server.port,
+    dataDir,
+    databaseUrl: "",
+    openStore: async () => openSqliteStore({ dataDir }),
+    server,
+    adminToken,
+    close: () => server.close(),
+  };
 });
 after(async () => {
   await server.close();
@@ -130,23 +145,47 @@ test("REST: a GET of a missing group logs one line with the caller's request id,
   assert.equal(res.status, 404);
   assert.equal(res.headers.get("x-request-id"), "logs-rest-missing-1");
   const line = await rpcLine("logs-rest-missing-1");
-  assertRpcLine(line, { reqId: "logs-rest-missing-1", principal: server.adminSubject, rpc: GET_GROUP, protocol: "rest", code: "not_found" });
+  assertRpcLine(line, {
+    reqId: "logs-rest-missing-1",
+    principal: server.adminSubject,
+    rpc: GET_GROUP,
+    protocol: "rest",
+    code: "not_found",
+  });
 });
 
 test("REST: a forged token is logged as unauthenticated with no principal, under the request id the response carries", async () => {
   const forged = `${adminToken.slice(0, adminToken.lastIndexOf(".") + 1)}${"B".repeat(86)}`;
   secrets.push(forged, forged.slice(forged.lastIndexOf(".") + 1));
-  const res = await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${forged}`, "x-request-id": "logs-rest-forged-1" });
+  const res = await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, {
+    authorization: `Bearer ${forged}`,
+    "x-request-id": "logs-rest-forged-1",
+  });
   assert.equal(res.status, 401);
   assert.equal(res.headers.get("x-request-id"), "logs-rest-forged-1");
-  assertRpcLine(await rpcLine("logs-rest-forged-1"), { reqId: "logs-rest-forged-1", principal: "", rpc: LIST_GROUPS, protocol: "rest", code: "unauthenticated" });
+  assertRpcLine(await rpcLine("logs-rest-forged-1"), {
+    reqId: "logs-rest-forged-1",
+    principal: "",
+    rpc: LIST_GROUPS,
+    protocol: "rest",
+    code: "unauthenticated",
+  });
 
   // A token that is not even a JWT.
   const garbage = "not-a-jwt-but-a-secret-all-the-same-7f3a9c";
   secrets.push(garbage);
-  const res2 = await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${garbage}`, "x-request-id": "logs-rest-garbage-1" });
+  const res2 = await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, {
+    authorization: `Bearer ${garbage}`,
+    "x-request-id": "logs-rest-garbage-1",
+  });
   assert.equal(res2.status, 401);
-  assertRpcLine(await rpcLine("logs-rest-garbage-1"), { reqId: "logs-rest-garbage-1", principal: "", rpc: LIST_GROUPS, protocol: "rest", code: "unauthenticated" });
+  assertRpcLine(await rpcLine("logs-rest-garbage-1"), {
+    reqId: "logs-rest-garbage-1",
+    principal: "",
+    rpc: LIST_GROUPS,
+    protocol: "rest",
+    code: "unauthenticated",
+  });
 });
 
 test("REST: without an x-request-id (or with an unusable one) the server makes one, returns it and logs it", async () => {
@@ -169,8 +208,15 @@ function grpcGetGroup(uid: string, metadata: Record<string, string>): Promise<{ 
   return grpcGetGroupAt(server.port, uid, metadata);
 }
 
-function grpcGetGroupAt(port: number, uid: string, metadata: Record<string, string>): Promise<{ err: grpc.ServiceError | null; headers: grpc.Metadata }> {
-  const Ctor = grpc.makeGenericClientConstructor({ getGroup: methodDefinition(GroupsService, GroupsService.method.getGroup) }, "GroupsService");
+function grpcGetGroupAt(
+  port: number,
+  uid: string,
+  metadata: Record<string, string>,
+): Promise<{ err: grpc.ServiceError | null; headers: grpc.Metadata }> {
+  const Ctor = grpc.makeGenericClientConstructor(
+    { getGroup: methodDefinition(GroupsService, GroupsService.method.getGroup) },
+    "GroupsService",
+  );
   const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
   const md = new grpc.Metadata();
   for (const [k, v] of Object.entries(metadata)) md.set(k, v);
@@ -189,26 +235,47 @@ test("gRPC: a failing call logs its x-request-id metadata, principal, rpc, proto
   const { err, headers } = await grpcGetGroup(MISSING, { authorization: `Bearer ${adminToken}`, "x-request-id": "logs-grpc-missing-1" });
   assert.equal(err?.code, grpc.status.NOT_FOUND);
   assert.deepEqual(headers.get("x-request-id"), ["logs-grpc-missing-1"]);
-  assertRpcLine(await rpcLine("logs-grpc-missing-1"), { reqId: "logs-grpc-missing-1", principal: server.adminSubject, rpc: GET_GROUP, protocol: "grpc", code: "not_found" });
+  assertRpcLine(await rpcLine("logs-grpc-missing-1"), {
+    reqId: "logs-grpc-missing-1",
+    principal: server.adminSubject,
+    rpc: GET_GROUP,
+    protocol: "grpc",
+    code: "not_found",
+  });
 
   const forged = `${adminToken.slice(0, -10)}${"C".repeat(10)}`;
   secrets.push(forged);
   const denied = await grpcGetGroup(MISSING, { authorization: `Bearer ${forged}`, "x-request-id": "logs-grpc-forged-1" });
   assert.equal(denied.err?.code, grpc.status.UNAUTHENTICATED);
-  assertRpcLine(await rpcLine("logs-grpc-forged-1"), { reqId: "logs-grpc-forged-1", principal: "", rpc: GET_GROUP, protocol: "grpc", code: "unauthenticated" });
+  assertRpcLine(await rpcLine("logs-grpc-forged-1"), {
+    reqId: "logs-grpc-forged-1",
+    principal: "",
+    rpc: GET_GROUP,
+    protocol: "grpc",
+    code: "unauthenticated",
+  });
 });
 
 test("Connect: a failing call logs the request id the response carries", async () => {
   const t = testTransport("connect-h1", srv.url);
   try {
     let responseId: string | null = null;
-    await assert.rejects(createClient(GroupsService, t.transport).getGroup({ uid: MISSING }, { headers: { "x-request-id": "logs-connect-missing-1" } }), (err: unknown) => {
-      assert.ok(err instanceof ConnectError && err.code === 5);
-      responseId = err.metadata.get("x-request-id");
-      return true;
-    });
+    await assert.rejects(
+      createClient(GroupsService, t.transport).getGroup({ uid: MISSING }, { headers: { "x-request-id": "logs-connect-missing-1" } }),
+      (err: unknown) => {
+        assert.ok(err instanceof ConnectError && err.code === 5);
+        responseId = err.metadata.get("x-request-id");
+        return true;
+      },
+    );
     assert.equal(responseId, "logs-connect-missing-1");
-    assertRpcLine(await rpcLine("logs-connect-missing-1"), { reqId: "logs-connect-missing-1", principal: server.adminSubject, rpc: GET_GROUP, protocol: "connect", code: "not_found" });
+    assertRpcLine(await rpcLine("logs-connect-missing-1"), {
+      reqId: "logs-connect-missing-1",
+      principal: server.adminSubject,
+      rpc: GET_GROUP,
+      protocol: "connect",
+      code: "not_found",
+    });
   } finally {
     t.close();
   }
@@ -218,7 +285,13 @@ test("an internal error is logged once, at error level, with the request id of i
   const res = await rest(srv.url, "GET", `/iam/v2beta1/groups/${BROKEN}`, undefined, { "x-request-id": "logs-rest-broken-1" });
   assert.equal(res.status, 500);
   assert.ok(!JSON.stringify(res.body).includes("injected"), "the cause stays in the logs, not the response");
-  assertRpcLine(await rpcLine("logs-rest-broken-1"), { reqId: "logs-rest-broken-1", principal: server.adminSubject, rpc: GET_GROUP, protocol: "rest", code: "internal" });
+  assertRpcLine(await rpcLine("logs-rest-broken-1"), {
+    reqId: "logs-rest-broken-1",
+    principal: server.adminSubject,
+    rpc: GET_GROUP,
+    protocol: "rest",
+    code: "internal",
+  });
 
   const viaGrpc = await grpcGetGroup(BROKEN, { authorization: `Bearer ${adminToken}`, "x-request-id": "logs-grpc-broken-1" });
   assert.equal(viaGrpc.err?.code, grpc.status.INTERNAL);
@@ -226,7 +299,9 @@ test("an internal error is logged once, at error level, with the request id of i
 
   const t = testTransport("connect-h1", srv.url);
   try {
-    await assert.rejects(createClient(GroupsService, t.transport).getGroup({ uid: BROKEN }, { headers: { "x-request-id": "logs-connect-broken-1" } }));
+    await assert.rejects(
+      createClient(GroupsService, t.transport).getGroup({ uid: BROKEN }, { headers: { "x-request-id": "logs-connect-broken-1" } }),
+    );
   } finally {
     t.close();
   }
@@ -248,12 +323,24 @@ test("an internal error is logged once, at error level, with the request id of i
 test("an invite code created over REST and presented back never reaches the logs", async () => {
   const org = await createGroup(srv.url, null, "logs org");
   const viewer = await builtinRole(srv, "viewer");
-  const created = await rest(srv.url, "POST", `/iam/v2beta1/groupInvites/${org.uid}`, { roleUid: viewer, ttl: "3600s" }, { "x-request-id": "logs-invite-create-1" });
+  const created = await rest(
+    srv.url,
+    "POST",
+    `/iam/v2beta1/groupInvites/${org.uid}`,
+    { roleUid: viewer, ttl: "3600s" },
+    { "x-request-id": "logs-invite-create-1" },
+  );
   assert.equal(created.status, 200, JSON.stringify(created.body));
   const code: string = created.body.code;
   assert.ok(code.length > 20);
   secrets.push(code, code.slice(code.indexOf(".") + 1));
-  assertRpcLine(await rpcLine("logs-invite-create-1"), { reqId: "logs-invite-create-1", principal: server.adminSubject, rpc: "platformapi.iam.v2beta1.GroupInvitesService/CreateGroupInvite", protocol: "rest", code: "ok" });
+  assertRpcLine(await rpcLine("logs-invite-create-1"), {
+    reqId: "logs-invite-create-1",
+    principal: server.adminSubject,
+    rpc: "platformapi.iam.v2beta1.GroupInvitesService/CreateGroupInvite",
+    protocol: "rest",
+    code: "ok",
+  });
 
   // The code comes back in a request (the administrator is no person, so it is refused): still not logged.
   const presented = await rest(srv.url, "POST", "/auth/v1/register", { code }, { "x-request-id": "logs-invite-register-1" });
@@ -282,7 +369,13 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
   const chunks: string[] = [];
   const logStream = new PassThrough();
   logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dir, LOG_LEVEL: "trace", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dir,
+    LOG_LEVEL: "trace",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+  });
   const traced = await startServer({ config, store: openSqliteStore({ dataDir: dir }), logStream });
   const token = await mintAdminToken(traced);
   const forged = `${token.slice(0, -12)}${"D".repeat(12)}`;
@@ -298,7 +391,10 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
     mine.push(invite.body.code);
     await rest(traced.url, "POST", "/auth/v1/register", { code: invite.body.code }, auth);
     await rest(traced.url, "GET", `/iam/v2beta1/groups/${MISSING}`, undefined, { authorization: `Bearer ${forged}` });
-    await rest(traced.url, "GET", `/iam/v2beta1/groups?page_token=${encodeURIComponent(token)}`, undefined, { authorization: `Bearer ${forged}`, cookie: `session=${token}` });
+    await rest(traced.url, "GET", `/iam/v2beta1/groups?page_token=${encodeURIComponent(token)}`, undefined, {
+      authorization: `Bearer ${forged}`,
+      cookie: `session=${token}`,
+    });
     const { err } = await grpcGetGroupAt(traced.port, MISSING, { authorization: `Bearer ${forged}` });
     assert.equal(err?.code, grpc.status.UNAUTHENTICATED);
   } finally {

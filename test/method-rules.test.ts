@@ -81,7 +81,13 @@ test("the running server serves exactly the bound services' methods, each with a
     await srv.close();
   }
   const rules = [...bound].map(([name, method]) => ({ name, rule: methodRule(method), list: method.name.startsWith("List") }));
-  assert.deepEqual(rules.filter((r) => r.rule.mode === "disabled").map((r) => r.name).sort(), NO_TOKEN);
+  assert.deepEqual(
+    rules
+      .filter((r) => r.rule.mode === "disabled")
+      .map((r) => r.name)
+      .sort(),
+    NO_TOKEN,
+  );
   const byHand = rules.filter((r) => r.rule.mode === "enabled" && r.rule.unscoped && !r.list).map((r) => r.name);
   assert.deepEqual(byHand.sort(), AUTHORIZED_IN_HANDLER);
 });

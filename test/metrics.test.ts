@@ -104,7 +104,9 @@ test("after REST ok, REST not found, gRPC ok and Connect ok calls, /metrics coun
   const { samples, types } = await scrape(srv.url);
   assert.equal(types.get("platform_requests_total"), "counter");
   const requests = find(samples, "platform_requests_total");
-  const counted = Object.fromEntries(requests.map((s) => [`${s.labels.service}/${s.labels.method} ${s.labels.protocol} ${s.labels.code}`, s.value]));
+  const counted = Object.fromEntries(
+    requests.map((s) => [`${s.labels.service}/${s.labels.method} ${s.labels.protocol} ${s.labels.code}`, s.value]),
+  );
   assert.deepEqual(counted, {
     [`${GROUPS}/CreateGroup rest ok`]: 1,
     [`${GROUPS}/GetGroup rest not_found`]: 2,
@@ -129,7 +131,11 @@ test("after REST ok, REST not found, gRPC ok and Connect ok calls, /metrics coun
     const buckets = find(samples, "platform_request_duration_seconds_bucket", labels);
     assert.ok(buckets.length >= 5, `buckets of ${method} ${protocol}`);
     const bounds = buckets.map((b) => (b.labels.le === "+Inf" ? Infinity : Number(b.labels.le)));
-    assert.deepEqual(bounds, [...bounds].sort((a, b) => a - b), "bucket bounds ascend");
+    assert.deepEqual(
+      bounds,
+      [...bounds].sort((a, b) => a - b),
+      "bucket bounds ascend",
+    );
     assert.equal(bounds.at(-1), Infinity);
     for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i]!.value >= buckets[i - 1]!.value, "cumulative buckets");
     assert.equal(buckets.at(-1)!.value, count, `+Inf bucket of ${method} ${protocol}`);
@@ -139,7 +145,8 @@ test("after REST ok, REST not found, gRPC ok and Connect ok calls, /metrics coun
 
   // In flight: a gauge per protocol, back to zero once every call has finished.
   assert.equal(types.get("platform_requests_in_flight"), "gauge");
-  for (const protocol of ["rest", "grpc", "connect", "grpc-web"]) assert.equal(value(samples, "platform_requests_in_flight", { protocol }), 0, protocol);
+  for (const protocol of ["rest", "grpc", "connect", "grpc-web"])
+    assert.equal(value(samples, "platform_requests_in_flight", { protocol }), 0, protocol);
 
   // Store query time: the group creation and lookups went through the store.
   assert.equal(types.get("platform_store_query_duration_seconds"), "histogram");
@@ -170,7 +177,8 @@ test("after REST ok, REST not found, gRPC ok and Connect ok calls, /metrics coun
 test("a fresh token is one more cache miss; a forged one is a miss and counted as unauthenticated", async () => {
   const before = (await scrape(srv.url)).samples;
   const fresh = await mintAdminToken(srv.server);
-  for (let i = 0; i < 3; i++) assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${fresh}` })).status, 200);
+  for (let i = 0; i < 3; i++)
+    assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${fresh}` })).status, 200);
   const forged = `${fresh.slice(0, fresh.lastIndexOf(".") + 1)}${"A".repeat(86)}`;
   assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups", undefined, { authorization: `Bearer ${forged}` })).status, 401);
   const afterwards = (await scrape(srv.url)).samples;
@@ -197,7 +205,13 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
       return inner.authenticate(headers);
     },
   });
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: "silent",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+  });
   const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate });
   setDefaultToken(server.port, await mintAdminToken(server));
   const grpc = grpcClient(GroupsService, server.port);
@@ -236,11 +250,22 @@ test("a call whose deadline passed before the handler answered is counted and lo
   const lines: string[] = [];
   const logStream = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString("utf8").split("\n").filter((l) => l !== ""));
+      lines.push(
+        ...chunk
+          .toString("utf8")
+          .split("\n")
+          .filter((l) => l !== ""),
+      );
       done();
     },
   });
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: "info",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+  });
   const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate, logStream });
   setDefaultToken(server.port, await mintAdminToken(server));
   try {
@@ -251,17 +276,26 @@ test("a call whose deadline passed before the handler answered is counted and lo
       try {
         const err = await createClient(GroupsService, t.transport)
           .getGroup({ uid: org.uid }, { timeoutMs: 20 })
-          .then(() => assert.fail(`${kind}: the deadline passes first`), (e: unknown) => ConnectError.from(e));
+          .then(
+            () => assert.fail(`${kind}: the deadline passes first`),
+            (e: unknown) => ConnectError.from(e),
+          );
         assert.equal(err.code, Code.DeadlineExceeded, kind);
       } finally {
         t.close();
       }
     }
     // The handlers finish after their clients gave up: wait for all three to be counted.
-    const counted = () => lines.filter((l) => l.includes('"msg":"rpc"') && l.includes("GroupsService/GetGroup")).map((l) => JSON.parse(l) as { protocol: string; code: string });
-    for (let waited = 0; counted().length < kinds.length && waited < 3000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20));
+    const counted = () =>
+      lines
+        .filter((l) => l.includes('"msg":"rpc"') && l.includes("GroupsService/GetGroup"))
+        .map((l) => JSON.parse(l) as { protocol: string; code: string });
+    for (let waited = 0; counted().length < kinds.length && waited < 3000; waited += 20)
+      await new Promise((resolve) => setTimeout(resolve, 20));
     assert.deepEqual(
-      counted().map((c) => `${c.protocol} ${c.code}`).sort(),
+      counted()
+        .map((c) => `${c.protocol} ${c.code}`)
+        .sort(),
       ["connect deadline_exceeded", "grpc deadline_exceeded", "grpc-web deadline_exceeded"],
     );
     const { samples } = await scrape(server.url);

@@ -4,8 +4,8 @@
  * tokens issued before keep working (the keys and the administrator moved).
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server/app.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";
@@ -42,8 +42,19 @@ if (!pgAvailable()) {
     const viewer = await builtinRole(before, "viewer");
     const custom = await customRole(before, org.uid, "migrated role", ["CAP_REPO_LIST", "CAP_IAM_GROUPS_LIST"]);
     const caller = await createCaller(before, folder.uid, "migrated caller", custom);
-    await ok(rest(before.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, { name: "migrated sso", defaultRole: viewer, oidc: { issuer: "https://login.example", clientId: "c", clientSecret: "s" } }));
-    await ok(rest(before.url, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, { name: "migrated association", amazon: { account: "123456789012" } }));
+    await ok(
+      rest(before.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
+        name: "migrated sso",
+        defaultRole: viewer,
+        oidc: { issuer: "https://login.example", clientId: "c", clientSecret: "s" },
+      }),
+    );
+    await ok(
+      rest(before.url, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, {
+        name: "migrated association",
+        amazon: { account: "123456789012" },
+      }),
+    );
     const invite = await ok(rest(before.url, "POST", `/iam/v2beta1/groupInvites/${org.uid}`, { roleUid: viewer, ttl: "86400s" }));
     const repo = await ok(rest(before.url, "POST", `/registry/v2beta1/repos/${folder.uid}`, { name: "migrated/app" }));
     for (const name of ["latest", "sha256-abc.sig", "1.0-20240131"]) {
@@ -51,7 +62,9 @@ if (!pgAvailable()) {
     }
     const imported = await platformCli(before, ["import-advisories", "--group", org.uid, OSV]);
     assert.equal(imported.code, 0, imported.stderr);
-    const listings = await Promise.all(COLLECTIONS.map(async (path) => (await ok(rest(before.url, "GET", path))) as Record<string, unknown>));
+    const listings = await Promise.all(
+      COLLECTIONS.map(async (path) => (await ok(rest(before.url, "GET", path))) as Record<string, unknown>),
+    );
     const adminToken = before.adminToken;
     await before.server.close();
 
@@ -62,7 +75,13 @@ if (!pgAvailable()) {
     assert.match(run.stdout, /^groups: 2$/m);
     assert.match(run.stdout, /^tags: 3$/m);
 
-    const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: before.dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "2000" });
+    const config = loadConfig({
+      PORT: "0",
+      HOST: "127.0.0.1",
+      PLATFORM_DATA_DIR: before.dataDir,
+      LOG_LEVEL: "silent",
+      PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    });
     const after = await startServer({ config, store: await openPostgresStore({ url }) });
     try {
       const auth = { authorization: `Bearer ${adminToken}` };
@@ -72,11 +91,25 @@ if (!pgAvailable()) {
         assert.deepEqual(res.body, listings[i], path);
       }
       // The caller's token from before still works, with its grants.
-      assert.equal((await rest(after.url, "GET", `/iam/v2beta1/groups/${folder.uid}`, undefined, { authorization: `Bearer ${caller.token}` })).status, 200);
+      assert.equal(
+        (await rest(after.url, "GET", `/iam/v2beta1/groups/${folder.uid}`, undefined, { authorization: `Bearer ${caller.token}` })).status,
+        200,
+      );
       // The invite code still redeems: its hash moved with it.
-      const redeemer = await ok(rest(after.url, "POST", `/iam/v2beta1/identities/${org.uid}`, { name: "late redeemer", claimMatch: { issuer: "https://ci.example", subject: "late" } }, auth));
+      const redeemer = await ok(
+        rest(
+          after.url,
+          "POST",
+          `/iam/v2beta1/identities/${org.uid}`,
+          { name: "late redeemer", claimMatch: { issuer: "https://ci.example", subject: "late" } },
+          auth,
+        ),
+      );
       const token = (await after.tokens.mint(redeemer.uid)).token;
-      assert.equal((await rest(after.url, "POST", "/auth/v1/register", { code: invite.code }, { authorization: `Bearer ${token}` })).status, 200);
+      assert.equal(
+        (await rest(after.url, "POST", "/auth/v1/register", { code: invite.code }, { authorization: `Bearer ${token}` })).status,
+        200,
+      );
     } finally {
       await after.close();
     }

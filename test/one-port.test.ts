@@ -12,9 +12,9 @@ import { GetGroupRequestSchema, GroupSchema, GroupsService } from "../gen/platfo
 import { grpcService, methodDefinition } from "../src/server/grpc/adapter.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "../src/server/http/one-port.js";
 import type { UnaryHandler } from "../src/server/wrap.js";
+import { within } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { startTestServer } from "./support/server.js";
-import { within } from "./support/assertions.js";
 
 // ---------------------------------------------------------------------------
 // Harness: the one-port listener with a trivial HTTP/1.1 handler and a tiny
@@ -37,8 +37,7 @@ const probeDefinition: grpc.ServiceDefinition = {
 function probeGrpcServer(): grpc.Server {
   const server = new grpc.Server();
   server.addService(probeDefinition, {
-    peer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) =>
-      callback(null, Buffer.from(call.getPeer())),
+    peer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => callback(null, Buffer.from(call.getPeer())),
   });
   return server;
 }
@@ -51,7 +50,9 @@ function probeClient(port: number): { peer(): Promise<string>; close(): void } {
     peer: () =>
       new Promise((resolve, reject) =>
         // eslint-disable-next-line @typescript-eslint/no-explicit-any
-        (client as any).peer(Buffer.alloc(0), (err: grpc.ServiceError | null, res: Buffer) => (err ? reject(err) : resolve(res.toString()))),
+        (client as any).peer(Buffer.alloc(0), (err: grpc.ServiceError | null, res: Buffer) =>
+          err ? reject(err) : resolve(res.toString()),
+        ),
       ),
     close: () => client.close(),
   };
@@ -171,7 +172,11 @@ async function rawSocket(port: number): Promise<{ socket: net.Socket; closed: Pr
 }
 
 /** An HTTP/1.1 GET through `agent`; resolves with status, body and whether the socket was reused. */
-function h1Get(port: number, path: string, agent: http.Agent | false): Promise<{ status: number; body: string; reused: boolean; localPort?: number }> {
+function h1Get(
+  port: number,
+  path: string,
+  agent: http.Agent | false,
+): Promise<{ status: number; body: string; reused: boolean; localPort?: number }> {
   return new Promise((resolve, reject) => {
     const req = http.get({ host: "127.0.0.1", port, path, agent }, (res) => {
       let body = "";
@@ -413,7 +418,10 @@ test("grpc adapter: ctx.signal stays unaborted after a successful call, aborts w
   const inner = implementation.getGroup as grpc.handleUnaryCall<{ uid: string }, unknown>;
   grpcServer.addService(definition, {
     getGroup: (call: grpc.ServerUnaryCall<{ uid: string }, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-      endOfCall.set(call.request.uid, once(call, "cancelled").then(() => undefined));
+      endOfCall.set(
+        call.request.uid,
+        once(call, "cancelled").then(() => undefined),
+      );
       inner(call, callback);
     },
   });

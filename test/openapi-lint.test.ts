@@ -45,5 +45,8 @@ test("redocly lint reports 0 errors on the live /openapi.json", async () => {
   assert.equal(report.totals.errors, 0);
   // The one warning allowed: the test server's URL is 127.0.0.1 (no-server-example.com).
   const warnings = report.problems.filter((p) => p.severity !== "error").map((p) => p.ruleId);
-  assert.deepEqual(warnings.filter((rule) => rule !== "no-server-example.com"), []);
+  assert.deepEqual(
+    warnings.filter((rule) => rule !== "no-server-example.com"),
+    [],
+  );
 });

@@ -45,14 +45,20 @@ test("it lists exactly the REST operations the transcoder serves, one parameter 
     if (op.optionalTrailing && op.method === "POST") served.add(`${op.method} ${path.replace(/\/\{\}$/, "")}`);
   }
   assert.deepEqual([...documented].sort(), [...served].sort());
-  for (const method of ["post", "get", "patch", "delete"]) assert.ok(doc.paths["/iam/v2beta1/groups/{uid}"][method], `${method} /iam/v2beta1/groups/{uid}`);
+  for (const method of ["post", "get", "patch", "delete"])
+    assert.ok(doc.paths["/iam/v2beta1/groups/{uid}"][method], `${method} /iam/v2beta1/groups/{uid}`);
   assert.ok(doc.paths["/iam/v2beta1/roleBindings:batchCreate"].post);
 });
 
 test("each operation says which request field its path parameter binds", async () => {
   const doc = await documentOf();
   const ops = doc.paths["/iam/v2beta1/groups/{uid}"];
-  for (const [method, field] of [["post", "parent"], ["get", "uid"], ["patch", "group.uid"], ["delete", "uid"]]) {
+  for (const [method, field] of [
+    ["post", "parent"],
+    ["get", "uid"],
+    ["patch", "group.uid"],
+    ["delete", "uid"],
+  ]) {
     const [param] = ops[method!].parameters.filter((p: { in: string }) => p.in === "path");
     assert.equal(param.name, "uid");
     assert.equal(param["x-request-field"], field);
@@ -64,11 +70,16 @@ test("each operation says which request field its path parameter binds", async (
 test("operationIds are unique, operations are tagged by service and carry the proto comments", async () => {
   const doc = await documentOf();
   const ids: string[] = [];
-  for (const ops of Object.values(doc.paths as Record<string, Record<string, { operationId: string; tags: string[]; summary: string; responses: object }>>)) {
+  for (const ops of Object.values(
+    doc.paths as Record<string, Record<string, { operationId: string; tags: string[]; summary: string; responses: object }>>,
+  )) {
     for (const op of Object.values(ops)) {
       ids.push(op.operationId);
       assert.equal(op.tags.length, 1);
-      assert.ok(Object.keys(op.responses).some((code) => /^4\d\d$/.test(code)), `${op.operationId} has 4XX responses`);
+      assert.ok(
+        Object.keys(op.responses).some((code) => /^4\d\d$/.test(code)),
+        `${op.operationId} has 4XX responses`,
+      );
     }
   }
   assert.equal(new Set(ids).size, ids.length, "no operationId twice");
@@ -93,7 +104,10 @@ test("request and response schemas each state their own rules", async () => {
   const input = schemas["platformapi.iam.v2beta1.Group_Input"];
   assert.deepEqual(input.required, ["name"]);
   assert.equal(input.properties.uid, undefined, "output-only fields are not inputs");
-  assert.deepEqual({ ...input.properties.name, description: undefined }, { type: "string", pattern: "^[a-z0-9 ._-]{1,}$", minLength: 3, maxLength: 63, description: undefined });
+  assert.deepEqual(
+    { ...input.properties.name, description: undefined },
+    { type: "string", pattern: "^[a-z0-9 ._-]{1,}$", minLength: 3, maxLength: 63, description: undefined },
+  );
   assert.equal(schemas["platformapi.iam.v2beta1.Group_Patch"].required, undefined, "a partial update requires nothing");
   const group = schemas["platformapi.iam.v2beta1.Group"];
   assert.equal(group.properties.createTime.readOnly, true);
@@ -114,11 +128,16 @@ test("the error body is described fully, and every secured operation says so", a
   const schemas = doc.components.schemas;
   const details = schemas["google.rpc.Status"].properties.details.items;
   assert.equal(details.discriminator.propertyName, "@type");
-  assert.deepEqual(Object.keys(details.discriminator.mapping).sort(), ["ErrorInfo", "BadRequest", "PreconditionFailure"].map((d) => `type.googleapis.com/google.rpc.${d}`).sort());
+  assert.deepEqual(
+    Object.keys(details.discriminator.mapping).sort(),
+    ["ErrorInfo", "BadRequest", "PreconditionFailure"].map((d) => `type.googleapis.com/google.rpc.${d}`).sort(),
+  );
   assert.equal(schemas["google.rpc.ErrorInfo"].properties["@type"].const, "type.googleapis.com/google.rpc.ErrorInfo");
   const create = doc.paths["/iam/v2beta1/groups/{uid}"].post;
   assert.deepEqual(create.responses["400"], { $ref: "#/components/responses/BadRequest" });
-  assert.deepEqual(doc.components.responses.BadRequest.content["application/json"].schema, { $ref: "#/components/schemas/google.rpc.Status" });
+  assert.deepEqual(doc.components.responses.BadRequest.content["application/json"].schema, {
+    $ref: "#/components/schemas/google.rpc.Status",
+  });
   assert.deepEqual(doc.components.securitySchemes.bearer, { ...doc.components.securitySchemes.bearer, type: "http", scheme: "bearer" });
   assert.deepEqual(doc.paths["/sts/exchange"].get.security, [], "the exchange needs no API token");
   assert.equal(doc.paths["/sts/exchange"].get.responses["401"], undefined);
@@ -130,7 +149,10 @@ test("live responses have every property their schema requires", async () => {
   const child = await rest(srv.url, "POST", `/iam/v2beta1/groups/${org.body.uid}`, { name: "schema child" });
   const checks: [string, unknown][] = [
     ["platformapi.iam.v2beta1.Group", child.body],
-    ["platformapi.iam.v2beta1.Group", (await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${child.body.uid.replace("/", "%2F")}`, { description: "patched" })).body],
+    [
+      "platformapi.iam.v2beta1.Group",
+      (await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${child.body.uid.replace("/", "%2F")}`, { description: "patched" })).body,
+    ],
     ["platformapi.iam.v2beta1.ListGroupsResponse", (await rest(srv.url, "GET", "/iam/v2beta1/groups")).body],
     ["google.rpc.Status", (await rest(srv.url, "GET", `/iam/v2beta1/groups/${"a".repeat(40)}`)).body],
     ["google.rpc.Status", (await rest(srv.url, "POST", "/iam/v2beta1/groups", { name: "X" })).body],

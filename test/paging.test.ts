@@ -72,12 +72,7 @@ function tamper(token: string): string {
  * Follows nextPageToken from the first page to the last, checking each page's
  * envelope, and returns every uid in the order received.
  */
-async function walk(
-  url: string,
-  query: string,
-  pageSize: number,
-  want: { totalCount: number; skipped?: number },
-): Promise<string[]> {
+async function walk(url: string, query: string, pageSize: number, want: { totalCount: number; skipped?: number }): Promise<string[]> {
   const uids: string[] = [];
   let token = "";
   for (let page = 1; ; page++) {

@@ -38,7 +38,10 @@ if (!pgAvailable()) {
       assertRestError(await rest(srv.url, "POST", "/iam/v2beta1/groups", { name: "during outage" }), 503, 14, "UNAVAILABLE");
       const client = grpcClient(GroupsService, srv.port);
       try {
-        const err = await client.call("getGroup", { uid: org.uid }).then(() => assert.fail("served"), (e: { code: number }) => e);
+        const err = await client.call("getGroup", { uid: org.uid }).then(
+          () => assert.fail("served"),
+          (e: { code: number }) => e,
+        );
         assert.equal(err.code, 14);
       } finally {
         client.close();

@@ -36,7 +36,8 @@ if (!pgAvailable()) {
       for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     });
 
-    const call = (srv: ServerProcess, method: string, path: string, body?: unknown) => rest(srv.url, method, path, body, { authorization: `Bearer ${token}` });
+    const call = (srv: ServerProcess, method: string, path: string, body?: unknown) =>
+      rest(srv.url, method, path, body, { authorization: `Bearer ${token}` });
 
     test("an administrator token minted once works on both: the signing keys live in the database", async () => {
       assert.equal((await call(a, "GET", "/auth/v1/ok")).status, 200);
@@ -52,14 +53,18 @@ if (!pgAvailable()) {
         assert.equal((await call(reader, "GET", `/iam/v2beta1/groups/${created.body.uid}`)).status, 200, `round ${i}`);
         await call(writer, "PATCH", `/iam/v2beta1/groups/${created.body.uid}`, { name: `renamed ${i}` });
         assert.equal((await call(reader, "GET", `/iam/v2beta1/groups/${created.body.uid}`)).body.name, `renamed ${i}`);
-        assert.equal((await call(reader, "GET", `/iam/v2beta1/groups?uidp.children_of=${org.uid}&page_size=1`)).body.totalCount, String(i + 1));
+        assert.equal(
+          (await call(reader, "GET", `/iam/v2beta1/groups?uidp.children_of=${org.uid}&page_size=1`)).body.totalCount,
+          String(i + 1),
+        );
       }
     });
 
     test("a role binding deleted through one process stops granting on the other at the next request", async () => {
       const org = (await call(a, "POST", "/iam/v2beta1/groups", { name: "two process authz org" })).body;
       const viewer = (await call(a, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
-      const person = (await call(a, "GET", "/iam/v2beta1/identities:lookupIdentity?issuer=https://people.example&subject=p1")).body.uid as string;
+      const person = (await call(a, "GET", "/iam/v2beta1/identities:lookupIdentity?issuer=https://people.example&subject=p1")).body
+        .uid as string;
       const binding = (await call(a, "POST", `/iam/v2beta1/roleBindings/${org.uid}`, { identityUid: person, roleUid: viewer })).body;
       // The binding is visible to B's authorization at once (B caches grants by the version it reads per request).
       const listed = await call(b, "GET", `/iam/v2beta1/roleBindings?identity=${person}`);

@@ -83,7 +83,13 @@ interface Failure {
   status?: {
     code: number;
     message: string;
-    details: { typeUrl: string; reason?: string; domain?: string; metadata?: Record<string, string>; fieldViolations?: { field: string; description: string }[] }[];
+    details: {
+      typeUrl: string;
+      reason?: string;
+      domain?: string;
+      metadata?: Record<string, string>;
+      fieldViolations?: { field: string; description: string }[];
+    }[];
   };
 }
 interface PyGroup {
@@ -132,7 +138,10 @@ describe("Python grpcio client from stubs generated from proto/", { skip: proces
 
   test("every stub generated from proto/ imports under platformapi", () => {
     const modules = protosUnder("proto").flatMap((f) => {
-      const base = f.replace(/\.proto$/, "").split("/").join(".");
+      const base = f
+        .replace(/\.proto$/, "")
+        .split("/")
+        .join(".");
       return [`${base}_pb2`, `${base}_pb2_grpc`];
     });
     assert.ok(modules.includes("platformapi.iam.v2beta1.groups_pb2_grpc"), "proto/ holds GroupsService");
@@ -173,7 +182,10 @@ describe("Python grpcio client from stubs generated from proto/", { skip: proces
     assert.equal(info.reason, "INVALID_ARGUMENT");
     assert.equal(info.domain, "iam.platform.api");
     const bad = byType.get("type.googleapis.com/google.rpc.BadRequest")!;
-    assert.deepEqual(bad.fieldViolations?.map((v) => v.field), ["name"]);
+    assert.deepEqual(
+      bad.fieldViolations?.map((v) => v.field),
+      ["name"],
+    );
     assert.match(bad.fieldViolations[0]!.description, /\^\[a-z0-9 \._-\]/);
   });
 
@@ -190,7 +202,10 @@ describe("Python grpcio client from stubs generated from proto/", { skip: proces
     for (const name of [GROUPS, "platformapi.iam.v1.GroupsService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"]) {
       assert.ok(services.includes(name), `${name} in ${services.join(", ")}`);
     }
-    assert.ok(services.every((s) => s.startsWith("platformapi.") || s.startsWith("grpc.")), services.join(", "));
+    assert.ok(
+      services.every((s) => s.startsWith("platformapi.") || s.startsWith("grpc.")),
+      services.join(", "),
+    );
     assert.equal(file, "platformapi/iam/v2beta1/groups.proto");
     assert.equal(pkg, "platformapi.iam.v2beta1");
     assert.deepEqual(methods, ["CreateGroup", "GetGroup", "ListGroups", "UpdateGroup", "DeleteGroup"]);

@@ -38,7 +38,18 @@ before(async () => {
   for (const [i, [tier]] of TIERS.entries()) {
     clock += 1000;
     const parent = i < 5 ? team.uid : i === 5 ? org.uid : other.uid;
-    repos.push(await ok(rest(srv.url, "POST", `/registry/v2beta1/repos/${parent}`, { name: `repo-${i}`, description: `tier ${tier}`, catalogTier: tier, bundles: ["base"], aliases: [`repo-${i}:latest`], activeTags: ["latest"] })));
+    repos.push(
+      await ok(
+        rest(srv.url, "POST", `/registry/v2beta1/repos/${parent}`, {
+          name: `repo-${i}`,
+          description: `tier ${tier}`,
+          catalogTier: tier,
+          bundles: ["base"],
+          aliases: [`repo-${i}:latest`],
+          activeTags: ["latest"],
+        }),
+      ),
+    );
   }
 });
 after(async () => {
@@ -56,16 +67,19 @@ describe("GET /registry/v1/repos", () => {
     const got = await items(`?uidp.descendants_of=${org.uid}`);
     assert.deepEqual(
       got,
-      repos.slice(0, 6).map((r, i) => ({
-        id: r.uid,
-        name: `repo-${i}`,
-        catalogTier: TIERS[i]![1],
-        bundles: ["base"],
-        aliases: [`repo-${i}:latest`],
-        createTime: r.createTime,
-        activeTags: ["latest"],
-        description: `tier ${TIERS[i]![0]}`,
-      })).sort((a, b) => (a.id! < b.id! ? -1 : 1)),
+      repos
+        .slice(0, 6)
+        .map((r, i) => ({
+          id: r.uid,
+          name: `repo-${i}`,
+          catalogTier: TIERS[i]![1],
+          bundles: ["base"],
+          aliases: [`repo-${i}:latest`],
+          createTime: r.createTime,
+          activeTags: ["latest"],
+          description: `tier ${TIERS[i]![0]}`,
+        }))
+        .sort((a, b) => (a.id! < b.id! ? -1 : 1)),
     );
   });
 
@@ -86,12 +100,21 @@ describe("GET /registry/v1/repos", () => {
     assert.deepEqual(await ids(`?id=${repos[3]!.uid}&uidp.descendants_of=${other.uid}`), []);
     const res = await rest(srv.url, "GET", `${PATH}?id=nope`);
     const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-    assert.deepEqual(fieldViolations(err).map((v) => v.field), ["id"]);
+    assert.deepEqual(
+      fieldViolations(err).map((v) => v.field),
+      ["id"],
+    );
   });
 
   test("a caller sees the repos where it holds repo.list, nothing elsewhere", async () => {
     const viewer = await createCaller(srv, team.uid, "v1 viewer", await builtinRole(srv, "viewer"));
-    assert.deepEqual((await items("", as(viewer))).map((r) => r.id).sort(), repos.slice(0, 5).map((r) => r.uid).sort());
+    assert.deepEqual(
+      (await items("", as(viewer))).map((r) => r.id).sort(),
+      repos
+        .slice(0, 5)
+        .map((r) => r.uid)
+        .sort(),
+    );
     assert.deepEqual(await items(`?id=${repos[6]!.uid}`, as(viewer)), []);
     const nobody = await createCaller(srv, org.uid, "v1 nobody", null);
     assert.deepEqual(await items("", as(nobody)), []);
@@ -107,7 +130,10 @@ describe("GET /registry/v1/repos", () => {
       assert.equal(repo.catalogTier, CatalogTier.FIPS);
       assert.equal(repo.catalogTier, 6);
       assert.equal(timestampMs(repo.createTime!), Date.parse(repos[3]!.createTime!));
-      const bad = await client.call("listRepos", { id: "x" }).then(() => assert.fail("expected INVALID_ARGUMENT"), (e: ServiceError) => e);
+      const bad = await client.call("listRepos", { id: "x" }).then(
+        () => assert.fail("expected INVALID_ARGUMENT"),
+        (e: ServiceError) => e,
+      );
       assert.equal(bad.code, 3);
     } finally {
       client.close();

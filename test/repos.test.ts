@@ -31,7 +31,11 @@ const createRepo = (parent: string, body: object, headers?: Record<string, strin
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -53,7 +57,12 @@ describe("create and get", () => {
   });
 
   test("a repo gets a child uid of its group and every field, defaults emitted; Get returns the same", async () => {
-    const repo = await createRepo(org.uid, { name: "nginx", description: "web server", uid: "e".repeat(40), createTime: "2001-01-01T00:00:00Z" });
+    const repo = await createRepo(org.uid, {
+      name: "nginx",
+      description: "web server",
+      uid: "e".repeat(40),
+      createTime: "2001-01-01T00:00:00Z",
+    });
     assert.match(repo.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
     assert.deepEqual(repo, {
       uid: repo.uid,
@@ -122,7 +131,12 @@ describe("create and get", () => {
 
   test("a name taken in the group is ALREADY_EXISTS; the same name in another group is fine", async () => {
     const first = await createRepo(org.uid, { name: "redis" });
-    const err = assertRestError(await call("POST", `${PATH}/${org.uid}`, { name: "redis", description: "second" }), 409, 6, "ALREADY_EXISTS");
+    const err = assertRestError(
+      await call("POST", `${PATH}/${org.uid}`, { name: "redis", description: "second" }),
+      409,
+      6,
+      "ALREADY_EXISTS",
+    );
     assert.match(err.message, /repo/);
     assert.equal((await ok(call("GET", `${PATH}?uidp.children_of=${org.uid}&name=redis`))).totalCount, "1");
     const team = await createGroup(srv.url, org.uid, "repo team");
@@ -152,7 +166,9 @@ describe("update and delete", () => {
     clock += 1000;
     const res = await ok(call("PATCH", `${PATH}/${repo.uid}`, { description: "b" }));
     assert.deepEqual(res, { ...repo, description: "b", updateTime: iso(clock) });
-    const renamed = await ok(call("PATCH", `${PATH}/${repo.uid}`, { name: "edited", catalogTier: "CATALOG_TIER_AI", activeTags: ["latest"] }));
+    const renamed = await ok(
+      call("PATCH", `${PATH}/${repo.uid}`, { name: "edited", catalogTier: "CATALOG_TIER_AI", activeTags: ["latest"] }),
+    );
     assert.deepEqual(renamed, { ...res, name: "edited", catalogTier: "CATALOG_TIER_AI", activeTags: ["latest"] });
     assert.deepEqual(await ok(call("GET", `${PATH}/${repo.uid}`)), renamed);
   });
@@ -163,7 +179,13 @@ describe("update and delete", () => {
     assert.deepEqual(res, { ...repo, description: "b", updateTime: iso(clock) });
     const cleared = await ok(call("PATCH", `${PATH}/${repo.uid}`, { bundles: [], aliases: [] }));
     assert.deepEqual(cleared, { ...res, bundles: [], aliases: [] });
-    const all = await ok(call("PATCH", `${PATH}/${repo.uid}?updateMask=name,bundles`, { name: "masked-two", bundles: ["ai", "ai-gpu"], description: "ignored" }));
+    const all = await ok(
+      call("PATCH", `${PATH}/${repo.uid}?updateMask=name,bundles`, {
+        name: "masked-two",
+        bundles: ["ai", "ai-gpu"],
+        description: "ignored",
+      }),
+    );
     assert.deepEqual(all, { ...cleared, name: "masked-two", bundles: ["ai", "ai-gpu"] });
   });
 
@@ -222,7 +244,12 @@ describe("list", () => {
     team = await createGroup(srv.url, org.uid, "repo list team");
     items = [];
     const plan: [string, string, number][] = [
-      [org.uid, "nginx", 0], [team.uid, "python", 1], [org.uid, "python", 0], [team.uid, "nginx", 0], [org.uid, "go/builder", 2], [team.uid, "zeta", 0],
+      [org.uid, "nginx", 0],
+      [team.uid, "python", 1],
+      [org.uid, "python", 0],
+      [team.uid, "nginx", 0],
+      [org.uid, "go/builder", 2],
+      [team.uid, "zeta", 0],
     ];
     for (const [parent, name, step] of plan) {
       clock += step;
@@ -252,7 +279,10 @@ describe("list", () => {
     const body = await ok(call("GET", `${PATH}?uidp.descendants_of=${org.uid}&order_by=name&skip=2&page_size=3`));
     assert.equal(body.skipped, 2);
     assert.equal(body.totalCount, "6");
-    assert.deepEqual(body.repos.map((r: { name: string }) => r.name), ["nginx", "python", "python"]);
+    assert.deepEqual(
+      body.repos.map((r: { name: string }) => r.name),
+      ["nginx", "python", "python"],
+    );
     assert.ok(body.nextPageToken);
   });
 
@@ -281,7 +311,13 @@ describe("capabilities", () => {
     editor = await createCaller(srv, org.uid, "repo editor", await builtinRole(srv, "editor"));
     owner = await createCaller(srv, org.uid, "repo owner", await builtinRole(srv, "owner"));
     stranger = await createCaller(srv, other.uid, "repo stranger", await builtinRole(srv, "owner"));
-    managed = await createRepo(org.uid, { name: "managed", catalogTier: "CATALOG_TIER_BASE", bundles: ["base"], aliases: ["managed:1"], activeTags: ["1"] });
+    managed = await createRepo(org.uid, {
+      name: "managed",
+      catalogTier: "CATALOG_TIER_BASE",
+      bundles: ["base"],
+      aliases: ["managed:1"],
+      activeTags: ["1"],
+    });
   });
 
   test("a viewer lists and gets repos but cannot create, update or delete them (7)", async () => {
@@ -296,9 +332,19 @@ describe("capabilities", () => {
   test("an editor creates, updates and deletes repos, but cannot set operator-managed fields (7)", async () => {
     const repo = await createRepo(org.uid, { name: "editor-made" }, as(editor));
     assert.equal((await ok(call("PATCH", `${PATH}/${repo.uid}`, { description: "edited" }, as(editor)))).description, "edited");
-    const denied = assertRestError(await call("POST", `${PATH}/${org.uid}`, { name: "tiered", catalogTier: "CATALOG_TIER_BASE" }, as(editor)), 403, 7, "PERMISSION_DENIED");
+    const denied = assertRestError(
+      await call("POST", `${PATH}/${org.uid}`, { name: "tiered", catalogTier: "CATALOG_TIER_BASE" }, as(editor)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.match(denied.message, /catalog_tier.*CAP_REPO_INTERNAL_ADMIN/);
-    assertRestError(await call("PATCH", `${PATH}/${repo.uid}`, { catalogTier: "CATALOG_TIER_AI" }, as(editor)), 403, 7, "PERMISSION_DENIED");
+    assertRestError(
+      await call("PATCH", `${PATH}/${repo.uid}`, { catalogTier: "CATALOG_TIER_AI" }, as(editor)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.equal((await ok(call("GET", `${PATH}/${repo.uid}`))).catalogTier, "CATALOG_TIER_UNSPECIFIED");
     assert.deepEqual(await ok(call("DELETE", `${PATH}/${repo.uid}`, undefined, as(editor))), {});
     assert.equal((await ok(call("GET", `${PATH}?uidp.children_of=${org.uid}&name=tiered`))).totalCount, "0");
@@ -308,7 +354,13 @@ describe("capabilities", () => {
     for (const body of [{ catalogTier: "CATALOG_TIER_AI" }, { bundles: ["base"] }, { aliases: ["x:1"] }, { activeTags: ["latest"] }]) {
       assertRestError(await call("POST", `${PATH}/${org.uid}`, { name: "owner-tiered", ...body }, as(owner)), 403, 7, "PERMISSION_DENIED");
     }
-    for (const body of [{ catalogTier: "CATALOG_TIER_AI" }, { bundles: ["base", "fips"] }, { bundles: [] }, { aliases: [] }, { activeTags: ["2"] }]) {
+    for (const body of [
+      { catalogTier: "CATALOG_TIER_AI" },
+      { bundles: ["base", "fips"] },
+      { bundles: [] },
+      { aliases: [] },
+      { activeTags: ["2"] },
+    ]) {
       assertRestError(await call("PATCH", `${PATH}/${managed.uid}`, body, as(owner)), 403, 7, "PERMISSION_DENIED");
     }
     assert.equal((await ok(call("GET", `${PATH}?uidp.children_of=${org.uid}&name=owner-tiered`))).totalCount, "0");
@@ -326,8 +378,21 @@ describe("capabilities", () => {
   });
 
   test("the administrator changes the operator-managed fields", async () => {
-    const res = await ok(call("PATCH", `${PATH}/${managed.uid}`, { catalogTier: "CATALOG_TIER_COMMERCIAL", bundles: ["commercial"], aliases: [], activeTags: ["2", "latest"] }));
-    assert.deepEqual(res, { ...managed, catalogTier: "CATALOG_TIER_COMMERCIAL", bundles: ["commercial"], aliases: [], activeTags: ["2", "latest"] });
+    const res = await ok(
+      call("PATCH", `${PATH}/${managed.uid}`, {
+        catalogTier: "CATALOG_TIER_COMMERCIAL",
+        bundles: ["commercial"],
+        aliases: [],
+        activeTags: ["2", "latest"],
+      }),
+    );
+    assert.deepEqual(res, {
+      ...managed,
+      catalogTier: "CATALOG_TIER_COMMERCIAL",
+      bundles: ["commercial"],
+      aliases: [],
+      activeTags: ["2", "latest"],
+    });
     managed = res;
   });
 
@@ -344,7 +409,11 @@ describe("ReposService over native gRPC", () => {
   test("create, get, list, update, delete; errors carry their details", async () => {
     const client = grpcClient(ReposService, srv.port);
     const groups = grpcClient(GroupsService, srv.port);
-    const fail = (p: Promise<unknown>) => p.then(() => assert.fail("expected an error"), (e: ServiceError) => e);
+    const fail = (p: Promise<unknown>) =>
+      p.then(
+        () => assert.fail("expected an error"),
+        (e: ServiceError) => e,
+      );
     try {
       const org = await createGroup(srv.url, null, "grpc repos");
       const repo: Repo = await client.call("createRepo", {
@@ -356,11 +425,17 @@ describe("ReposService over native gRPC", () => {
       assert.equal(timestampMs(repo.createTime!), clock);
       assert.deepEqual((await client.call("getRepo", { uid: repo.uid })).activeTags, ["latest"]);
       const listed = await client.call("listRepos", { uidp: { descendantsOf: org.uid }, name: "grpc/nginx" });
-      assert.deepEqual(listed.repos.map((r: Repo) => r.uid), [repo.uid]);
+      assert.deepEqual(
+        listed.repos.map((r: Repo) => r.uid),
+        [repo.uid],
+      );
       assert.equal(listed.totalCount, 1n);
       assert.equal((await client.call("listRepos", { uidp: { descendantsOf: org.uid }, name: "nginx" })).totalCount, 0n);
       clock += 5;
-      const updated: Repo = await client.call("updateRepo", { repo: { uid: repo.uid, description: "via grpc", catalogTier: CatalogTier.DEVTOOLS }, updateMask: { paths: ["description", "catalog_tier"] } });
+      const updated: Repo = await client.call("updateRepo", {
+        repo: { uid: repo.uid, description: "via grpc", catalogTier: CatalogTier.DEVTOOLS },
+        updateMask: { paths: ["description", "catalog_tier"] },
+      });
       assert.equal(updated.description, "via grpc");
       assert.equal(updated.catalogTier, CatalogTier.DEVTOOLS);
       assert.equal(timestampMs(updated.updateTime!), clock);
@@ -368,7 +443,10 @@ describe("ReposService over native gRPC", () => {
       const invalid = await fail(client.call("createRepo", { parent: org.uid, repo: { name: "Bad Name", catalogTier: 42 } }));
       assert.equal(invalid.code, 3);
       const badRequest = grpcStatus(invalid).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(badRequest.fieldViolations.map((v) => v.field), ["name", "catalog_tier"]);
+      assert.deepEqual(
+        badRequest.fieldViolations.map((v) => v.field),
+        ["name", "catalog_tier"],
+      );
 
       const blocked = await fail(groups.call("deleteGroup", { uid: org.uid }));
       assert.equal(blocked.code, 9);

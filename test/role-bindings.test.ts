@@ -30,14 +30,20 @@ async function ok(res: Promise<RestResult>): Promise<Json> {
 }
 const identity = (parent: string, name: string, subject: string) =>
   ok(call("POST", `/iam/v2beta1/identities/${parent}`, { name, description: `${name} desc`, claimMatch: { issuer: ISSUER, subject } }));
-const role = (parent: string, name: string, capabilities = ["CAP_REPO_LIST"]) => ok(call("POST", `/iam/v2beta1/roles/${parent}`, { name, description: `${name} desc`, capabilities }));
+const role = (parent: string, name: string, capabilities = ["CAP_REPO_LIST"]) =>
+  ok(call("POST", `/iam/v2beta1/roles/${parent}`, { name, description: `${name} desc`, capabilities }));
 const bind = (group: string, identityUid: string, roleUid: string) => call("POST", `${BASE}/${group}`, { identityUid, roleUid });
-const groupBindings = async (group: string) => ((await ok(call("GET", `${BASE}?group=${group}`))).roleBindings as Json[]).map((b) => b.uid).sort();
+const groupBindings = async (group: string) =>
+  ((await ok(call("GET", `${BASE}?group=${group}`))).roleBindings as Json[]).map((b) => b.uid).sort();
 
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   return err;
 }
 
@@ -55,7 +61,12 @@ before(async () => {
   idOrg = await identity(org.uid, "org bot", "sub-org");
   idTeam = await identity(team.uid, "team bot", "sub-team");
   idOther = await identity(other.uid, "other bot", "sub-other");
-  idStatic = await ok(call("POST", `/iam/v2beta1/identities/${org.uid}`, { name: "static bot", staticKeys: { issuer: "https://offline.example", subject: "robot", issuerKeys: JWKS } }));
+  idStatic = await ok(
+    call("POST", `/iam/v2beta1/identities/${org.uid}`, {
+      name: "static bot",
+      staticKeys: { issuer: "https://offline.example", subject: "robot", issuerKeys: JWKS },
+    }),
+  );
   const roles = await ok(call("GET", "/iam/v2beta1/roles?name=viewer&uidp.in_root=true"));
   viewer = roles.roles[0];
   assert.ok(viewer, "the built-in viewer role exists");
@@ -159,9 +170,16 @@ describe("get, update, delete", () => {
   test("update checks references like create and changes nothing on failure", async () => {
     const b = await ok(bind(org.uid, idOrg.uid, roleOrg.uid));
     assertNotFound(await call("PATCH", `${BASE}/${b.uid}`, { roleUid: roleTeam.uid }), "role", roleTeam.uid);
-    assertNotFound(await call("PATCH", `${BASE}/${b.uid}`, { identityUid: `${org.uid}/0123456789abcdef` }), "identity", `${org.uid}/0123456789abcdef`);
+    assertNotFound(
+      await call("PATCH", `${BASE}/${b.uid}`, { identityUid: `${org.uid}/0123456789abcdef` }),
+      "identity",
+      `${org.uid}/0123456789abcdef`,
+    );
     assertViolations(await call("PATCH", `${BASE}/${b.uid}`, { roleUid: "" }), ["role_uid"]);
-    assertViolations(await call("PATCH", `${BASE}/${b.uid}?updateMask=identity_uid,role_uid`, { roleUid: "bad" }), ["identity_uid", "role_uid"]);
+    assertViolations(await call("PATCH", `${BASE}/${b.uid}?updateMask=identity_uid,role_uid`, { roleUid: "bad" }), [
+      "identity_uid",
+      "role_uid",
+    ]);
     for (const path of ["identity", "create_time", "uid", "group"]) {
       assertViolations(await call("PATCH", `${BASE}/${b.uid}?updateMask=${path}`, { roleUid: viewer.uid }), ["update_mask"]);
     }
@@ -203,13 +221,22 @@ describe("batch create", () => {
   test("creates every binding in request order; role_uid is the default for sub-requests", async () => {
     const g = await createGroup(srv.url, org.uid, "batch target");
     const child = await createGroup(srv.url, g.uid, "batch child");
-    const res = await ok(batch({ parent: g.uid, roleUid: viewer.uid, requests: [sub(g.uid, idOrg.uid), sub(child.uid, idTeam.uid, viewer.uid), sub(g.uid, idStatic.uid)] }));
+    const res = await ok(
+      batch({
+        parent: g.uid,
+        roleUid: viewer.uid,
+        requests: [sub(g.uid, idOrg.uid), sub(child.uid, idTeam.uid, viewer.uid), sub(g.uid, idStatic.uid)],
+      }),
+    );
     const got = res.roleBindings as Json[];
-    assert.deepEqual(got.map((b) => [b.group.uid, b.identity.uid, b.role.name]), [
-      [g.uid, idOrg.uid, "viewer"],
-      [child.uid, idTeam.uid, "viewer"],
-      [g.uid, idStatic.uid, "viewer"],
-    ]);
+    assert.deepEqual(
+      got.map((b) => [b.group.uid, b.identity.uid, b.role.name]),
+      [
+        [g.uid, idOrg.uid, "viewer"],
+        [child.uid, idTeam.uid, "viewer"],
+        [g.uid, idStatic.uid, "viewer"],
+      ],
+    );
     assert.ok(got.every((b) => b.uid.startsWith(`${b.group.uid}/`) && b.roleUid === viewer.uid && !("updateTime" in b)));
     assert.deepEqual(await groupBindings(g.uid), [got[0].uid, got[2].uid].sort());
     const noDefault = await ok(batch({ parent: g.uid, requests: [sub(g.uid, idOrg.uid, roleOrg.uid)] }));
@@ -219,8 +246,16 @@ describe("batch create", () => {
   test("one bad reference fails the whole batch and creates nothing", async () => {
     const g = await createGroup(srv.url, org.uid, "atomic target");
     const ghost = `${org.uid}/0123456789abcdef`;
-    assertNotFound(await batch({ parent: g.uid, roleUid: viewer.uid, requests: [sub(g.uid, idOrg.uid), sub(g.uid, ghost), sub(g.uid, idTeam.uid)] }), "identity", ghost);
-    assertNotFound(await batch({ parent: g.uid, requests: [sub(g.uid, idOrg.uid, viewer.uid), sub(g.uid, idOrg.uid, roleOther.uid)] }), "role", roleOther.uid);
+    assertNotFound(
+      await batch({ parent: g.uid, roleUid: viewer.uid, requests: [sub(g.uid, idOrg.uid), sub(g.uid, ghost), sub(g.uid, idTeam.uid)] }),
+      "identity",
+      ghost,
+    );
+    assertNotFound(
+      await batch({ parent: g.uid, requests: [sub(g.uid, idOrg.uid, viewer.uid), sub(g.uid, idOrg.uid, roleOther.uid)] }),
+      "role",
+      roleOther.uid,
+    );
     assert.deepEqual(await groupBindings(g.uid), []);
   });
 
@@ -231,14 +266,16 @@ describe("batch create", () => {
     assertViolations(await batch({ parent: g.uid, requests: many }), ["requests"]);
     assert.equal((await batch({ parent: g.uid, requests: many.slice(0, 25) })).status, 200, "25 is allowed");
     const g2 = await createGroup(srv.url, org.uid, "batch rules two");
-    assertViolations(await batch({ parent: g2.uid, roleUid: viewer.uid, requests: [sub(g2.uid, idOrg.uid), sub(g2.uid, idTeam.uid, roleOrg.uid)] }), ["requests[1].role_binding.role_uid"]);
+    assertViolations(
+      await batch({ parent: g2.uid, roleUid: viewer.uid, requests: [sub(g2.uid, idOrg.uid), sub(g2.uid, idTeam.uid, roleOrg.uid)] }),
+      ["requests[1].role_binding.role_uid"],
+    );
     assertViolations(await batch({ parent: g2.uid, requests: [sub(org.uid, idOrg.uid, viewer.uid)] }), ["requests[0].parent"]);
     assertViolations(await batch({ parent: g2.uid, requests: [sub(other.uid, idOrg.uid, viewer.uid)] }), ["requests[0].parent"]);
-    assertViolations(await batch({ parent: g2.uid, requests: [sub(g2.uid, "", viewer.uid), sub("x", idOrg.uid, viewer.uid), sub(g2.uid, idOrg.uid)] }), [
-      "requests[0].role_binding.identity_uid",
-      "requests[1].parent",
-      "requests[2].role_binding.role_uid",
-    ]);
+    assertViolations(
+      await batch({ parent: g2.uid, requests: [sub(g2.uid, "", viewer.uid), sub("x", idOrg.uid, viewer.uid), sub(g2.uid, idOrg.uid)] }),
+      ["requests[0].role_binding.identity_uid", "requests[1].parent", "requests[2].role_binding.role_uid"],
+    );
     assertViolations(await batch({ parent: "", requests: [sub(g2.uid, idOrg.uid, viewer.uid)] }), ["parent"]);
     assertViolations(await batch({ parent: g2.uid, roleUid: "bad", requests: [sub(g2.uid, idOrg.uid)] }), ["role_uid"]);
     assert.deepEqual(await groupBindings(g2.uid), []);
@@ -256,7 +293,13 @@ describe("list", () => {
     const r = await role(lorg.uid, "list role");
     items = [];
     const plan: [Json, Json, Json, number][] = [
-      [lorg, a, viewer, 0], [lteam, b, r, 1], [lorg, b, r, 0], [lteam, a, viewer, 0], [lorg, a, r, 2], [lteam, b, viewer, 0], [lteam, a, r, 1],
+      [lorg, a, viewer, 0],
+      [lteam, b, r, 1],
+      [lorg, b, r, 0],
+      [lteam, a, viewer, 0],
+      [lorg, a, r, 2],
+      [lteam, b, viewer, 0],
+      [lteam, a, r, 1],
     ];
     for (const [g, i, ro, step] of plan) {
       clock += step;
@@ -269,18 +312,40 @@ describe("list", () => {
     for (const b of res.roleBindings) assert.ok(b.identity.name && b.group.name && b.role.name, "every item is hydrated");
     return (res.roleBindings as Json[]).map((b) => b.uid).sort();
   };
-  const pick = (pred: (b: Json) => boolean) => items.filter(pred).map((b) => b.uid).sort();
+  const pick = (pred: (b: Json) => boolean) =>
+    items
+      .filter(pred)
+      .map((b) => b.uid)
+      .sort();
 
   test("identity, group, role and uidp filters combine", async () => {
     const all = `uidp.descendants_of=${lorg.uid}`;
-    assert.deepEqual(await uids(all), pick(() => true));
+    assert.deepEqual(
+      await uids(all),
+      pick(() => true),
+    );
     const a = items[0].identityUid;
     const r = items[1].roleUid;
-    assert.deepEqual(await uids(`identity=${a}`), pick((b) => b.identityUid === a));
-    assert.deepEqual(await uids(`group=${lteam.uid}`), pick((b) => b.group.uid === lteam.uid));
-    assert.deepEqual(await uids(`role=${r}`), pick((b) => b.roleUid === r));
-    assert.deepEqual(await uids(`${all}&role=${viewer.uid}&identity=${a}`), pick((b) => b.roleUid === viewer.uid && b.identityUid === a));
-    assert.deepEqual(await uids(`uidp.children_of=${lteam.uid}`), pick((b) => b.group.uid === lteam.uid));
+    assert.deepEqual(
+      await uids(`identity=${a}`),
+      pick((b) => b.identityUid === a),
+    );
+    assert.deepEqual(
+      await uids(`group=${lteam.uid}`),
+      pick((b) => b.group.uid === lteam.uid),
+    );
+    assert.deepEqual(
+      await uids(`role=${r}`),
+      pick((b) => b.roleUid === r),
+    );
+    assert.deepEqual(
+      await uids(`${all}&role=${viewer.uid}&identity=${a}`),
+      pick((b) => b.roleUid === viewer.uid && b.identityUid === a),
+    );
+    assert.deepEqual(
+      await uids(`uidp.children_of=${lteam.uid}`),
+      pick((b) => b.group.uid === lteam.uid),
+    );
   });
 
   test("malformed filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
@@ -299,13 +364,20 @@ describe("RoleBindingsService over native gRPC", () => {
     const client = grpcClient(RoleBindingsService, srv.port);
     try {
       const g = await createGroup(srv.url, org.uid, "grpc bindings");
-      const b: RoleBinding = await client.call("createRoleBinding", { parent: g.uid, roleBinding: { identityUid: idOrg.uid, roleUid: viewer.uid } });
+      const b: RoleBinding = await client.call("createRoleBinding", {
+        parent: g.uid,
+        roleBinding: { identityUid: idOrg.uid, roleUid: viewer.uid },
+      });
       assert.ok(b.uid.startsWith(`${g.uid}/`));
       assert.equal(b.identity?.name, "org bot");
       assert.equal(b.group?.name, "grpc bindings");
       assert.equal(b.role?.name, "viewer");
       assert.equal(timestampMs(b.createTime!), clock);
-      const batch = await client.call("batchCreateRoleBindings", { parent: g.uid, roleUid: roleOrg.uid, requests: [{ parent: g.uid, roleBinding: { identityUid: idTeam.uid } }] });
+      const batch = await client.call("batchCreateRoleBindings", {
+        parent: g.uid,
+        roleUid: roleOrg.uid,
+        requests: [{ parent: g.uid, roleBinding: { identityUid: idTeam.uid } }],
+      });
       assert.equal(batch.roleBindings[0].role.name, "org role");
       assert.equal((await client.call("getRoleBinding", { uid: b.uid })).identityUid, idOrg.uid);
       const listed = await client.call("listRoleBindings", { group: g.uid });
@@ -313,12 +385,17 @@ describe("RoleBindingsService over native gRPC", () => {
       assert.equal(listed.totalCount, 2n);
       await client.call("deleteRoleBinding", { uid: b.uid });
       await client.call("deleteRoleBinding", { uid: b.uid });
-      const gone = await client.call("getRoleBinding", { uid: b.uid }).then(() => assert.fail("expected NOT_FOUND"), (e: ServiceError) => e);
-      assert.equal(gone.code, 5);
-      const missing = await client.call("createRoleBinding", { parent: g.uid, roleBinding: { identityUid: idOrg.uid, roleUid: roleOther.uid } }).then(
+      const gone = await client.call("getRoleBinding", { uid: b.uid }).then(
         () => assert.fail("expected NOT_FOUND"),
         (e: ServiceError) => e,
       );
+      assert.equal(gone.code, 5);
+      const missing = await client
+        .call("createRoleBinding", { parent: g.uid, roleBinding: { identityUid: idOrg.uid, roleUid: roleOther.uid } })
+        .then(
+          () => assert.fail("expected NOT_FOUND"),
+          (e: ServiceError) => e,
+        );
       assert.equal(missing.code, 5);
     } finally {
       client.close();

@@ -34,7 +34,11 @@ async function createRole(parent: string, body: object) {
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -73,7 +77,11 @@ describe("built-in roles", () => {
   test("cannot be changed: FAILED_PRECONDITION BUILT_IN_ROLE, and nothing changes", async () => {
     const viewer = await builtIn("viewer");
     assertPrecondition(await call("PATCH", `/iam/v2beta1/roles/${viewer.uid}`, { description: "mine now" }), "BUILT_IN_ROLE", /viewer/);
-    assertPrecondition(await call("PATCH", `/iam/v2beta1/roles/${viewer.uid}`, { capabilities: ["CAP_IAM_GROUPS_LIST"] }), "BUILT_IN_ROLE", /viewer/);
+    assertPrecondition(
+      await call("PATCH", `/iam/v2beta1/roles/${viewer.uid}`, { capabilities: ["CAP_IAM_GROUPS_LIST"] }),
+      "BUILT_IN_ROLE",
+      /viewer/,
+    );
     assert.deepEqual((await call("GET", `/iam/v2beta1/roles/${viewer.uid}`)).body, viewer);
   });
 
@@ -122,7 +130,11 @@ describe("create", () => {
     ["UNKNOWN", { name: "unknown", capabilities: ["UNKNOWN"] }, ["capabilities"]],
     ["an undefined capability number", { name: "undefined", capabilities: [9999] }, ["capabilities"]],
     ["internal-only CAP_INTERNAL", { name: "internal", capabilities: ["CAP_INTERNAL", "CAP_REPO_LIST"] }, ["capabilities"]],
-    ["internal-only CAP_REPO_INTERNAL_ADMIN", { name: "internal", capabilities: ["CAP_INTERNAL", "CAP_REPO_INTERNAL_ADMIN"] }, ["capabilities"]],
+    [
+      "internal-only CAP_REPO_INTERNAL_ADMIN",
+      { name: "internal", capabilities: ["CAP_INTERNAL", "CAP_REPO_INTERNAL_ADMIN"] },
+      ["capabilities"],
+    ],
     ["everything wrong", { description: "a\nb" }, ["name", "description", "capabilities"]],
   ];
   for (const [label, body, fields] of CASES) {
@@ -133,12 +145,22 @@ describe("create", () => {
   }
 
   test("an unknown capability name is INVALID_ARGUMENT", async () => {
-    assertRestError(await call("POST", `/iam/v2beta1/roles/${org.uid}`, { name: "x", capabilities: ["CAP_MAKE_COFFEE"] }), 400, 3, "INVALID_ARGUMENT");
+    assertRestError(
+      await call("POST", `/iam/v2beta1/roles/${org.uid}`, { name: "x", capabilities: ["CAP_MAKE_COFFEE"] }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
   });
 
   test("a malformed parent is INVALID_ARGUMENT on parent; a missing group is NOT_FOUND", async () => {
     assertViolations(await call("POST", "/iam/v2beta1/roles/xyz", { name: "x", capabilities: ["CAP_REPO_LIST"] }), ["parent"]);
-    assertRestError(await call("POST", `/iam/v2beta1/roles/${"a".repeat(40)}`, { name: "x", capabilities: ["CAP_REPO_LIST"] }), 404, 5, "NOT_FOUND");
+    assertRestError(
+      await call("POST", `/iam/v2beta1/roles/${"a".repeat(40)}`, { name: "x", capabilities: ["CAP_REPO_LIST"] }),
+      404,
+      5,
+      "NOT_FOUND",
+    );
   });
 });
 
@@ -168,7 +190,11 @@ describe("get, update, delete", () => {
 
   test("updateMask names the only fields that change", async () => {
     const role = await createRole(org.uid, { name: "masked", description: "a", capabilities: ["CAP_REPO_LIST"] });
-    const res = await call("PATCH", `/iam/v2beta1/roles/${role.uid}?updateMask=description`, { name: "ignored", description: "b", capabilities: [] });
+    const res = await call("PATCH", `/iam/v2beta1/roles/${role.uid}?updateMask=description`, {
+      name: "ignored",
+      description: "b",
+      capabilities: [],
+    });
     assert.equal(res.body.name, "masked");
     assert.equal(res.body.description, "b");
     assert.deepEqual(res.body.capabilities, ["CAP_REPO_LIST"]);
@@ -200,7 +226,12 @@ describe("get, update, delete", () => {
 
   test("a bound role cannot be deleted (ROLE_IN_USE) until its binding goes", async () => {
     const role = await createRole(org.uid, { name: "in use", capabilities: ["CAP_REPO_LIST"] });
-    const id = (await call("POST", `/iam/v2beta1/identities/${org.uid}`, { name: "holder", claimMatch: { issuer: "https://i.example", subject: "s" } })).body;
+    const id = (
+      await call("POST", `/iam/v2beta1/identities/${org.uid}`, {
+        name: "holder",
+        claimMatch: { issuer: "https://i.example", subject: "s" },
+      })
+    ).body;
     const binding = (await call("POST", `/iam/v2beta1/roleBindings/${org.uid}`, { identityUid: id.uid, roleUid: role.uid })).body;
     assert.ok(binding.uid, JSON.stringify(binding));
     assertPrecondition(await call("DELETE", `/iam/v2beta1/roles/${role.uid}`), "ROLE_IN_USE", /.+/);
@@ -227,7 +258,12 @@ describe("list", () => {
     team = await createGroup(srv.url, org.uid, "role list team");
     items = [];
     const plan: [string, string, number][] = [
-      [org.uid, "viewer", 0], [team.uid, "puller", 1], [org.uid, "puller", 0], [team.uid, "auditor", 0], [org.uid, "zeta", 2], [team.uid, "viewer", 0],
+      [org.uid, "viewer", 0],
+      [team.uid, "puller", 1],
+      [org.uid, "puller", 0],
+      [team.uid, "auditor", 0],
+      [org.uid, "zeta", 2],
+      [team.uid, "viewer", 0],
     ];
     for (const [parent, name, step] of plan) {
       clock += step;
@@ -259,7 +295,12 @@ describe("list", () => {
   });
 
   test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, "/iam/v2beta1/roles", "roles", `uidp.descendants_of=${org.uid}`, items, ["uid", "name", "created_at", "updated_at"]);
+    await assertPagedWalks(srv.url, "/iam/v2beta1/roles", "roles", `uidp.descendants_of=${org.uid}`, items, [
+      "uid",
+      "name",
+      "created_at",
+      "updated_at",
+    ]);
   });
 });
 
@@ -277,13 +318,22 @@ describe("RolesService over native gRPC", () => {
       assert.equal(timestampMs(role.createTime!), clock);
       assert.deepEqual((await client.call("getRole", { uid: role.uid })).name, "grpc role");
       const listed = await client.call("listRoles", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(listed.roles.map((r: Role) => r.uid), [role.uid]);
+      assert.deepEqual(
+        listed.roles.map((r: Role) => r.uid),
+        [role.uid],
+      );
       assert.equal(listed.totalCount, 1n);
       await client.call("deleteRole", { uid: role.uid });
-      const gone = await client.call("getRole", { uid: role.uid }).then(() => assert.fail("expected NOT_FOUND"), (e: ServiceError) => e);
+      const gone = await client.call("getRole", { uid: role.uid }).then(
+        () => assert.fail("expected NOT_FOUND"),
+        (e: ServiceError) => e,
+      );
       assert.equal(gone.code, 5);
       const viewer = await builtIn("viewer");
-      const refused = await client.call("deleteRole", { uid: viewer.uid }).then(() => assert.fail("expected FAILED_PRECONDITION"), (e: ServiceError) => e);
+      const refused = await client.call("deleteRole", { uid: viewer.uid }).then(
+        () => assert.fail("expected FAILED_PRECONDITION"),
+        (e: ServiceError) => e,
+      );
       assert.equal(refused.code, 9);
       const failure = grpcStatus(refused).details.find((d) => d.$typeName === "google.rpc.PreconditionFailure") as PreconditionFailure;
       assert.equal(failure.violations[0]!.type, "BUILT_IN_ROLE");

@@ -3,8 +3,8 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, wri
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { DataDirPermissionError } from "../src/store/sqlite/data-dir.js";
+import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { platformCli } from "./support/platform-cli.js";
 import { createGroup, startTestServer } from "./support/server.js";
 
@@ -64,7 +64,10 @@ test("a group- or world-accessible directory or database is refused with one lin
         assert.equal(run.stdout, "", `${command} printed no token`);
         const lines = run.stderr.trimEnd().split("\n");
         assert.equal(lines.length, 1, `one line, no stack trace: ${run.stderr}`);
-        assert.match(lines[0]!, new RegExp(`${path.replace(/[/.]/g, "\\$&")} is accessible by other users \\(mode 0${mode.toString(8)}\\)`));
+        assert.match(
+          lines[0]!,
+          new RegExp(`${path.replace(/[/.]/g, "\\$&")} is accessible by other users \\(mode 0${mode.toString(8)}\\)`),
+        );
         assert.match(lines[0]!, /chmod/);
         assert.match(lines[0]!, /PLATFORM_SKIP_PERMISSION_CHECK=true/);
       }

@@ -21,12 +21,12 @@ import { HealthCheckRequestSchema } from "../gen/grpc/health/v1/health_pb.js";
 import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { DEFAULT_TIMEOUTS } from "../src/server/http/one-port.js";
+import { within } from "./support/assertions.js";
 import { memoryOf } from "./support/bombs.js";
 import { checkGrpcResult, rawGrpcClient } from "./support/fuzz-grpc.js";
 import { grpcStatus } from "./support/grpc.js";
 import { encodeFrame, END_STREAM, FrameType, grpcPrefix, grpcRequestHeaders, headerBlock, rawH2 } from "./support/raw-h2.js";
 import { startTestServer, type TestServer } from "./support/server.js";
-import { within } from "./support/assertions.js";
 
 const MiB = 1024 * 1024;
 const HEALTH_CHECK = "/grpc.health.v1.Health/Check";
@@ -85,10 +85,18 @@ describe("HTTP/2 SETTINGS and stream limits", () => {
       for (let i = 0; i < 101; i++) client.write(grpcRequestHeaders(1 + 2 * i, HEALTH_CHECK));
       const reset = await client.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 201, 5000, "stream 201 reset");
       assert.equal(reset.payload.readUInt32BE(0), REFUSED_STREAM);
-      assert.deepEqual(client.frames.filter((f) => f.type === FrameType.RST_STREAM).map((f) => f.streamId), [201], "only the 101st is refused");
+      assert.deepEqual(
+        client.frames.filter((f) => f.type === FrameType.RST_STREAM).map((f) => f.streamId),
+        [201],
+        "only the 101st is refused",
+      );
       // Stream 1 finishes its request and is answered.
       client.write(encodeFrame(FrameType.DATA, END_STREAM, 1, grpcPrefix(0)));
-      await client.waitFor((f) => f.type === FrameType.HEADERS && f.streamId === 1 && (f.flags & END_STREAM) !== 0, 5000, "stream 1 trailers");
+      await client.waitFor(
+        (f) => f.type === FrameType.HEADERS && f.streamId === 1 && (f.flags & END_STREAM) !== 0,
+        5000,
+        "stream 1 trailers",
+      );
     } finally {
       client.close();
     }
@@ -99,7 +107,10 @@ describe("HTTP/2 SETTINGS and stream limits", () => {
       for (let i = 0; i < 101; i++) acked.write(grpcRequestHeaders(1 + 2 * i, HEALTH_CHECK));
       const goaway = await acked.waitFor((f) => f.type === FrameType.GOAWAY, 5000, "GOAWAY");
       assert.ok(goaway.payload.readUInt32BE(0) < 201, "stream 201 was never accepted");
-      assert.equal(acked.frames.some((f) => f.type === FrameType.HEADERS && f.streamId === 201), false);
+      assert.equal(
+        acked.frames.some((f) => f.type === FrameType.HEADERS && f.streamId === 201),
+        false,
+      );
     } finally {
       acked.close();
     }
@@ -129,7 +140,10 @@ describe("HTTP/2 SETTINGS and stream limits", () => {
         ["x-big", "a".repeat(16 * 1024)],
       ]);
       const END_HEADERS = 0x4;
-      raw.write(encodeFrame(FrameType.HEADERS, 0, 1, block.subarray(0, 16_000)), encodeFrame(FrameType.CONTINUATION, END_HEADERS, 1, block.subarray(16_000)));
+      raw.write(
+        encodeFrame(FrameType.HEADERS, 0, 1, block.subarray(0, 16_000)),
+        encodeFrame(FrameType.CONTINUATION, END_HEADERS, 1, block.subarray(16_000)),
+      );
       raw.write(encodeFrame(FrameType.DATA, END_STREAM, 1, grpcPrefix(0)));
       const reset = await raw.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 1, 5000, "stream 1 reset");
       assert.equal(reset.payload.readUInt32BE(0), ENHANCE_YOUR_CALM);
@@ -161,7 +175,10 @@ describe("HTTP/2 idle timeout", () => {
     const pings = setInterval(() => silent.write(encodeFrame(FrameType.PING, 0, 0, Buffer.alloc(8))), 100);
     try {
       await within(5000, once(silent.socket, "end"), "GOAWAY and the server's FIN");
-      assert.ok(silent.frames.some((f) => f.type === FrameType.GOAWAY), "it was told first");
+      assert.ok(
+        silent.frames.some((f) => f.type === FrameType.GOAWAY),
+        "it was told first",
+      );
       await within(5000, closed, "the server drops a connection whose peer never closes");
     } finally {
       clearInterval(pings);
@@ -177,7 +194,8 @@ describe("errors grpc-js writes itself carry a google.rpc.Status with one ErrorI
   });
   after(() => srv.close());
 
-  const infoOf = (err: grpc.ServiceError) => grpcStatus(err).details.find((d) => d.$typeName === "google.rpc.ErrorInfo") as unknown as { reason: string; domain: string };
+  const infoOf = (err: grpc.ServiceError) =>
+    grpcStatus(err).details.find((d) => d.$typeName === "google.rpc.ErrorInfo") as unknown as { reason: string; domain: string };
 
   test("an unknown method: UNIMPLEMENTED", async () => {
     const client = rawGrpcClient(srv.port);
@@ -196,13 +214,22 @@ describe("errors grpc-js writes itself carry a google.rpc.Status with one ErrorI
     const uid = "a".repeat(5 * MiB);
     const request = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid }));
     // A real grpc-js client that compresses: 5 MiB of "a" travel as a few KiB.
-    const gzip = new grpc.Client(`127.0.0.1:${srv.port}`, grpc.credentials.createInsecure(), { "grpc.default_compression_algorithm": grpc.compressionAlgorithms.gzip });
+    const gzip = new grpc.Client(`127.0.0.1:${srv.port}`, grpc.credentials.createInsecure(), {
+      "grpc.default_compression_algorithm": grpc.compressionAlgorithms.gzip,
+    });
     try {
       const { err } = await plain.call(GET_GROUP, request, `Bearer ${srv.adminToken}`);
       assert.equal(checkGrpcResult({ err }), grpc.status.RESOURCE_EXHAUSTED);
       assert.equal(infoOf(err!).reason, "MESSAGE_TOO_LARGE");
       const zipped = await new Promise<grpc.ServiceError | null>((resolve) =>
-        gzip.makeUnaryRequest(GET_GROUP, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(request), new grpc.Metadata(), (e) => resolve(e)),
+        gzip.makeUnaryRequest(
+          GET_GROUP,
+          (b: Buffer) => b,
+          (b: Buffer) => b,
+          Buffer.from(request),
+          new grpc.Metadata(),
+          (e) => resolve(e),
+        ),
       );
       assert.equal(checkGrpcResult({ err: zipped }), grpc.status.RESOURCE_EXHAUSTED);
       assert.equal(infoOf(zipped!).reason, "MESSAGE_TOO_LARGE");
@@ -216,7 +243,11 @@ describe("errors grpc-js writes itself carry a google.rpc.Status with one ErrorI
   test("our own errors keep their details unchanged", async () => {
     const client = rawGrpcClient(srv.port);
     try {
-      const { err } = await client.call(GET_GROUP, toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: "0".repeat(40) })), `Bearer ${srv.adminToken}`);
+      const { err } = await client.call(
+        GET_GROUP,
+        toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: "0".repeat(40) })),
+        `Bearer ${srv.adminToken}`,
+      );
       assert.equal(checkGrpcResult({ err }), grpc.status.NOT_FOUND);
       assert.equal(infoOf(err!).reason, "NOT_FOUND");
       assert.equal(infoOf(err!).domain, "iam.platform.api");
@@ -249,7 +280,10 @@ describe("unfinished request bytes are bounded per connection (a `serve` process
       const outcome = new Promise<{ grpcStatus?: string; details?: Buffer; rstCode?: number }>((resolve) => {
         req.on("response", (h) => {
           const bin = h["grpc-status-details-bin"];
-          resolve({ grpcStatus: h["grpc-status"] as string | undefined, details: typeof bin === "string" ? Buffer.from(bin, "base64") : undefined });
+          resolve({
+            grpcStatus: h["grpc-status"] as string | undefined,
+            details: typeof bin === "string" ? Buffer.from(bin, "base64") : undefined,
+          });
         });
         req.on("close", () => resolve({ rstCode: req.rstCode }));
       });
@@ -272,13 +306,18 @@ describe("unfinished request bytes are bounded per connection (a `serve` process
       const refused = outcomes.filter((o) => o?.grpcStatus === "8");
       const held = 200 - refused.length;
       const mem = memoryOf(srv.pid);
-      t.diagnostic(`200 streams × 3 MiB unfinished: ${refused.length} refused, ${held} held; RSS ${baseline.rssMiB} → ${mem.rssMiB} MiB, peak ${baseline.peakMiB} → ${mem.peakMiB} MiB`);
+      t.diagnostic(
+        `200 streams × 3 MiB unfinished: ${refused.length} refused, ${held} held; RSS ${baseline.rssMiB} → ${mem.rssMiB} MiB, peak ${baseline.peakMiB} → ${mem.peakMiB} MiB`,
+      );
       assert.ok(held <= 2 * Math.ceil(BUDGET / PARTIAL), `${held} streams held`);
       for (const o of refused) {
         const status = fromBinary(StatusSchema, o!.details!);
         const infos = status.details.filter((d) => d.typeUrl.endsWith("google.rpc.ErrorInfo")).map((d) => anyUnpack(d, ErrorInfoSchema)!);
         assert.equal(status.code, 8);
-        assert.deepEqual(infos.map((i) => i.reason), ["CONNECTION_BUDGET_EXCEEDED"]);
+        assert.deepEqual(
+          infos.map((i) => i.reason),
+          ["CONNECTION_BUDGET_EXCEEDED"],
+        );
       }
       // What a connection holds is bounded; what passed through before the refusals is garbage not yet collected.
       assert.ok(mem.peakMiB - baseline.peakMiB < 150, `peak RSS grew ${mem.peakMiB - baseline.peakMiB} MiB`);

@@ -56,9 +56,24 @@ async function signIn(idToken: string, providerUid?: string): Promise<Caller> {
 }
 const register = (caller: Caller, code: string) => call("POST", "/auth/v1/register", { code }, as(caller));
 const bindingsIn = async (group: string) =>
-  ((await ok(call("GET", `${BINDINGS}?uidp.descendants_of=${group}`))).roleBindings as { identityUid: string; roleUid: string }[]).map((b) => [b.identityUid, b.roleUid]);
-const createProvider = async (group: string, issuer: OidcIssuer, clientId: string, defaultRole = viewer, headers?: Record<string, string>) =>
-  ok(call("POST", `${PROVIDERS}/${group}`, { name: `sso ${clientId}`, defaultRole, oidc: { issuer: issuer.url, clientId, clientSecret: "s3cret" } }, headers));
+  ((await ok(call("GET", `${BINDINGS}?uidp.descendants_of=${group}`))).roleBindings as { identityUid: string; roleUid: string }[]).map(
+    (b) => [b.identityUid, b.roleUid],
+  );
+const createProvider = async (
+  group: string,
+  issuer: OidcIssuer,
+  clientId: string,
+  defaultRole = viewer,
+  headers?: Record<string, string>,
+) =>
+  ok(
+    call(
+      "POST",
+      `${PROVIDERS}/${group}`,
+      { name: `sso ${clientId}`, defaultRole, oidc: { issuer: issuer.url, clientId, clientSecret: "s3cret" } },
+      headers,
+    ),
+  );
 
 describe("item 4: an email-bound invite trusts an email only from the operator's issuers or the invite side's own provider", () => {
   const VICTIM_EMAIL = "victim@corp.example";
@@ -113,7 +128,14 @@ describe("item 5: re-pointing a provider's client makes new people, never the on
 
     const folderOwner = await createCaller(srv, folder.uid, "folder owner", owner);
     // Allowed: the folder owner may grant the provider's default role (viewer) in the folder.
-    await ok(call("PATCH", `${PROVIDERS}/${idp.uid}`, { oidc: { issuer: evil.url, clientId: "attacker-app", clientSecret: "x" } }, as(folderOwner)));
+    await ok(
+      call(
+        "PATCH",
+        `${PROVIDERS}/${idp.uid}`,
+        { oidc: { issuer: evil.url, clientId: "attacker-app", clientSecret: "x" } },
+        as(folderOwner),
+      ),
+    );
     const attacker = await signIn(evil.idToken({ sub: "victim-sub", aud: "attacker-app" }), idp.uid);
     assert.notEqual(attacker.uid, victim.uid, "a new person, not the victim");
     const whoami = await ok(call("GET", "/auth/v1/ok", undefined, as(attacker)));
@@ -137,14 +159,30 @@ describe("item 6: binding a predicted person uid is no membership or email oracl
   before(async () => {
     org = await createGroup(srv.url, null, "oracle org");
     orgOwner = await createCaller(srv, org.uid, "oracle owner", owner);
-    signedUp = await signIn(people.idToken({ sub: "oracle-signed-up", aud: AUTH, email: "known@corp.example", email_verified: true, name: "Known Person" }));
+    signedUp = await signIn(
+      people.idToken({ sub: "oracle-signed-up", aud: AUTH, email: "known@corp.example", email_verified: true, name: "Known Person" }),
+    );
   });
 
   const lookup = async (subject: string) =>
-    (await ok(call("GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(people.url)}&subject=${subject}`, undefined, as(orgOwner)))).uid as string;
+    (
+      await ok(
+        call(
+          "GET",
+          `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(people.url)}&subject=${subject}`,
+          undefined,
+          as(orgOwner),
+        ),
+      )
+    ).uid as string;
   /** A binding response with its own uids and time blanked, for comparing two. */
   const shape = (body: Record<string, unknown>, identityUid: string) =>
-    JSON.parse(JSON.stringify(body).replaceAll(identityUid, "<person>").replace(/"uid":"[0-9a-f]{40}\/[0-9a-f]{16}"/, '"uid":"<binding>"').replace(/"createTime":"[^"]+"/, '"createTime":"<t>"'));
+    JSON.parse(
+      JSON.stringify(body)
+        .replaceAll(identityUid, "<person>")
+        .replace(/"uid":"[0-9a-f]{40}\/[0-9a-f]{16}"/, '"uid":"<binding>"')
+        .replace(/"createTime":"[^"]+"/, '"createTime":"<t>"'),
+    );
 
   test("bindings to a signed-up and a never-seen person look the same, and show neither email nor name", async () => {
     const known = await lookup("oracle-signed-up");
@@ -171,7 +209,10 @@ describe("item 6: binding a predicted person uid is no membership or email oracl
     const person = await signIn(people.idToken({ sub: "oracle-late-comer", aud: AUTH }));
     assert.equal(person.uid, uid);
     const whoami = await ok(call("GET", "/auth/v1/ok", undefined, as(person)));
-    assert.deepEqual(whoami.capabilities.map((c: { group: { id: string } }) => c.group.id), [org.uid]);
+    assert.deepEqual(
+      whoami.capabilities.map((c: { group: { id: string } }) => c.group.id),
+      [org.uid],
+    );
     assert.equal((await ok(call("GET", `/iam/v2beta1/groups/${org.uid}`, undefined, as(person)))).uid, org.uid);
   });
 
@@ -179,8 +220,18 @@ describe("item 6: binding a predicted person uid is no membership or email oracl
     const other = await createGroup(srv.url, null, "oracle other org");
     const stranger = await createCaller(srv, other.uid, "oracle stranger", null);
     const missing = `${other.uid}/0123456789abcdef`;
-    const a = assertRestError(await call("POST", `${BINDINGS}/${org.uid}`, { identityUid: stranger.uid, roleUid: viewer }, as(orgOwner)), 404, 5, "NOT_FOUND");
-    const b = assertRestError(await call("POST", `${BINDINGS}/${org.uid}`, { identityUid: missing, roleUid: viewer }, as(orgOwner)), 404, 5, "NOT_FOUND");
+    const a = assertRestError(
+      await call("POST", `${BINDINGS}/${org.uid}`, { identityUid: stranger.uid, roleUid: viewer }, as(orgOwner)),
+      404,
+      5,
+      "NOT_FOUND",
+    );
+    const b = assertRestError(
+      await call("POST", `${BINDINGS}/${org.uid}`, { identityUid: missing, roleUid: viewer }, as(orgOwner)),
+      404,
+      5,
+      "NOT_FOUND",
+    );
     assert.equal(JSON.stringify(a).replaceAll(stranger.uid, "<x>"), JSON.stringify(b).replaceAll(missing, "<x>"));
   });
 });
@@ -203,7 +254,10 @@ describe("a deleted identity's API token stops working at once, on every protoco
     assert.equal(((await viaConnect.json()) as { code: string }).code, "unauthenticated");
     const client = grpcClient(GroupsService, srv.port, { token: doomed.token });
     try {
-      const err = await client.call("getGroup", { uid: org.uid }).then(() => assert.fail("expected UNAUTHENTICATED"), (e: ServiceError) => e);
+      const err = await client.call("getGroup", { uid: org.uid }).then(
+        () => assert.fail("expected UNAUTHENTICATED"),
+        (e: ServiceError) => e,
+      );
       assert.equal(err.code, 16);
     } finally {
       client.close();
@@ -217,9 +271,7 @@ describe("API tokens are one exact spelling", () => {
   function respellings(part: string): string[] {
     const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     const bytes = Buffer.from(part, "base64url");
-    return [...alphabet]
-      .map((c) => part.slice(0, -1) + c)
-      .filter((p) => p !== part && Buffer.from(p, "base64url").equals(bytes));
+    return [...alphabet].map((c) => part.slice(0, -1) + c).filter((p) => p !== part && Buffer.from(p, "base64url").equals(bytes));
   }
 
   test("a token with a non-canonical last character in any part is UNAUTHENTICATED, the original keeps working", async () => {
@@ -247,15 +299,42 @@ describe("CreateTag re-pointing an existing tag needs CAP_TAG_UPDATE", () => {
     const digest = (c: string) => `sha256:${c.repeat(64)}`;
     await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: digest("a") }));
 
-    const creator = await createCaller(srv, org.uid, "tag creator", await customRole(srv, org.uid, "tag creator", ["CAP_TAG_CREATE", "CAP_TAG_LIST"]));
-    assert.equal((await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "v1", digest: digest("b") }, as(creator)))).digest, digest("b"));
+    const creator = await createCaller(
+      srv,
+      org.uid,
+      "tag creator",
+      await customRole(srv, org.uid, "tag creator", ["CAP_TAG_CREATE", "CAP_TAG_LIST"]),
+    );
+    assert.equal(
+      (await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "v1", digest: digest("b") }, as(creator)))).digest,
+      digest("b"),
+    );
     for (const name of ["latest", "v1"]) {
-      assertRestError(await call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name, digest: digest("c") }, as(creator)), 403, 7, "PERMISSION_DENIED");
+      assertRestError(
+        await call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name, digest: digest("c") }, as(creator)),
+        403,
+        7,
+        "PERMISSION_DENIED",
+      );
     }
     const tags = await ok(call("GET", `/registry/v2beta1/tags?uidp.children_of=${repo.uid}&order_by=name`));
-    assert.deepEqual(tags.tags.map((t: { name: string; digest: string }) => [t.name, t.digest]), [["latest", digest("a")], ["v1", digest("b")]]);
+    assert.deepEqual(
+      tags.tags.map((t: { name: string; digest: string }) => [t.name, t.digest]),
+      [
+        ["latest", digest("a")],
+        ["v1", digest("b")],
+      ],
+    );
 
-    const updater = await createCaller(srv, org.uid, "tag updater", await customRole(srv, org.uid, "tag updater", ["CAP_TAG_CREATE", "CAP_TAG_UPDATE"]));
-    assert.equal((await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: digest("c") }, as(updater)))).digest, digest("c"));
+    const updater = await createCaller(
+      srv,
+      org.uid,
+      "tag updater",
+      await customRole(srv, org.uid, "tag updater", ["CAP_TAG_CREATE", "CAP_TAG_UPDATE"]),
+    );
+    assert.equal(
+      (await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: digest("c") }, as(updater)))).digest,
+      digest("c"),
+    );
   });
 });

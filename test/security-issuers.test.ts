@@ -11,9 +11,9 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
+import { UpstreamVerifier } from "../src/auth/upstream.js";
 import { UnauthenticatedError } from "../src/domain/errors.js";
 import { canonicalIssuer, isInternalAddress, userIssuerProblem } from "../src/domain/issuer.js";
-import { UpstreamVerifier } from "../src/auth/upstream.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";
 import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "./support/server.js";
@@ -42,20 +42,44 @@ describe("canonical issuers", () => {
   });
 
   test("internal addresses: loopback, private, link-local, shared, unspecified, multicast, mapped", () => {
-    for (const a of ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1", "::1", "::", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1"]) {
+    for (const a of [
+      "127.0.0.1",
+      "10.1.2.3",
+      "172.16.0.1",
+      "192.168.1.1",
+      "169.254.169.254",
+      "100.64.0.1",
+      "0.0.0.0",
+      "224.0.0.1",
+      "::1",
+      "::",
+      "fe80::1",
+      "fd00::1",
+      "::ffff:127.0.0.1",
+      "::ffff:10.0.0.1",
+    ]) {
       assert.equal(isInternalAddress(a), true, a);
     }
-    for (const a of ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "172.32.0.1", "100.128.0.1"]) assert.equal(isInternalAddress(a), false, a);
+    for (const a of ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "172.32.0.1", "100.128.0.1"])
+      assert.equal(isInternalAddress(a), false, a);
   });
 
   test("user-supplied issuers: https on a public host; loopback (http or https) only when allowed", () => {
     const strict = { allowLoopback: false };
     const dev = { allowLoopback: true };
     assert.equal(userIssuerProblem("https://login.example", strict), undefined);
-    for (const bad of ["http://login.example", "https://127.0.0.1:8443", "https://10.0.0.1", "https://[::1]:8443", "https://localhost:8443", "http://127.0.0.1:8080"]) {
+    for (const bad of [
+      "http://login.example",
+      "https://127.0.0.1:8443",
+      "https://10.0.0.1",
+      "https://[::1]:8443",
+      "https://localhost:8443",
+      "http://127.0.0.1:8080",
+    ]) {
       assert.notEqual(userIssuerProblem(bad, strict), undefined, bad);
     }
-    for (const ok of ["http://127.0.0.1:8080", "https://127.0.0.1:8443", "http://localhost:8080"]) assert.equal(userIssuerProblem(ok, dev), undefined, ok);
+    for (const ok of ["http://127.0.0.1:8080", "https://127.0.0.1:8443", "http://localhost:8080"])
+      assert.equal(userIssuerProblem(ok, dev), undefined, ok);
     assert.notEqual(userIssuerProblem("http://10.0.0.1", dev), undefined, "loopback only, not every internal address");
   });
 });
@@ -77,7 +101,9 @@ describe("the attack, end to end (loopback issuers allowed, as in development)",
   });
 
   const exchange = (token: string, identity: string): Promise<RestResult> =>
-    rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity=${identity}`, undefined, { authorization: `Bearer ${token}` });
+    rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity=${identity}`, undefined, {
+      authorization: `Bearer ${token}`,
+    });
 
   test("issuerPattern http://[^/]+\\.trusted\\.example does not let iss http://127.0.0.1:PORT\\x.trusted.example fetch from 127.0.0.1", async () => {
     const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
@@ -97,20 +123,34 @@ describe("the attack, end to end (loopback issuers allowed, as in development)",
     const viewer = (await rest(srv.url, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
     for (const [what, make] of NON_CANONICAL) {
       const iss = make(port);
-      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, { name: "bad issuer", claimMatch: { issuer: iss, subject: "x" } });
+      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
+        name: "bad issuer",
+        claimMatch: { issuer: iss, subject: "x" },
+      });
       const err = assertRestError(identity, 400, 3, "INVALID_ARGUMENT");
-      assert.deepEqual(fieldViolations(err).map((v) => v.field), ["claim_match.issuer"], what);
+      assert.deepEqual(
+        fieldViolations(err).map((v) => v.field),
+        ["claim_match.issuer"],
+        what,
+      );
       const provider = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
         name: "bad issuer",
         defaultRole: viewer,
         oidc: { issuer: iss, clientId: "c", clientSecret: "s" },
       });
-      assert.deepEqual(fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field), ["oidc.issuer"], what);
+      assert.deepEqual(
+        fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
+        ["oidc.issuer"],
+        what,
+      );
     }
   });
 
   test("a token whose iss is not canonical is refused by a match-anything pattern, and nothing is fetched", async () => {
-    const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, { name: "any issuer", claimMatch: { issuerPattern: ".*", subject: "any" } });
+    const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
+      name: "any issuer",
+      claimMatch: { issuerPattern: ".*", subject: "any" },
+    });
     assert.equal(identity.status, 200);
     const before = JSON.stringify(issuer.allFetches());
     for (const [what, make] of NON_CANONICAL) {
@@ -131,7 +171,14 @@ describe("production policy (PLATFORM_ALLOW_LOOPBACK_ISSUERS unset)", () => {
   let org: { uid: string };
   before(async () => {
     [issuer, people] = await Promise.all([OidcIssuer.start("internal"), OidcIssuer.start("operator")]);
-    srv = await startTestServer({ env: { PLATFORM_BASE_URL: BASE, PLATFORM_ALLOW_LOOPBACK_ISSUERS: "false", PLATFORM_USER_ISSUERS: people.url, PLATFORM_USER_AUDIENCES: "console" } });
+    srv = await startTestServer({
+      env: {
+        PLATFORM_BASE_URL: BASE,
+        PLATFORM_ALLOW_LOOPBACK_ISSUERS: "false",
+        PLATFORM_USER_ISSUERS: people.url,
+        PLATFORM_USER_AUDIENCES: "console",
+      },
+    });
     org = await createGroup(srv.url, null, "strict issuer org");
   });
   after(async () => {
@@ -141,16 +188,41 @@ describe("production policy (PLATFORM_ALLOW_LOOPBACK_ISSUERS unset)", () => {
 
   test("identities and providers cannot name http, loopback or private issuers", async () => {
     const viewer = (await rest(srv.url, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
-    for (const iss of [issuer.url, "https://127.0.0.1:8443", "https://10.0.0.1", "https://169.254.169.254", "https://[::1]", "http://login.example"]) {
-      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, { name: "internal", claimMatch: { issuer: iss, subject: "x" } });
-      assert.deepEqual(fieldViolations(assertRestError(identity, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field), ["claim_match.issuer"], iss);
-      const provider = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, { name: "internal", defaultRole: viewer, oidc: { issuer: iss, clientId: "c", clientSecret: "s" } });
-      assert.deepEqual(fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field), ["oidc.issuer"], iss);
+    for (const iss of [
+      issuer.url,
+      "https://127.0.0.1:8443",
+      "https://10.0.0.1",
+      "https://169.254.169.254",
+      "https://[::1]",
+      "http://login.example",
+    ]) {
+      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
+        name: "internal",
+        claimMatch: { issuer: iss, subject: "x" },
+      });
+      assert.deepEqual(
+        fieldViolations(assertRestError(identity, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
+        ["claim_match.issuer"],
+        iss,
+      );
+      const provider = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
+        name: "internal",
+        defaultRole: viewer,
+        oidc: { issuer: iss, clientId: "c", clientSecret: "s" },
+      });
+      assert.deepEqual(
+        fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
+        ["oidc.issuer"],
+        iss,
+      );
     }
   });
 
   test("a pattern that admits a loopback issuer gets no fetch from it: the address is checked", async () => {
-    const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, { name: "pattern", claimMatch: { issuerPattern: "http://127\\.0\\.0\\.1:\\d+", subject: "x" } });
+    const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
+      name: "pattern",
+      claimMatch: { issuerPattern: "http://127\\.0\\.0\\.1:\\d+", subject: "x" },
+    });
     assert.equal(identity.status, 200);
     const res = await rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity=${identity.body.uid}`, undefined, {
       authorization: `Bearer ${issuer.idToken({ sub: "x", aud: BASE })}`,
@@ -189,12 +261,16 @@ describe("fetches and the cache are bounded", () => {
     await issuer.close();
   });
 
-  const verifier = (opts: ConstructorParameters<typeof UpstreamVerifier>[1] = {}) => new UpstreamVerifier(Date.now, { allowLoopback: true, ...opts });
+  const verifier = (opts: ConstructorParameters<typeof UpstreamVerifier>[1] = {}) =>
+    new UpstreamVerifier(Date.now, { allowLoopback: true, ...opts });
   const refused = (p: Promise<unknown>) => assert.rejects(p, UnauthenticatedError);
 
   test("a discovery document over 256 KiB is refused", async () => {
     const iss = `${issuer.url}/big`;
-    issuer.route("/big/.well-known/openid-configuration", JSON.stringify({ issuer: iss, jwks_uri: issuer.jwksUri, pad: "x".repeat(300 * 1024) }));
+    issuer.route(
+      "/big/.well-known/openid-configuration",
+      JSON.stringify({ issuer: iss, jwks_uri: issuer.jwksUri, pad: "x".repeat(300 * 1024) }),
+    );
     await refused(verifier().verify(issuer.idToken({ iss, sub: "s" }), () => true));
   });
 
@@ -214,8 +290,14 @@ describe("fetches and the cache are bounded", () => {
     issuer.route("/elsewhere/.well-known/openid-configuration", JSON.stringify({ issuer: iss, jwks_uri: `${rawUrl}/jwks` }));
     await refused(verifier().verify(issuer.idToken({ iss, sub: "s" }), () => true));
     // The same document from an issuer the operator lists is followed.
-    issuer.route("/elsewhere-ok/.well-known/openid-configuration", JSON.stringify({ issuer: `${issuer.url}/elsewhere-ok`, jwks_uri: issuer.jwksUri }));
-    const ok = await verifier({ operatorIssuers: [`${issuer.url}/elsewhere-ok`] }).verify(issuer.idToken({ iss: `${issuer.url}/elsewhere-ok`, sub: "s" }), () => true);
+    issuer.route(
+      "/elsewhere-ok/.well-known/openid-configuration",
+      JSON.stringify({ issuer: `${issuer.url}/elsewhere-ok`, jwks_uri: issuer.jwksUri }),
+    );
+    const ok = await verifier({ operatorIssuers: [`${issuer.url}/elsewhere-ok`] }).verify(
+      issuer.idToken({ iss: `${issuer.url}/elsewhere-ok`, sub: "s" }),
+      () => true,
+    );
     assert.equal(ok.sub, "s");
   });
 
@@ -228,12 +310,16 @@ describe("fetches and the cache are bounded", () => {
     const N = 10_000;
     for (let i = 0; i < N; i += 16) {
       await Promise.all(
-        Array.from({ length: 16 }, (_, j) => refused(v.verify(issuer.idToken({ iss: `${issuer.url}/tenant-${i + j}`, sub: "s" }), () => true))),
+        Array.from({ length: 16 }, (_, j) =>
+          refused(v.verify(issuer.idToken({ iss: `${issuer.url}/tenant-${i + j}`, sub: "s" }), () => true)),
+        ),
       );
     }
     gc();
     const heapAfter = process.memoryUsage().heapUsed;
-    t.diagnostic(`${N} distinct issuers: cache holds ${v.cacheSize}; heap ${((heapAfter - heapBefore) / 1024 / 1024).toFixed(1)} MiB larger`);
+    t.diagnostic(
+      `${N} distinct issuers: cache holds ${v.cacheSize}; heap ${((heapAfter - heapBefore) / 1024 / 1024).toFixed(1)} MiB larger`,
+    );
     assert.ok(v.cacheSize <= 1_000, `${v.cacheSize} cached`);
 
     const shared = verifier();

@@ -16,7 +16,15 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { assertRestError, connectError } from "./support/assertions.js";
-import { bombCompression, carrierTransport, memoryOf, zeroBomb, type BombCarrier, type Coding, type MemorySample } from "./support/bombs.js";
+import {
+  bombCompression,
+  carrierTransport,
+  memoryOf,
+  zeroBomb,
+  type BombCarrier,
+  type Coding,
+  type MemorySample,
+} from "./support/bombs.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 const MiB = 1024 * 1024;
@@ -37,9 +45,13 @@ function assertTooLarge(err: ConnectError, what: string): void {
   assert.equal(infos[0]!.domain, domain, what);
 }
 
-/** GetGroup over `carrier` with no token, its message replaced on the wire by a bomb of `coding` (or sent as is when coding is undefined). */
+/**
+ * GetGroup over `carrier` with no token, its message replaced on the wire by a bomb of `coding` (or sent as is when coding is undefined).
+ */
 async function bombedGetGroup(carrier: BombCarrier, baseUrl: string, uid: string, coding?: Coding, bomb?: Buffer): Promise<unknown> {
-  const { transport, close } = carrierTransport(carrier, baseUrl, { compression: coding && bomb ? bombCompression(coding, bomb) : undefined });
+  const { transport, close } = carrierTransport(carrier, baseUrl, {
+    compression: coding && bomb ? bombCompression(coding, bomb) : undefined,
+  });
   try {
     return await createClient(GroupsService, transport).getGroup({ uid });
   } finally {
@@ -115,22 +127,40 @@ describe("bombs against a `serve` process: refused while reading, before authent
     for (const coding of ["gzip", "br"] as const) {
       test(`${carrier} unary, Content-Encoding ${coding}: a body inflating to 1 GiB`, async (t) => {
         const bomb = await zeroBomb(coding, GiB);
-        await burst(t, `${carrier} ${coding} (${bomb.length} bytes → 1 GiB)`, () => bombedGetGroup(carrier, srv.url, "x", coding, bomb), tooLarge(carrier));
+        await burst(
+          t,
+          `${carrier} ${coding} (${bomb.length} bytes → 1 GiB)`,
+          () => bombedGetGroup(carrier, srv.url, "x", coding, bomb),
+          tooLarge(carrier),
+        );
       });
     }
   }
 
   test("Connect GET: a compressed message in the query inflating to 1 GiB (br) and 8 MiB (gzip)", async (t) => {
-    for (const [coding, size] of [["br", GiB], ["gzip", 8 * MiB]] as const) {
+    for (const [coding, size] of [
+      ["br", GiB],
+      ["gzip", 8 * MiB],
+    ] as const) {
       const bomb = await zeroBomb(coding, size);
-      await burst(t, `connect GET ${coding} (${bomb.length} bytes → ${size / MiB} MiB)`, () => bombedGetGroup("connect-get", srv.url, "x", coding, bomb), tooLarge("GET"));
+      await burst(
+        t,
+        `connect GET ${coding} (${bomb.length} bytes → ${size / MiB} MiB)`,
+        () => bombedGetGroup("connect-get", srv.url, "x", coding, bomb),
+        tooLarge("GET"),
+      );
     }
   });
 
   test("Connect streaming (Health.Watch): a compressed envelope inflating to 1 GiB", async (t) => {
     for (const coding of ["gzip", "br"] as const) {
       const bomb = await zeroBomb(coding, GiB);
-      await burst(t, `connect streaming ${coding} envelope`, () => bombedWatch(srv.url, coding, bomb), tooLarge("connect streaming (Health.Watch)"));
+      await burst(
+        t,
+        `connect streaming ${coding} envelope`,
+        () => bombedWatch(srv.url, coding, bomb),
+        tooLarge("connect streaming (Health.Watch)"),
+      );
     }
   });
 
@@ -156,13 +186,27 @@ describe("bombs against a `serve` process: refused while reading, before authent
     const big = Buffer.alloc(32 * MiB, 0x20);
     const gzip = await zeroBomb("gzip", GiB);
     const post = (body: Buffer, headers: Record<string, string>) => async () => {
-      const res = await fetch(`${srv.url}/iam/v2beta1/groups`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: new Uint8Array(body) });
+      const res = await fetch(`${srv.url}/iam/v2beta1/groups`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...headers },
+        body: new Uint8Array(body),
+      });
       return Promise.reject({ status: res.status, body: await res.json(), headers: res.headers });
     };
     await burst(t, "REST 32 MiB body", post(big, {}), (res) => void assertRestError(res as never, 413, 8, "BODY_TOO_LARGE"));
     // Inflated only up to the limit: the memory check of burst() holds for it too.
-    await burst(t, "REST gzip body", post(gzip, { "content-encoding": "gzip" }), (res) => void assertRestError(res as never, 413, 8, "BODY_TOO_LARGE"));
-    await burst(t, "REST compress body", post(gzip, { "content-encoding": "compress" }), (res) => void assertRestError(res as never, 415, 3, "UNSUPPORTED_CONTENT_ENCODING"));
+    await burst(
+      t,
+      "REST gzip body",
+      post(gzip, { "content-encoding": "gzip" }),
+      (res) => void assertRestError(res as never, 413, 8, "BODY_TOO_LARGE"),
+    );
+    await burst(
+      t,
+      "REST compress body",
+      post(gzip, { "content-encoding": "compress" }),
+      (res) => void assertRestError(res as never, 415, 3, "UNSUPPORTED_CONTENT_ENCODING"),
+    );
   });
 
   test("no bomb reached a handler: the per-RPC metrics never counted GetGroup or CreateGroup", async (t) => {
@@ -196,7 +240,10 @@ describe("the limit is the configured one, on every protocol, and a refused call
         try {
           const groups = createClient(GroupsService, admin.transport);
           // Not authenticated: the size is refused before the missing token is noticed.
-          assertTooLarge(await connectError(createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) })), "anonymous");
+          assertTooLarge(
+            await connectError(createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) })),
+            "anonymous",
+          );
           assertTooLarge(await connectError(groups.getGroup({ uid: "a".repeat(LIMIT) })), "just over");
           // Under the limit the message reaches the handler, which finds the uid malformed.
           const served = await connectError(groups.getGroup({ uid: "a".repeat(LIMIT - 100) }));
@@ -262,7 +309,14 @@ describe("/docs and /metrics exposure", () => {
   });
 
   test("with PLATFORM_METRICS_TOKEN, /metrics wants that bearer token: 401 in the error shape otherwise", async () => {
-    for (const authorization of [undefined, "Bearer wrong", `Bearer ${METRICS_TOKEN}x`, `Bearer ${METRICS_TOKEN.slice(1)}`, METRICS_TOKEN, `Basic ${METRICS_TOKEN}`]) {
+    for (const authorization of [
+      undefined,
+      "Bearer wrong",
+      `Bearer ${METRICS_TOKEN}x`,
+      `Bearer ${METRICS_TOKEN.slice(1)}`,
+      METRICS_TOKEN,
+      `Basic ${METRICS_TOKEN}`,
+    ]) {
       const res = await fetch(`${guarded.url}/metrics`, { headers: authorization ? { authorization } : {} });
       assertRestError({ status: res.status, body: await res.json(), headers: res.headers }, 401, 16, "UNAUTHENTICATED");
     }

@@ -10,16 +10,16 @@ import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { startServerProcess } from "../scripts/support/cli-server.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { loadConfig } from "../src/config.js";
-import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { startServer } from "../src/server/app.js";
+import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
-import { startServerProcess } from "../scripts/support/cli-server.js";
+import { within } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { grpcPrefix, rawH2 } from "./support/raw-h2.js";
 import { mintAdminToken, rest, setDefaultToken } from "./support/server.js";
-import { within } from "./support/assertions.js";
 
 /**
  * An authenticator that holds every call inside the server until released:
@@ -49,7 +49,9 @@ function watchHealth(port: number) {
   const statuses: ServingStatus[] = [];
   const waiters: { status: ServingStatus; resolve: () => void }[] = [];
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{ status: ServingStatus }>;
+  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{
+    status: ServingStatus;
+  }>;
   call.on("data", (res: { status: ServingStatus }) => {
     statuses.push(res.status);
     for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
@@ -74,7 +76,13 @@ function watchHealth(port: number) {
  */
 async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-shutdown-"));
-  const config = loadConfig({ PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: "silent", PLATFORM_SHUTDOWN_GRACE_MS: "5000" });
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: "silent",
+    PLATFORM_SHUTDOWN_GRACE_MS: "5000",
+  });
   const gate = gatedAuthenticator(restCalls + grpcCalls);
   const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: gate.decorate });
   setDefaultToken(server.port, await mintAdminToken(server));
@@ -157,9 +165,17 @@ test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the gra
   let exited = false;
   void srv.exited.then(() => (exited = true));
   try {
-    await within(5000, silent.waitFor(() => true, 5000, "server SETTINGS"), "the raw client is connected");
+    await within(
+      5000,
+      silent.waitFor(() => true, 5000, "server SETTINGS"),
+      "the raw client is connected",
+    );
     await within(5000, once(stuck, "remoteSettings"), "the node:http2 client is connected");
-    const call = stuck.request({ ":method": "POST", ":path": "/platformapi.iam.v2beta1.GroupsService/GetGroup", "content-type": "application/grpc" });
+    const call = stuck.request({
+      ":method": "POST",
+      ":path": "/platformapi.iam.v2beta1.GroupsService/GetGroup",
+      "content-type": "application/grpc",
+    });
     call.on("error", () => {});
     call.write(grpcPrefix(1024));
 

@@ -26,15 +26,19 @@ function runSoak(args: readonly string[]): Promise<{ code: number; output: strin
   });
 }
 
-test("mixed REST and gRPC load: no errors, bounded RSS, and SIGTERM under load drains without resets", { timeout: SCRIPT_TIMEOUT_MS }, async () => {
-  const run = await runSoak(["--quick"]);
-  assert.equal(run.code, 0, run.output);
-  assert.match(run.output, /^errors: 0$/m);
-  assert.match(run.output, /^resets: 0$/m);
-  assert.match(run.output, /^server exit: 0,/m);
-  const inFlight = /^drain: SIGTERM with (\d+) calls in flight/m.exec(run.output);
-  assert.ok(inFlight && Number(inFlight[1]) > 0, `the signal must land on calls in flight:\n${run.output}`);
-  const calls = /^calls: [\d,]+ \(REST ([\d,]+), gRPC ([\d,]+)\)/m.exec(run.output);
-  assert.ok(calls, run.output);
-  for (const n of calls.slice(1)) assert.ok(Number(n!.replace(/,/g, "")) > 0, `both protocols carry load:\n${run.output}`);
-});
+test(
+  "mixed REST and gRPC load: no errors, bounded RSS, and SIGTERM under load drains without resets",
+  { timeout: SCRIPT_TIMEOUT_MS },
+  async () => {
+    const run = await runSoak(["--quick"]);
+    assert.equal(run.code, 0, run.output);
+    assert.match(run.output, /^errors: 0$/m);
+    assert.match(run.output, /^resets: 0$/m);
+    assert.match(run.output, /^server exit: 0,/m);
+    const inFlight = /^drain: SIGTERM with (\d+) calls in flight/m.exec(run.output);
+    assert.ok(inFlight && Number(inFlight[1]) > 0, `the signal must land on calls in flight:\n${run.output}`);
+    const calls = /^calls: [\d,]+ \(REST ([\d,]+), gRPC ([\d,]+)\)/m.exec(run.output);
+    assert.ok(calls, run.output);
+    for (const n of calls.slice(1)) assert.ok(Number(n!.replace(/,/g, "")) > 0, `both protocols carry load:\n${run.output}`);
+  },
+);

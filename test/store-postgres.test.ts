@@ -5,26 +5,28 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { Code } from "@connectrpc/connect";
 import pg from "pg";
+import { AbortedError } from "../src/domain/errors.js";
 import { createCachingStore } from "../src/store/caching.js";
 import { PgGroupStore } from "../src/store/postgres/groups.js";
-import { AUTHZ_TABLES } from "../src/store/versions.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";
 import type { Queryable } from "../src/store/postgres/list.js";
 import { CLAIM_VERSION_BUCKET, migratePostgres } from "../src/store/postgres/migrations.js";
 import { MAX_ATTEMPTS, serializable, type ClientSource } from "../src/store/postgres/tx.js";
-import { AbortedError } from "../src/domain/errors.js";
-import { Code } from "@connectrpc/connect";
 import type { Store } from "../src/store/store.js";
+import { AUTHZ_TABLES } from "../src/store/versions.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
-import { A, B, group, invite, role } from "./support/store-fixtures.js";
 import { runStoreConformance } from "./support/store-conformance.js";
+import { A, B, group, invite, role } from "./support/store-fixtures.js";
 
 if (!pgAvailable()) {
   test("PostgreSQL conformance", { skip: "PostgreSQL is not installed (apt-get install postgresql)" }, () => {});
 } else {
   // Behind its caches, as the server runs it (SQLite runs the suite on its bare engine too); every first read reaches the engine.
-  runStoreConformance("postgresql behind its caches", async () => createCachingStore(await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 4 })));
+  runStoreConformance("postgresql behind its caches", async () =>
+    createCachingStore(await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 4 })),
+  );
 
   test("the engine's transactionThenVersions answers the versions after its commit, and a rolled-back one moves nothing", async () => {
     const store = await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 2 });
@@ -122,12 +124,21 @@ if (!pgAvailable()) {
       try {
         await migratePostgres(pool);
         const clients = await Promise.all(Array.from({ length: 6 }, () => pool.connect()));
-        const bucketOf = async (c: pg.PoolClient) => Number((await c.query<{ b: string }>("SELECT current_setting('platform_versions.bucket', true) AS b")).rows[0]!.b);
+        const bucketOf = async (c: pg.PoolClient) =>
+          Number((await c.query<{ b: string }>("SELECT current_setting('platform_versions.bucket', true) AS b")).rows[0]!.b);
         const buckets = await Promise.all(clients.map(bucketOf));
         assert.equal(new Set(buckets).size, 6, `six connections, six buckets: ${buckets.join(", ")}`);
-        await clients[3]!.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", ["1".repeat(40)]);
-        const { rows } = await clients[0]!.query<{ bucket: number; groups: string }>("SELECT bucket, groups FROM version_buckets WHERE groups > 0");
-        assert.deepEqual(rows.map((r) => r.bucket), [buckets[3]], "the write moved its connection's bucket only");
+        await clients[3]!.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", [
+          "1".repeat(40),
+        ]);
+        const { rows } = await clients[0]!.query<{ bucket: number; groups: string }>(
+          "SELECT bucket, groups FROM version_buckets WHERE groups > 0",
+        );
+        assert.deepEqual(
+          rows.map((r) => r.bucket),
+          [buckets[3]],
+          "the write moved its connection's bucket only",
+        );
         clients[3]!.release(true); // closed: its advisory lock goes with it
         const next = await pool.connect();
         assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
@@ -142,9 +153,13 @@ if (!pgAvailable()) {
       const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 2 });
       try {
         await migratePostgres(pool, 1);
-        await pool.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", ["1".repeat(40)]);
+        await pool.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", [
+          "1".repeat(40),
+        ]);
         await pool.query("UPDATE groups SET name = 'renamed'");
-        const { rows: old } = await pool.query<{ name: string; v: string }>("SELECT name, sum(version) AS v FROM table_versions GROUP BY name");
+        const { rows: old } = await pool.query<{ name: string; v: string }>(
+          "SELECT name, sum(version) AS v FROM table_versions GROUP BY name",
+        );
         const oldGroups = Number(old.find((r) => r.name === "groups")!.v);
         assert.ok(oldGroups >= 2);
         await migratePostgres(pool);
@@ -198,11 +213,27 @@ if (!pgAvailable()) {
     }
 
     const org = lpad(7);
-    const q = (over: object) => ({ hierarchy: {}, filter: {}, order: { field: "uid" as const, desc: false }, after: null, offset: 0, limit: 50, visibleWithin: null, ...over });
+    const q = (over: object) => ({
+      hierarchy: {},
+      filter: {},
+      order: { field: "uid" as const, desc: false },
+      after: null,
+      offset: 0,
+      limit: 50,
+      visibleWithin: null,
+      ...over,
+    });
     for (const [label, query] of [
       ["descendants of an organization", q({ hierarchy: { descendantsOf: org } })],
       ["children of an organization", q({ hierarchy: { childrenOf: org } })],
-      ["a keyset page in create_time order below an organization", q({ hierarchy: { descendantsOf: org }, order: { field: "created_at", desc: false }, after: { key: 7_050, uid: `${org}/0000000000000032` } })],
+      [
+        "a keyset page in create_time order below an organization",
+        q({
+          hierarchy: { descendantsOf: org },
+          order: { field: "created_at", desc: false },
+          after: { key: 7_050, uid: `${org}/0000000000000032` },
+        }),
+      ],
       ["visible within two organizations", q({ visibleWithin: [org, lpad(9)] })],
     ] as const) {
       test(`${label}: the page and its count use the indexes, no sequential scan of groups`, async () => {

@@ -6,7 +6,6 @@ import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
 import { createCachingStore } from "../src/store/caching.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
-import { FIRST_VERSIONED_TABLES } from "../src/store/versions.js";
 import type {
   AccountAssociationRecord,
   GroupInviteRecord,
@@ -17,6 +16,7 @@ import type {
   RoleRecord,
   SigningKeyRecord,
 } from "../src/store/store.js";
+import { FIRST_VERSIONED_TABLES } from "../src/store/versions.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 
 const tempDirs: string[] = [];
@@ -56,8 +56,22 @@ const PERSON: IdentityRecord = {
   createTime: 1,
   updateTime: 2,
 };
-const ROLE: RoleRecord = { uid: `${CHILD}/${"d".repeat(16)}`, parentUid: CHILD, name: "ops", description: "", capabilities: [4, 8], createTime: 1, updateTime: 1 };
-const BINDING: RoleBindingRecord = { uid: `${ROOT}/${"1".repeat(16)}`, groupUid: ROOT, identityUid: PERSON.uid, roleUid: ROLE.uid, createTime: 7 };
+const ROLE: RoleRecord = {
+  uid: `${CHILD}/${"d".repeat(16)}`,
+  parentUid: CHILD,
+  name: "ops",
+  description: "",
+  capabilities: [4, 8],
+  createTime: 1,
+  updateTime: 1,
+};
+const BINDING: RoleBindingRecord = {
+  uid: `${ROOT}/${"1".repeat(16)}`,
+  groupUid: ROOT,
+  identityUid: PERSON.uid,
+  roleUid: ROLE.uid,
+  createTime: 7,
+};
 const SIGNING_KEY: SigningKeyRecord = { kid: "k1", privateJwk: '{"d":"x"}', publicJwk: '{"x":"y"}', createTime: 9 };
 const PROVIDER: IdentityProviderRecord = {
   uid: `${ROOT}/${"6".repeat(16)}`,
@@ -159,13 +173,13 @@ describe("sqlite store on disk", () => {
           limit: 10,
           visibleWithin: null,
         });
-        assert.deepEqual(listed.items.map((g) => g.uid), [CHILD]);
+        assert.deepEqual(
+          listed.items.map((g) => g.uid),
+          [CHILD],
+        );
         assert.equal(listed.totalCount, 1);
         // Secrets survive restarts, so page tokens issued before a restart still open.
-        assert.deepEqual(
-          await again.keys.secret("page-token-key", () => Buffer.alloc(32, 9)),
-          key,
-        );
+        assert.deepEqual(await again.keys.secret("page-token-key", () => Buffer.alloc(32, 9)), key);
         assert.deepEqual(await again.identities.get(PERSON.uid), PERSON);
         assert.deepEqual(await again.roles.get(ROLE.uid), ROLE);
         assert.deepEqual(await again.roleBindings.forIdentity(PERSON.uid), [BINDING]);
@@ -248,10 +262,29 @@ describe("sqlite store on disk", () => {
 
     const again = openSqliteStore({ dataDir: dir });
     try {
-      const repo = { uid: `${ROOT}/${"5".repeat(16)}`, parentUid: ROOT, name: "nginx", description: "", catalogTier: 1, bundles: ["base"], aliases: [], activeTags: ["latest"], createTime: 1, updateTime: 2 };
+      const repo = {
+        uid: `${ROOT}/${"5".repeat(16)}`,
+        parentUid: ROOT,
+        name: "nginx",
+        description: "",
+        catalogTier: 1,
+        bundles: ["base"],
+        aliases: [],
+        activeTags: ["latest"],
+        createTime: 1,
+        updateTime: 2,
+      };
       await again.repos.create(repo);
       assert.deepEqual(await again.repos.get(repo.uid), repo);
-      const tag = { uid: `${repo.uid}/${"7".repeat(16)}`, repoUid: repo.uid, name: "latest", digest: `sha256:${"a".repeat(64)}`, deprecated: false, bundles: [], updateTime: 3 };
+      const tag = {
+        uid: `${repo.uid}/${"7".repeat(16)}`,
+        repoUid: repo.uid,
+        name: "latest",
+        digest: `sha256:${"a".repeat(64)}`,
+        deprecated: false,
+        bundles: [],
+        updateTime: 3,
+      };
       assert.deepEqual(await again.tags.put(tag), { tag, created: true });
     } finally {
       await again.close();

@@ -164,12 +164,24 @@ describe("exchange of a matching claim-match token", () => {
     }
     const denied = await rest(srv.url, "GET", `/iam/v2beta1/groups/${sibling.uid}`, undefined, { authorization: `Bearer ${token}` });
     assertRestError(denied, 403, 7, "PERMISSION_DENIED");
-    const write = await rest(srv.url, "POST", `/iam/v2beta1/groups/${team.uid}`, { name: "not allowed" }, { authorization: `Bearer ${token}` });
+    const write = await rest(
+      srv.url,
+      "POST",
+      `/iam/v2beta1/groups/${team.uid}`,
+      { name: "not allowed" },
+      { authorization: `Bearer ${token}` },
+    );
     assertRestError(write, 403, 7, "PERMISSION_DENIED");
   });
 
   test("a JSON body is not read (no body mapping): 400 INVALID_ARGUMENT and no token", async () => {
-    const res = await rest(srv.url, "POST", "/sts/exchange", { aud: [BASE], identity: deployer.uid }, { authorization: `Bearer ${deployerToken()}` });
+    const res = await rest(
+      srv.url,
+      "POST",
+      "/sts/exchange",
+      { aud: [BASE], identity: deployer.uid },
+      { authorization: `Bearer ${deployerToken()}` },
+    );
     assertRestError(res, 400, 3, "INVALID_ARGUMENT");
     assert.equal(res.body.token, undefined);
   });
@@ -195,7 +207,9 @@ describe("request validation", () => {
 
   test("no bearer token → 401 UNAUTHENTICATED; a non-Bearer scheme likewise", async () => {
     for (const authorization of ["", `Basic ${Buffer.from("a:b").toString("base64")}`, "Bearer", `Token ${deployerToken()}`]) {
-      const res = await rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity=${deployer.uid}`, undefined, { authorization });
+      const res = await rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}&identity=${deployer.uid}`, undefined, {
+        authorization,
+      });
       assertRestError(res, 401, 16, "UNAUTHENTICATED");
       assert.equal(res.body.token, undefined);
     }
@@ -218,14 +232,20 @@ describe("which identity a token may assume", () => {
     const missing = `${org.uid}/${"0123456789abcdef"}`;
     const unknown = await exchange(deployerToken(), { aud: BASE, identity: missing });
     const mismatched = await exchange(deployerToken(), { aud: BASE, identity: other.uid });
-    const normalize = (r: RestResult, uid: string) => ({ status: r.status, body: JSON.parse(JSON.stringify(r.body).replaceAll(uid, "<uid>")) });
+    const normalize = (r: RestResult, uid: string) => ({
+      status: r.status,
+      body: JSON.parse(JSON.stringify(r.body).replaceAll(uid, "<uid>")),
+    });
     assert.deepEqual(normalize(unknown, missing), normalize(mismatched, other.uid));
     assertRestError(unknown, 403, 7, "PERMISSION_DENIED");
   });
 
   test("a token that cannot be verified gets the same answer for an existing and an unknown identity (no uid probing)", async () => {
     const missing = `${org.uid}/${"fedcba9876543210"}`;
-    const normalize = (r: RestResult, uid: string) => ({ status: r.status, body: JSON.parse(JSON.stringify(r.body).replaceAll(uid, "<uid>")) });
+    const normalize = (r: RestResult, uid: string) => ({
+      status: r.status,
+      body: JSON.parse(JSON.stringify(r.body).replaceAll(uid, "<uid>")),
+    });
     for (const [what, token] of [
       ["a token of an issuer the identity does not trust", B.idToken({ sub: SUBJECT, aud: AUTH })],
       ["a token with a forged signature", deployerToken({}).replace(/\.[^.]+$/, ".AAAA")],
@@ -253,7 +273,10 @@ describe("which identity a token may assume", () => {
     const id = await createIdentity(org.uid, { name: "issuer pattern", claimMatch: { issuerPattern: `${escaped}`, subject: SUBJECT } });
     await exchangeOk(deployerToken(), { aud: BASE, identity: id.uid });
     // B's URL is the same but for the port: a prefix match would let "…:1234" trust "…:12345".
-    const prefix = await createIdentity(org.uid, { name: "issuer prefix", claimMatch: { issuerPattern: escaped.slice(0, -1), subject: SUBJECT } });
+    const prefix = await createIdentity(org.uid, {
+      name: "issuer prefix",
+      claimMatch: { issuerPattern: escaped.slice(0, -1), subject: SUBJECT },
+    });
     const res = await exchange(deployerToken(), { aud: BASE, identity: prefix.uid });
     assertNoToken(res, "issuer pattern matching only a prefix of iss");
   });
@@ -325,11 +348,18 @@ describe("static-keys identities", () => {
   });
   const staticToken = (key: IssuerKey, claims: Record<string, unknown> = {}, kid = key.kid) => {
     const t = Math.floor((Date.now() + skew) / 1000);
-    return signJwt({ alg: "ES256", kid, typ: "JWT" }, { iss: ISS, sub: "robot", aud: AUTH, iat: t, exp: t + 300, ...claims }, key.privateKey);
+    return signJwt(
+      { alg: "ES256", kid, typ: "JWT" },
+      { iss: ISS, sub: "robot", aud: AUTH, iat: t, exp: t + 300, ...claims },
+      key.privateKey,
+    );
   };
 
   test("a token signed by a registered key is accepted; another key (even with the registered kid) is refused", async () => {
-    const id = await createIdentity(org.uid, { name: "robot", staticKeys: { issuer: ISS, subject: "robot", issuerKeys: OidcIssuer.jwksText([registered]) } });
+    const id = await createIdentity(org.uid, {
+      name: "robot",
+      staticKeys: { issuer: ISS, subject: "robot", issuerKeys: OidcIssuer.jwksText([registered]) },
+    });
     const token = await exchangeOk(staticToken(registered), { aud: BASE, identity: id.uid });
     assert.equal(decode(token).claims.sub, id.uid);
     for (const [what, t] of [
@@ -359,7 +389,7 @@ describe("static-keys identities", () => {
       name: "robot expiring",
       staticKeys: { issuer: ISS, subject: "robot", issuerKeys: OidcIssuer.jwksText([registered]), expirationTime: expires },
     });
-    assert.equal((await getIdentity(id.uid) as unknown as { staticKeys: { expirationTime: string } }).staticKeys.expirationTime, expires);
+    assert.equal(((await getIdentity(id.uid)) as unknown as { staticKeys: { expirationTime: string } }).staticKeys.expirationTime, expires);
     await exchangeOk(staticToken(registered), { aud: BASE, identity: id.uid });
     skew = 3600_000 + 60_000;
     try {
@@ -396,12 +426,22 @@ describe("sign-in (PLATFORM_USER_ISSUERS)", () => {
     const list = await rest(srv.url, "GET", `/iam/v2beta1/identities?pageSize=1000`);
     assert.equal(list.status, 200, JSON.stringify(list.body));
     const mine = list.body.identities.filter((i: { claimMatch?: { subject?: string } }) => i.claimMatch?.subject === sub);
-    assert.deepEqual(mine.map((i: { uid: string }) => i.uid), [uid], "exactly one identity for the person");
+    assert.deepEqual(
+      mine.map((i: { uid: string }) => i.uid),
+      [uid],
+      "exactly one identity for the person",
+    );
 
     // The person's token works as an API bearer token (AuthService-free check: a lookup any caller may make).
-    const asPerson = await rest(srv.url, "GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(A.url)}&subject=${sub}`, undefined, {
-      authorization: `Bearer ${second}`,
-    });
+    const asPerson = await rest(
+      srv.url,
+      "GET",
+      `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(A.url)}&subject=${sub}`,
+      undefined,
+      {
+        authorization: `Bearer ${second}`,
+      },
+    );
     assert.equal(asPerson.status, 200, JSON.stringify(asPerson.body));
     assert.equal(asPerson.body.uid, uid);
   });
@@ -412,7 +452,8 @@ describe("sign-in (PLATFORM_USER_ISSUERS)", () => {
     assertNoToken(await exchange(A.idToken({ sub, aud: "https://other.example" }), { aud: BASE }), "aud of another service");
     assertNoToken(await exchange(A.idToken({ sub, aud: BASE }), { aud: BASE }), "aud = the API base URL");
     for (const iss of [B.url, A.url]) {
-      const uid = (await rest(srv.url, "GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(iss)}&subject=${sub}`)).body.uid;
+      const uid = (await rest(srv.url, "GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(iss)}&subject=${sub}`))
+        .body.uid;
       assert.equal((await rest(srv.url, "GET", `/iam/v2beta1/identities/${uid}`)).status, 404);
     }
     assert.equal(B.discoveryFetches + B.jwksFetches, 0, "the untrusted issuer is never contacted");
@@ -441,7 +482,11 @@ function upstreamForgeries(ourToken: string, ourKey: ServerKey): Forged[] {
   const attackerEc = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const attackerJwk = { ...attacker.publicKey.export({ format: "jwk" }), kid: "attacker", alg: "RS256", use: "sig" };
   const jku = A.route("/attacker/jwks.json", JSON.stringify({ keys: [attackerJwk] }));
-  const x5u = A.route("/attacker/cert.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "application/pem-certificate-chain");
+  const x5u = A.route(
+    "/attacker/cert.pem",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    "application/pem-certificate-chain",
+  );
   const s = (claims: Record<string, unknown> | string, opts: Parameters<OidcIssuer["sign"]>[1] = {}) => A.sign(claims, opts);
   const without = (k: keyof typeof good) => Object.fromEntries(Object.entries(good).filter(([key]) => key !== k));
   const ourParts = ourToken.split(".");
@@ -453,10 +498,19 @@ function upstreamForgeries(ourToken: string, ourKey: ServerKey): Forged[] {
     { name: "alg none, no kid", token: s(good, { alg: "none", key: null, kid: null }) },
     { name: "alg none keeping a real RS256 signature", token: `${s(good, { alg: "none", key: null })}${s(good).split(".")[2]}` },
     { name: "HS256 keyed with the RSA public key (SPKI PEM)", token: s(good, { alg: "HS256", key: Buffer.from(rsaPem), kid: A.rsa.kid }) },
-    { name: "HS256 keyed with the RSA public key (PKCS#1 PEM)", token: s(good, { alg: "HS256", key: Buffer.from(rsaPkcs1), kid: A.rsa.kid }) },
-    { name: "HS256 keyed with the RSA public JWK JSON", token: s(good, { alg: "HS256", key: JSON.stringify(A.rsa.publicJwk), kid: A.rsa.kid }) },
+    {
+      name: "HS256 keyed with the RSA public key (PKCS#1 PEM)",
+      token: s(good, { alg: "HS256", key: Buffer.from(rsaPkcs1), kid: A.rsa.kid }),
+    },
+    {
+      name: "HS256 keyed with the RSA public JWK JSON",
+      token: s(good, { alg: "HS256", key: JSON.stringify(A.rsa.publicJwk), kid: A.rsa.kid }),
+    },
     { name: "HS256 keyed with the EC public key (SPKI PEM)", token: s(good, { alg: "HS256", key: Buffer.from(ecPem), kid: A.ec.kid }) },
-    { name: "HS512 keyed with the issuer's JWKS text", token: s(good, { alg: "HS512", key: JSON.stringify({ keys: [A.rsa.publicJwk, A.ec.publicJwk] }), kid: A.rsa.kid }) },
+    {
+      name: "HS512 keyed with the issuer's JWKS text",
+      token: s(good, { alg: "HS512", key: JSON.stringify({ keys: [A.rsa.publicJwk, A.ec.publicJwk] }), kid: A.rsa.kid }),
+    },
     { name: "ES512 (outside the allow-list) by a key the issuer publishes", token: s(good, { key: es512 }) },
     { name: "RS384 by the RSA key whose JWK says RS256", token: s(good, { alg: "RS384", key: A.rsa.privateKey, kid: A.rsa.kid }) },
     { name: "PS256 by the RSA key whose JWK says RS256", token: s(good, { alg: "PS256", key: A.rsa.privateKey, kid: A.rsa.kid }) },
@@ -473,8 +527,14 @@ function upstreamForgeries(ourToken: string, ourKey: ServerKey): Forged[] {
     { name: "ES256 DER-encoded signature", token: s(good, { key: A.ec, signature: (x) => derSignature(x) }) },
     { name: "ES256 r=s=0 (psychic signature)", token: s(good, { key: A.ec, signature: () => Buffer.alloc(64) }) },
     { name: "ES256 r=s=n (curve order)", token: s(good, { key: A.ec, signature: () => Buffer.concat([P256_ORDER, P256_ORDER]) }) },
-    { name: "signature by another RSA key pair with the right kid", token: s(good, { key: attacker.privateKey, alg: "RS256", kid: A.rsa.kid }) },
-    { name: "signature by another EC key pair with the right kid", token: s(good, { key: attackerEc.privateKey, alg: "ES256", kid: A.ec.kid }) },
+    {
+      name: "signature by another RSA key pair with the right kid",
+      token: s(good, { key: attacker.privateKey, alg: "RS256", kid: A.rsa.kid }),
+    },
+    {
+      name: "signature by another EC key pair with the right kid",
+      token: s(good, { key: attackerEc.privateKey, alg: "ES256", kid: A.ec.kid }),
+    },
     { name: "iss not configured", token: s({ ...good, iss: "https://evil.example" }) },
     { name: "iss with a trailing slash", token: s({ ...good, iss: `${A.url}/` }) },
     { name: "iss in upper case", token: s({ ...good, iss: A.url.toUpperCase() }) },
@@ -500,13 +560,28 @@ function upstreamForgeries(ourToken: string, ourKey: ServerKey): Forged[] {
     { name: "kid ../../etc/passwd", token: s(good, { kid: "../../etc/passwd" }) },
     { name: "kid ' OR 1=1 --", token: s(good, { kid: "' OR 1=1 --" }) },
     { name: "kid as a number", token: s(good, { header: { kid: 1 } }) },
-    { name: "embedded jwk header (attacker key)", token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { jwk: attackerJwk } }) },
-    { name: "embedded jwk header with the right kid", token: s(good, { key: attacker.privateKey, alg: "RS256", kid: A.rsa.kid, header: { jwk: { ...attackerJwk, kid: A.rsa.kid } } }) },
-    { name: "jku pointing at an attacker JWKS on the issuer host", token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { jku } }) },
-    { name: "x5u pointing at the issuer host", token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { x5u } }) },
+    {
+      name: "embedded jwk header (attacker key)",
+      token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { jwk: attackerJwk } }),
+    },
+    {
+      name: "embedded jwk header with the right kid",
+      token: s(good, { key: attacker.privateKey, alg: "RS256", kid: A.rsa.kid, header: { jwk: { ...attackerJwk, kid: A.rsa.kid } } }),
+    },
+    {
+      name: "jku pointing at an attacker JWKS on the issuer host",
+      token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { jku } }),
+    },
+    {
+      name: "x5u pointing at the issuer host",
+      token: s(good, { key: attacker.privateKey, alg: "RS256", kid: "attacker", header: { x5u } }),
+    },
     { name: "typ at+jwt on an upstream token", token: s(good, { typ: "at+jwt" }) },
     { name: "one of our API tokens sent upstream", token: ourToken, only: "sts" },
-    { name: "our API token with typ JWT, re-signed with our key", token: signJwt({ alg: "ES256", kid: ourKey.kid, typ: "JWT" }, ourClaims as Record<string, unknown>, ourKey.privateKey) },
+    {
+      name: "our API token with typ JWT, re-signed with our key",
+      token: signJwt({ alg: "ES256", kid: ourKey.kid, typ: "JWT" }, ourClaims as Record<string, unknown>, ourKey.privateKey),
+    },
     { name: "our API token's header on A's claims", token: `${ourParts[0]}.${s(good).split(".").slice(1).join(".")}` },
     { name: "payload not JSON", token: s("not json") },
     { name: "payload a JSON array", token: s("[]") },
@@ -525,8 +600,12 @@ function apiForgeries(key: ServerKey, adminSubject: string): Forged[] {
   const t = now();
   const good = { iss: AUTH, aud: BASE, sub: adminSubject, iat: t, exp: t + 3600, jti: "forged" };
   const header = { alg: "ES256", kid: key.kid, typ: "at+jwt" };
-  const s = (claims: Record<string, unknown> | string, h: Record<string, unknown> = {}, k: Parameters<typeof signJwt>[2] = key.privateKey, sig?: (x: Buffer) => Buffer) =>
-    signJwt(Object.fromEntries(Object.entries({ ...header, ...h }).filter(([, v]) => v !== undefined)), claims, k, sig);
+  const s = (
+    claims: Record<string, unknown> | string,
+    h: Record<string, unknown> = {},
+    k: Parameters<typeof signJwt>[2] = key.privateKey,
+    sig?: (x: Buffer) => Buffer,
+  ) => signJwt(Object.fromEntries(Object.entries({ ...header, ...h }).filter(([, v]) => v !== undefined)), claims, k, sig);
   const without = (k: keyof typeof good) => Object.fromEntries(Object.entries(good).filter(([key]) => key !== k));
   const pubPem = key.publicKey.export({ type: "spki", format: "pem" });
   const attackerEc = generateKeyPairSync("ec", { namedCurve: "P-256" });
@@ -534,7 +613,11 @@ function apiForgeries(key: ServerKey, adminSubject: string): Forged[] {
   const attackerRsa = generateKeyPairSync("rsa", { modulusLength: 2048 });
   const attackerJwk = { ...attackerEc.publicKey.export({ format: "jwk" }), kid: "attacker", alg: "ES256" };
   const jku = A.route("/attacker/api-jwks.json", JSON.stringify({ keys: [attackerJwk] }));
-  const x5u = A.route("/attacker/api-cert.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "application/pem-certificate-chain");
+  const x5u = A.route(
+    "/attacker/api-cert.pem",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    "application/pem-certificate-chain",
+  );
   return [
     { name: "alg none, empty signature", token: s(good, { alg: "none" }, null) },
     { name: "alg None, empty signature", token: s(good, { alg: "None" }, null) },
@@ -639,7 +722,8 @@ async function sendToApi(token: string, name: string, tally: Tally, opts: { grpc
   tally.requests++;
   if (res.status >= 500) tally.serverErrors.push(`${name} → REST: ${res.status}`);
   if (res.status < 400) tally.accepted.push(`${name} → REST`);
-  else if (res.status === 431) return; // Node refuses headers over its limit before the API sees them.
+  else if (res.status === 431)
+    return; // Node refuses headers over its limit before the API sees them.
   else assertRestError(res, 401, 16, "UNAUTHENTICATED");
   if (opts.grpc === false || token.length > 7000 || !/^[\x21-\x7e]*$/.test(token)) return;
   tally.requests++;
@@ -663,7 +747,10 @@ describe("forged-token battery (RFC 8725)", () => {
     ourKey = await readServerKey(srv);
     const escaped = A.url.replace(/[.]/g, "\\.");
     // A pattern identity that trusts A's URL in any case and with trailing slashes, so the verifier (not the match) must refuse those.
-    const loose = await createIdentity(org.uid, { name: "deployer loose", claimMatch: { issuerPattern: `(?i)${escaped}/*`, subject: SUBJECT } });
+    const loose = await createIdentity(org.uid, {
+      name: "deployer loose",
+      claimMatch: { issuerPattern: `(?i)${escaped}/*`, subject: SUBJECT },
+    });
     stsTargets = [
       { name: "identity (exact issuer)", params: { aud: BASE, identity: deployer.uid } },
       { name: "identity (issuer pattern)", params: { aud: BASE, identity: loose.uid } },
@@ -700,7 +787,11 @@ describe("forged-token battery (RFC 8725)", () => {
   });
 
   test("API tokens: hand-made forgeries are 401 / 16 over REST and gRPC and issue no token at /sts/exchange", async () => {
-    const control = signJwt({ alg: "ES256", kid: ourKey.kid, typ: "at+jwt" }, { iss: AUTH, aud: BASE, sub: srv.server.adminSubject, iat: now(), exp: now() + 3600 }, ourKey.privateKey);
+    const control = signJwt(
+      { alg: "ES256", kid: ourKey.kid, typ: "at+jwt" },
+      { iss: AUTH, aud: BASE, sub: srv.server.adminSubject, iat: now(), exp: now() + 3600 },
+      ourKey.privateKey,
+    );
     for (const t of [srv.adminToken, control]) {
       const ok = await rest(srv.url, "GET", `/iam/v2beta1/groups/${org.uid}`, undefined, { authorization: `Bearer ${t}` });
       assert.equal(ok.status, 200, JSON.stringify(ok.body));
@@ -725,7 +816,18 @@ describe("forged-token battery (RFC 8725)", () => {
     const fuzz = new Tally();
     const mutation = fc.record({
       part: fc.integer({ min: 0, max: 2 }),
-      op: fc.constantFrom<Mutation["op"]>("flip", "flip", "flip", "insert", "delete", "truncate", "duplicate", "dropSegment", "addSegment", "swapSegments"),
+      op: fc.constantFrom<Mutation["op"]>(
+        "flip",
+        "flip",
+        "flip",
+        "insert",
+        "delete",
+        "truncate",
+        "duplicate",
+        "dropSegment",
+        "addSegment",
+        "swapSegments",
+      ),
       pos: fc.nat({ max: 10_000 }),
       byte: fc.integer({ min: 1, max: 255 }),
     });
@@ -779,7 +881,9 @@ describe("forged-token battery (RFC 8725)", () => {
     assert.deepEqual(tally.accepted, []);
     assert.deepEqual(tally.serverErrors, []);
     await exchangeOk(control, stsTargets[0]!.params);
-    report(`forged-token battery, upstream fuzz → /sts/exchange: ${fuzzed} fuzzed ID tokens: ${tally.accepted.length} tokens issued, ${tally.serverErrors.length} 5xx; valid control accepted`);
+    report(
+      `forged-token battery, upstream fuzz → /sts/exchange: ${fuzzed} fuzzed ID tokens: ${tally.accepted.length} tokens issued, ${tally.serverErrors.length} 5xx; valid control accepted`,
+    );
   });
 });
 

@@ -34,7 +34,11 @@ const putTag = (repo: string, body: object, headers?: Record<string, string>) =>
 /** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
 function assertViolations(res: RestResult, fields: string[]) {
   const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(fieldViolations(err).map((v) => v.field), fields, JSON.stringify(err));
+  assert.deepEqual(
+    fieldViolations(err).map((v) => v.field),
+    fields,
+    JSON.stringify(err),
+  );
   assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
   return err;
 }
@@ -46,9 +50,22 @@ describe("create, get, delete", () => {
   });
 
   test("a tag gets a child uid of its repo and an update time but no create time; Get returns the same", async () => {
-    const tag = await putTag(repo.uid, { name: "latest", digest: digest("a"), bundles: ["base"], uid: "e".repeat(40), updateTime: "2001-01-01T00:00:00Z" });
+    const tag = await putTag(repo.uid, {
+      name: "latest",
+      digest: digest("a"),
+      bundles: ["base"],
+      uid: "e".repeat(40),
+      updateTime: "2001-01-01T00:00:00Z",
+    });
     assert.match(tag.uid, new RegExp(`^${repo.uid}/[0-9a-f]{16}$`));
-    assert.deepEqual(tag, { uid: tag.uid, name: "latest", digest: digest("a"), updateTime: iso(clock), deprecated: false, bundles: ["base"] });
+    assert.deepEqual(tag, {
+      uid: tag.uid,
+      name: "latest",
+      digest: digest("a"),
+      updateTime: iso(clock),
+      deprecated: false,
+      bundles: ["base"],
+    });
     assert.match(tag.updateTime, MILLIS_TIMESTAMP);
     assert.deepEqual(await ok(call("GET", `${PATH}/${tag.uid}`)), tag);
   });
@@ -57,7 +74,14 @@ describe("create, get, delete", () => {
     const first = await putTag(repo.uid, { name: "stable", digest: digest("1"), bundles: ["base"] });
     clock += 1000;
     const second = await putTag(repo.uid, { name: "stable", digest: digest("2"), deprecated: true });
-    assert.deepEqual(second, { uid: first.uid, name: "stable", digest: digest("2"), updateTime: iso(clock), deprecated: true, bundles: [] });
+    assert.deepEqual(second, {
+      uid: first.uid,
+      name: "stable",
+      digest: digest("2"),
+      updateTime: iso(clock),
+      deprecated: true,
+      bundles: [],
+    });
     assert.notEqual(second.updateTime, first.updateTime);
     assert.deepEqual(await ok(call("GET", `${PATH}/${first.uid}`)), second);
     const listed = await ok(call("GET", `${PATH}?uidp.children_of=${repo.uid}&name=stable`));
@@ -90,7 +114,8 @@ describe("create, get, delete", () => {
   }
 
   test("names of 1 and 128 characters, with dots, dashes and underscores, are accepted", async () => {
-    for (const name of ["1", "_x", "v1.2.3-rc_1", "A".repeat(128)]) assert.equal((await putTag(repo.uid, { name, digest: digest("b") })).name, name);
+    for (const name of ["1", "_x", "v1.2.3-rc_1", "A".repeat(128)])
+      assert.equal((await putTag(repo.uid, { name, digest: digest("b") })).name, name);
   });
 
   test("the parent must be an existing repo: malformed → INVALID_ARGUMENT on parent, a group or missing repo → NOT_FOUND", async () => {
@@ -124,8 +149,16 @@ describe("list", () => {
     repoA = await createRepo("list-a", team.uid);
     repoB = await createRepo("list-b", team.uid);
     const plan: [string, string, string, number][] = [
-      ["a", "latest", "1", 0], ["a", "1.25", "1", 1], ["a", "sha256-abc.sig", "2", 0], ["a", "1.25-20240131", "2", 0], ["a", "1.25-r3", "1", 2],
-      ["b", "latest", "2", 0], ["b", "1.25-20240131-r1", "3", 1], ["b", "2024-01-31", "3", 0], ["b", "v20240131", "1", 3], ["b", "1.25-r3-dev", "1", 0],
+      ["a", "latest", "1", 0],
+      ["a", "1.25", "1", 1],
+      ["a", "sha256-abc.sig", "2", 0],
+      ["a", "1.25-20240131", "2", 0],
+      ["a", "1.25-r3", "1", 2],
+      ["b", "latest", "2", 0],
+      ["b", "1.25-20240131-r1", "3", 1],
+      ["b", "2024-01-31", "3", 0],
+      ["b", "v20240131", "1", 3],
+      ["b", "1.25-r3-dev", "1", 0],
     ];
     items = [];
     for (const [repo, name, d, step] of plan) {
@@ -175,7 +208,11 @@ describe("list", () => {
     assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(latest.updateTime) - 1))}`), ["a:1.25"]);
     assert.deepEqual(await names(`updated_since=${encodeURIComponent(latest.updateTime)}`), []);
     const v2024 = byName.get("b:v20240131")!;
-    assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(v2024.updateTime) - 1))}`), ["a:1.25", "b:1.25-r3-dev", "b:v20240131"]);
+    assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(v2024.updateTime) - 1))}`), [
+      "a:1.25",
+      "b:1.25-r3-dev",
+      "b:v20240131",
+    ]);
   });
 
   test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
@@ -213,13 +250,28 @@ describe("capabilities", () => {
   test("a viewer lists and gets tags but cannot create or delete them (7)", async () => {
     assert.deepEqual((await ok(call("GET", `${PATH}?uidp.children_of=${repo.uid}`, undefined, as(viewer)))).tags, [tag]);
     assert.deepEqual(await ok(call("GET", `${PATH}/${tag.uid}`, undefined, as(viewer))), tag);
-    assertRestError(await call("POST", `${PATH}/${repo.uid}`, { name: "viewer", digest: digest("b") }, as(viewer)), 403, 7, "PERMISSION_DENIED");
+    assertRestError(
+      await call("POST", `${PATH}/${repo.uid}`, { name: "viewer", digest: digest("b") }, as(viewer)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assertRestError(await call("DELETE", `${PATH}/${tag.uid}`, undefined, as(viewer)), 403, 7, "PERMISSION_DENIED");
   });
 
   test("an editor cannot create, update or delete tags (7), and nothing changes", async () => {
-    assertRestError(await call("POST", `${PATH}/${repo.uid}`, { name: "editor", digest: digest("b") }, as(editor)), 403, 7, "PERMISSION_DENIED");
-    assertRestError(await call("POST", `${PATH}/${repo.uid}`, { name: "latest", digest: digest("b") }, as(editor)), 403, 7, "PERMISSION_DENIED");
+    assertRestError(
+      await call("POST", `${PATH}/${repo.uid}`, { name: "editor", digest: digest("b") }, as(editor)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
+    assertRestError(
+      await call("POST", `${PATH}/${repo.uid}`, { name: "latest", digest: digest("b") }, as(editor)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assertRestError(await call("DELETE", `${PATH}/${tag.uid}`, undefined, as(editor)), 403, 7, "PERMISSION_DENIED");
     assert.deepEqual((await ok(call("GET", `${PATH}?uidp.children_of=${repo.uid}`))).tags, [tag]);
   });
@@ -233,7 +285,12 @@ describe("capabilities", () => {
   test("a caller of another organization sees none of the tags and reaches none (7)", async () => {
     assert.equal((await ok(call("GET", `${PATH}?uidp.descendants_of=${repo.uid}`, undefined, as(stranger)))).totalCount, "0");
     assertRestError(await call("GET", `${PATH}/${tag.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    assertRestError(await call("POST", `${PATH}/${repo.uid}`, { name: "latest", digest: digest("f") }, as(stranger)), 403, 7, "PERMISSION_DENIED");
+    assertRestError(
+      await call("POST", `${PATH}/${repo.uid}`, { name: "latest", digest: digest("f") }, as(stranger)),
+      403,
+      7,
+      "PERMISSION_DENIED",
+    );
     assert.deepEqual(await ok(call("GET", `${PATH}/${tag.uid}`)), tag);
   });
 });
@@ -241,7 +298,11 @@ describe("capabilities", () => {
 describe("TagsService over native gRPC", () => {
   test("create, create again, get, list with updated_since, delete; errors carry their details", async () => {
     const client = grpcClient(TagsService, srv.port);
-    const fail = (p: Promise<unknown>) => p.then(() => assert.fail("expected an error"), (e: ServiceError) => e);
+    const fail = (p: Promise<unknown>) =>
+      p.then(
+        () => assert.fail("expected an error"),
+        (e: ServiceError) => e,
+      );
     try {
       const repo = await createRepo("grpc-tags");
       const first: Tag = await client.call("createTag", { parent: repo.uid, tag: { name: "latest", digest: digest("1") } });
@@ -249,20 +310,32 @@ describe("TagsService over native gRPC", () => {
       assert.equal(timestampMs(first.updateTime!), clock);
       const mark = clock;
       clock += 7;
-      const again: Tag = await client.call("createTag", { parent: repo.uid, tag: { name: "latest", digest: digest("2"), bundles: ["fips"] } });
+      const again: Tag = await client.call("createTag", {
+        parent: repo.uid,
+        tag: { name: "latest", digest: digest("2"), bundles: ["fips"] },
+      });
       assert.equal(again.uid, first.uid);
       assert.equal(again.digest, digest("2"));
       assert.equal(timestampMs(again.updateTime!), clock);
       assert.deepEqual((await client.call("getTag", { uid: first.uid })).bundles, ["fips"]);
       const since = await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(mark) });
-      assert.deepEqual(since.tags.map((t: Tag) => t.uid), [first.uid]);
+      assert.deepEqual(
+        since.tags.map((t: Tag) => t.uid),
+        [first.uid],
+      );
       assert.equal(since.totalCount, 1n);
-      assert.equal((await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(clock) })).totalCount, 0n);
+      assert.equal(
+        (await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(clock) })).totalCount,
+        0n,
+      );
 
       const invalid = await fail(client.call("createTag", { parent: repo.uid, tag: { name: "-bad", digest: "sha256:nope" } }));
       assert.equal(invalid.code, 3);
       const badRequest = grpcStatus(invalid).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(badRequest.fieldViolations.map((v) => v.field), ["name", "digest"]);
+      assert.deepEqual(
+        badRequest.fieldViolations.map((v) => v.field),
+        ["name", "digest"],
+      );
 
       await client.call("deleteTag", { uid: first.uid });
       assert.equal((await fail(client.call("getTag", { uid: first.uid }))).code, 5);

@@ -14,7 +14,12 @@ after(async () => {
 });
 
 test("an enum name the enum does not define is INVALID_ARGUMENT naming the field, and creates nothing", async () => {
-  const err = assertRestError(await rest(srv.url, "POST", `/registry/v2beta1/repos/${org.uid}`, { name: "nginx", catalogTier: "BOGUS" }), 400, 3, "INVALID_ARGUMENT");
+  const err = assertRestError(
+    await rest(srv.url, "POST", `/registry/v2beta1/repos/${org.uid}`, { name: "nginx", catalogTier: "BOGUS" }),
+    400,
+    3,
+    "INVALID_ARGUMENT",
+  );
   assert.equal(fieldViolations(err)[0]!.field, "catalog_tier");
   const list = await rest(srv.url, "GET", `/registry/v2beta1/repos?uidp.children_of=${org.uid}`);
   assert.equal(list.body.totalCount, "0");

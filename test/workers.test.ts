@@ -26,11 +26,17 @@ interface Reply {
 /** One request on a connection of its own, so round-robin spreads requests over the workers. */
 function fresh(url: string, method: string, path: string, token: string, body?: unknown): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${url}${path}`, { method, agent: false, headers: { authorization: `Bearer ${token}`, "content-type": "application/json", connection: "close" } }, (res) => {
-      let text = "";
-      res.on("data", (c: Buffer) => (text += c.toString("utf8")));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text === "" ? {} : (JSON.parse(text) as Record<string, unknown>) }));
-    });
+    const req = http.request(
+      `${url}${path}`,
+      { method, agent: false, headers: { authorization: `Bearer ${token}`, "content-type": "application/json", connection: "close" } },
+      (res) => {
+        let text = "";
+        res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, body: text === "" ? {} : (JSON.parse(text) as Record<string, unknown>) }),
+        );
+      },
+    );
     req.on("error", reject);
     // A liveness bound: a lost connection fails the test instead of hanging it.
     req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${path}: no answer within 10 s`)));
@@ -41,7 +47,10 @@ function fresh(url: string, method: string, path: string, token: string, body?: 
 /** The pids of the primary's children (its workers). */
 function workerPids(primary: number): number[] {
   const out = execFileSync("ps", ["-o", "pid=", "--ppid", String(primary)], { encoding: "utf8" });
-  return out.split("\n").map((l) => Number(l.trim())).filter((n) => n > 0);
+  return out
+    .split("\n")
+    .map((l) => Number(l.trim()))
+    .filter((n) => n > 0);
 }
 
 describe(`${WORKERS} workers on SQLite`, () => {
@@ -56,9 +65,13 @@ describe(`${WORKERS} workers on SQLite`, () => {
     srv = await startServerProcess(dataDir, { env: { PLATFORM_WORKERS: String(WORKERS), PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true" } });
     admin = await mintAdminToken(dataDir);
     // Both workers up: each answers health on its own.
-    await within(30_000, (async () => {
-      while (workerPids(srv.child.pid!).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
-    })(), "the workers start");
+    await within(
+      30_000,
+      (async () => {
+        while (workerPids(srv.child.pid!).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
+      })(),
+      "the workers start",
+    );
   });
   after(async () => {
     if (srv.child.exitCode === null) srv.child.kill("SIGKILL");
@@ -91,14 +104,23 @@ describe(`${WORKERS} workers on SQLite`, () => {
         claimMatch: { issuer: issuer.url, subject: "workload" },
       })
     ).body;
-    const binding = (await fresh(srv.url, "POST", `/iam/v2beta1/roleBindings/${String(org.uid)}`, admin, { identityUid: identity.uid, roleUid: roles[0]!.uid })).body;
+    const binding = (
+      await fresh(srv.url, "POST", `/iam/v2beta1/roleBindings/${String(org.uid)}`, admin, {
+        identityUid: identity.uid,
+        roleUid: roles[0]!.uid,
+      })
+    ).body;
     const idToken = issuer.idToken({ sub: "workload", aud: BASE_URL });
     const exchanged = await new Promise<Reply>((resolve, reject) => {
-      const req = http.request(`${srv.url}/sts/exchange?aud=${encodeURIComponent(BASE_URL)}&identity=${String(identity.uid)}`, { agent: false, headers: { authorization: `Bearer ${idToken}` } }, (res) => {
-        let text = "";
-        res.on("data", (c: Buffer) => (text += c.toString("utf8")));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }));
-      });
+      const req = http.request(
+        `${srv.url}/sts/exchange?aud=${encodeURIComponent(BASE_URL)}&identity=${String(identity.uid)}`,
+        { agent: false, headers: { authorization: `Bearer ${idToken}` } },
+        (res) => {
+          let text = "";
+          res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }));
+        },
+      );
       req.on("error", reject);
       req.end();
     });
@@ -107,10 +129,12 @@ describe(`${WORKERS} workers on SQLite`, () => {
     // Warm every worker's authorization cache with the grant.
     for (let i = 0; i < 20; i++) assert.equal((await fresh(srv.url, "GET", `/iam/v2beta1/groups/${String(org.uid)}`, token)).status, 200);
     assert.equal((await fresh(srv.url, "DELETE", `/iam/v2beta1/roleBindings/${String(binding.uid)}`, admin)).status, 200);
-    for (let i = 0; i < 20; i++) assert.equal((await fresh(srv.url, "GET", `/iam/v2beta1/groups/${String(org.uid)}`, token)).status, 403, `request ${i}`);
+    for (let i = 0; i < 20; i++)
+      assert.equal((await fresh(srv.url, "GET", `/iam/v2beta1/groups/${String(org.uid)}`, token)).status, 403, `request ${i}`);
     // And deleting the identity ends its token everywhere.
     assert.equal((await fresh(srv.url, "DELETE", `/iam/v2beta1/identities/${String(identity.uid)}`, admin)).status, 200);
-    for (let i = 0; i < 10; i++) assert.equal((await fresh(srv.url, "GET", `/iam/v2beta1/groups/${String(org.uid)}`, token)).status, 401, `request ${i}`);
+    for (let i = 0; i < 10; i++)
+      assert.equal((await fresh(srv.url, "GET", `/iam/v2beta1/groups/${String(org.uid)}`, token)).status, 401, `request ${i}`);
   });
 
   test("a worker killed with SIGKILL is replaced, and the others keep serving meanwhile", async () => {
@@ -118,13 +142,21 @@ describe(`${WORKERS} workers on SQLite`, () => {
     process.kill(victim!, "SIGKILL");
     // A connection node:cluster hands to a worker in the instant it dies is lost
     // (a load balancer retries it); once the primary has seen the exit, none is.
-    await within(10_000, (async () => {
-      while (!srv.logTail().includes("worker died")) await new Promise((r) => setTimeout(r, 20));
-    })(), "the primary sees the worker die");
+    await within(
+      10_000,
+      (async () => {
+        while (!srv.logTail().includes("worker died")) await new Promise((r) => setTimeout(r, 20));
+      })(),
+      "the primary sees the worker die",
+    );
     for (let i = 0; i < 20; i++) assert.equal((await fresh(srv.url, "GET", "/healthz", admin)).status, 200);
-    await within(30_000, (async () => {
-      while (workerPids(srv.child.pid!).filter((p) => p !== victim).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
-    })(), "a new worker starts");
+    await within(
+      30_000,
+      (async () => {
+        while (workerPids(srv.child.pid!).filter((p) => p !== victim).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
+      })(),
+      "a new worker starts",
+    );
   });
 
   test("SIGTERM to the primary stops every worker and exits 0", async () => {

@@ -71,7 +71,10 @@ function killLeftoversOnExit(): void {
  * resolves once its JSON log says "Server listening at …". wrapper, if given,
  * is a command line the server runs under (e.g. strace and its options).
  */
-export function startServerProcess(dataDir: string, opts: { wrapper?: string[]; env?: Record<string, string> } = {}): Promise<ServerProcess> {
+export function startServerProcess(
+  dataDir: string,
+  opts: { wrapper?: string[]; env?: Record<string, string> } = {},
+): Promise<ServerProcess> {
   const argv = [...(opts.wrapper ?? []), process.execPath, "bin/platform-api.js", "serve"];
   const env = { ...environment(dataDir, "info"), ...opts.env };
   const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });

@@ -114,8 +114,11 @@ export function grpcSoakApi(port: number, token: string): SoakApi {
     const schema = service.methods.find((m) => m.localName === method)!.input;
     return new Promise((resolve, reject) => {
       // eslint-disable-next-line @typescript-eslint/no-explicit-any
-      (client as any)[method](create(schema, request as never), md, { deadline: Date.now() + CALL_TIMEOUT_MS }, (err: grpc.ServiceError | null, res: unknown) =>
-        err ? reject(grpcFailure(method, err)) : resolve(res),
+      (client as any)[method](
+        create(schema, request as never),
+        md,
+        { deadline: Date.now() + CALL_TIMEOUT_MS },
+        (err: grpc.ServiceError | null, res: unknown) => (err ? reject(grpcFailure(method, err)) : resolve(res)),
       );
     });
   };
@@ -130,7 +133,10 @@ export function grpcSoakApi(port: number, token: string): SoakApi {
     whoAmI: async (reqId) => void (await call(auth, AuthService, reqId, "validate", {})),
     createGroup: async (reqId, parent, name) => ((await groupsCall(reqId, "createGroup", { parent, group: { name } })) as Group).uid,
     updateGroup: async (reqId, uid, description) =>
-      expectUid(((await groupsCall(reqId, "updateGroup", { group: { uid, description }, updateMask: { paths: ["description"] } })) as Group).uid, uid),
+      expectUid(
+        ((await groupsCall(reqId, "updateGroup", { group: { uid, description }, updateMask: { paths: ["description"] } })) as Group).uid,
+        uid,
+      ),
     deleteGroup: async (reqId, uid) => void (await groupsCall(reqId, "deleteGroup", { uid })),
     close() {
       groups.close();

@@ -66,7 +66,7 @@ export function osvFiles(paths: readonly string[]): string[] {
  * path cannot be read.
  */
 export async function importAdvisories(store: Store, group: string, paths: readonly string[], importTime: number): Promise<ImportResult> {
-  if (!await store.groups.get(group)) throw new NotFoundError("group", group);
+  if (!(await store.groups.get(group))) throw new NotFoundError("group", group);
   const result: ImportResult = { records: 0, created: 0, updated: 0, unchanged: 0, skipped: 0, problems: [] };
   const fileOf = new Map<string, string>();
   let batch: AdvisoryRecord[] = [];

@@ -38,7 +38,8 @@ export function createBearerAuthenticator(
   return {
     async authenticate(headers: Headers): Promise<Principal> {
       const header = headers.get("authorization");
-      if (header === null || header === "") throw new UnauthenticatedError("Unauthenticated: no bearer token; send Authorization: Bearer <API token>");
+      if (header === null || header === "")
+        throw new UnauthenticatedError("Unauthenticated: no bearer token; send Authorization: Bearer <API token>");
       const m = BEARER.exec(header.trim());
       if (!m) throw new UnauthenticatedError("Unauthenticated: the Authorization header must be Bearer <API token>");
       const t = await verify(m[1]!);

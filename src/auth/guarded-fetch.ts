@@ -28,11 +28,16 @@ export class FetchRefusedError extends Error {
  * connection there.
  */
 function filteredLookup(allowed: (address: string) => boolean): LookupFunction {
-  return ((hostname: string, options: object, callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void) => {
+  return ((
+    hostname: string,
+    options: object,
+    callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
+  ) => {
     dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
       if (err) return callback(err, []);
       const kept = (addresses as LookupAddress[]).filter((a) => allowed(a.address));
-      if (kept.length === 0) return callback(Object.assign(new Error(`${hostname} resolves to no allowed address`), { code: "EACCES" }), []);
+      if (kept.length === 0)
+        return callback(Object.assign(new Error(`${hostname} resolves to no allowed address`), { code: "EACCES" }), []);
       if ((options as { all?: boolean }).all) return callback(null, kept);
       callback(null, kept[0]!.address, kept[0]!.family);
     });
@@ -59,12 +64,16 @@ export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Reco
       agent: false,
       timeout: limits.timeoutMs,
     });
-    const deadline = setTimeout(() => req.destroy(new FetchRefusedError(`${url}: no answer within ${limits.timeoutMs} ms`)), limits.timeoutMs);
+    const deadline = setTimeout(
+      () => req.destroy(new FetchRefusedError(`${url}: no answer within ${limits.timeoutMs} ms`)),
+      limits.timeoutMs,
+    );
     req.on("socket", (socket) => {
       // A literal address skips the lookup: check where the socket really went.
       socket.once("connect", () => {
         const peer = socket.remoteAddress;
-        if (peer !== undefined && !limits.addressAllowed(peer)) req.destroy(new FetchRefusedError(`${url}: connected to a disallowed address`));
+        if (peer !== undefined && !limits.addressAllowed(peer))
+          req.destroy(new FetchRefusedError(`${url}: connected to a disallowed address`));
       });
     });
     req.on("timeout", () => req.destroy(new FetchRefusedError(`${url}: timed out`)));

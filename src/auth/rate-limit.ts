@@ -74,5 +74,8 @@ export function addressKey(peer: string): string {
   const left = head === "" ? [] : head.split(":");
   const right = tail === "" ? [] : tail.split(":");
   const groups = address.includes("::") ? [...left, ...Array<string>(8 - left.length - right.length).fill("0"), ...right] : left;
-  return `${groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, "").toLowerCase()).join(":")}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, "").toLowerCase())
+    .join(":")}::/64`;
 }

@@ -69,11 +69,13 @@ class UnknownKeyError extends Error {
 /** The client's message for a jose verification failure, and the exact reason for the log. */
 function rejection(err: unknown): TokenRejectedError {
   const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  if (err instanceof errors.JWTExpired) return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
+  if (err instanceof errors.JWTExpired)
+    return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
   if (err instanceof errors.JWTClaimValidationFailed && err.claim === "aud") {
     return new TokenRejectedError("Unauthenticated: the API token was issued for another audience, not this server", detail);
   }
-  if (err instanceof UnknownKeyError) return new TokenRejectedError("Unauthenticated: the API token is signed by a key this server does not know", detail);
+  if (err instanceof UnknownKeyError)
+    return new TokenRejectedError("Unauthenticated: the API token is signed by a key this server does not know", detail);
   return new TokenRejectedError(NOT_OURS, detail);
 }
 

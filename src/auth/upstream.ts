@@ -1,8 +1,16 @@
-import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from "jose";
+import {
+  createLocalJWKSet,
+  decodeJwt,
+  decodeProtectedHeader,
+  jwtVerify,
+  type JSONWebKeySet,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+} from "jose";
 import { UnauthenticatedError } from "../domain/errors.js";
+import { addressAllowed, canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
 import { QueryCache } from "../store/query-cache.js";
 import { fetchJsonGuarded, type FetchLimits } from "./guarded-fetch.js";
-import { addressAllowed, canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
 import { ACCESS_TOKEN_TYPE } from "./tokens.js";
 
 /** Algorithms accepted from upstream issuers; never "none", never HMAC. */
@@ -166,7 +174,9 @@ export class UpstreamVerifier {
 function isCanonicalUrl(url: string): boolean {
   try {
     const u = new URL(url);
-    return (u.protocol === "https:" || u.protocol === "http:") && u.href === url && u.username === "" && u.password === "" && !url.includes("\\");
+    return (
+      (u.protocol === "https:" || u.protocol === "http:") && u.href === url && u.username === "" && u.password === "" && !url.includes("\\")
+    );
   } catch {
     return false;
   }

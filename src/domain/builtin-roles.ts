@@ -23,18 +23,47 @@ const LISTS = [
   C.CAP_MANIFEST_METADATA_LIST,
   C.CAP_ADVISORIES_LIST,
 ];
-const PULL = [C.CAP_REPO_BLOBS_GET, C.CAP_IAM_GROUPS_LIST, C.CAP_REPO_LIST, C.CAP_MANIFEST_LIST, C.CAP_REFERRERS_LIST, C.CAP_TAG_LIST, C.CAP_MANIFEST_METADATA_LIST];
+const PULL = [
+  C.CAP_REPO_BLOBS_GET,
+  C.CAP_IAM_GROUPS_LIST,
+  C.CAP_REPO_LIST,
+  C.CAP_MANIFEST_LIST,
+  C.CAP_REFERRERS_LIST,
+  C.CAP_TAG_LIST,
+  C.CAP_MANIFEST_METADATA_LIST,
+];
 const REPO_WRITE = [C.CAP_REPO_CREATE, C.CAP_REPO_UPDATE, C.CAP_REPO_DELETE];
-const PUSH_WRITE = [...REPO_WRITE, C.CAP_MANIFEST_CREATE, C.CAP_MANIFEST_UPDATE, C.CAP_MANIFEST_DELETE, C.CAP_TAG_CREATE, C.CAP_TAG_UPDATE, C.CAP_TAG_DELETE];
+const PUSH_WRITE = [
+  ...REPO_WRITE,
+  C.CAP_MANIFEST_CREATE,
+  C.CAP_MANIFEST_UPDATE,
+  C.CAP_MANIFEST_DELETE,
+  C.CAP_TAG_CREATE,
+  C.CAP_TAG_UPDATE,
+  C.CAP_TAG_DELETE,
+];
 const IAM_WRITE = [
-  C.CAP_IAM_GROUPS_CREATE, C.CAP_IAM_GROUPS_UPDATE, C.CAP_IAM_GROUPS_DELETE,
-  C.CAP_IAM_GROUP_INVITES_CREATE, C.CAP_IAM_GROUP_INVITES_DELETE,
-  C.CAP_IAM_ROLES_CREATE, C.CAP_IAM_ROLES_UPDATE, C.CAP_IAM_ROLES_DELETE,
-  C.CAP_IAM_ROLE_BINDINGS_CREATE, C.CAP_IAM_ROLE_BINDINGS_UPDATE, C.CAP_IAM_ROLE_BINDINGS_DELETE,
-  C.CAP_IAM_IDENTITY_CREATE, C.CAP_IAM_IDENTITY_UPDATE, C.CAP_IAM_IDENTITY_DELETE,
-  C.CAP_IAM_IDENTITY_PROVIDERS_CREATE, C.CAP_IAM_IDENTITY_PROVIDERS_UPDATE, C.CAP_IAM_IDENTITY_PROVIDERS_DELETE,
+  C.CAP_IAM_GROUPS_CREATE,
+  C.CAP_IAM_GROUPS_UPDATE,
+  C.CAP_IAM_GROUPS_DELETE,
+  C.CAP_IAM_GROUP_INVITES_CREATE,
+  C.CAP_IAM_GROUP_INVITES_DELETE,
+  C.CAP_IAM_ROLES_CREATE,
+  C.CAP_IAM_ROLES_UPDATE,
+  C.CAP_IAM_ROLES_DELETE,
+  C.CAP_IAM_ROLE_BINDINGS_CREATE,
+  C.CAP_IAM_ROLE_BINDINGS_UPDATE,
+  C.CAP_IAM_ROLE_BINDINGS_DELETE,
+  C.CAP_IAM_IDENTITY_CREATE,
+  C.CAP_IAM_IDENTITY_UPDATE,
+  C.CAP_IAM_IDENTITY_DELETE,
+  C.CAP_IAM_IDENTITY_PROVIDERS_CREATE,
+  C.CAP_IAM_IDENTITY_PROVIDERS_UPDATE,
+  C.CAP_IAM_IDENTITY_PROVIDERS_DELETE,
   C.CAP_IAM_SCIM_MANAGE,
-  C.CAP_IAM_ACCOUNT_ASSOCIATIONS_CREATE, C.CAP_IAM_ACCOUNT_ASSOCIATIONS_UPDATE, C.CAP_IAM_ACCOUNT_ASSOCIATIONS_DELETE,
+  C.CAP_IAM_ACCOUNT_ASSOCIATIONS_CREATE,
+  C.CAP_IAM_ACCOUNT_ASSOCIATIONS_UPDATE,
+  C.CAP_IAM_ACCOUNT_ASSOCIATIONS_DELETE,
 ];
 const VIEWER = [...LISTS, C.CAP_REPO_BLOBS_GET];
 const EDITOR = [...VIEWER, ...REPO_WRITE];
@@ -44,16 +73,34 @@ const PULL_TOKEN_CREATOR = [C.CAP_IAM_ROLE_BINDINGS_CREATE, C.CAP_IAM_IDENTITY_C
 export const BUILTIN_ROLES: readonly BuiltinRole[] = [
   { name: "viewer", description: "Read everything in the group and pull images", capabilities: VIEWER },
   { name: "editor", description: "Viewer, plus create, update and delete repos", capabilities: EDITOR },
-  { name: "owner", description: "Full control of the group: IAM, registry writes and everything an editor can do", capabilities: [...EDITOR, ...IAM_WRITE, ...PUSH_WRITE] },
+  {
+    name: "owner",
+    description: "Full control of the group: IAM, registry writes and everything an editor can do",
+    capabilities: [...EDITOR, ...IAM_WRITE, ...PUSH_WRITE],
+  },
   { name: "console_viewer", description: "List everything in the group, without pulling images", capabilities: LISTS },
   { name: "registry.pull", description: "Pull images", capabilities: PULL },
-  { name: "registry.push", description: "Pull and push images, creating repos and nested groups as needed", capabilities: [...PULL, ...PUSH_WRITE, C.CAP_IAM_GROUPS_CREATE] },
-  { name: "registry.pull_token_creator", description: "Create pull tokens: identities bound to pull roles", capabilities: [...PULL_TOKEN_CREATOR, ...PULL] },
+  {
+    name: "registry.push",
+    description: "Pull and push images, creating repos and nested groups as needed",
+    capabilities: [...PULL, ...PUSH_WRITE, C.CAP_IAM_GROUPS_CREATE],
+  },
+  {
+    name: "registry.pull_token_creator",
+    description: "Create pull tokens: identities bound to pull roles",
+    capabilities: [...PULL_TOKEN_CREATOR, ...PULL],
+  },
   { name: "advisories.viewer", description: "Read vulnerability advisories", capabilities: [C.CAP_ADVISORIES_LIST] },
   {
     name: "advisories.admin",
     description: "Read, create, update, approve and delete vulnerability advisories",
-    capabilities: [C.CAP_ADVISORIES_LIST, C.CAP_ADVISORIES_CREATE, C.CAP_ADVISORIES_UPDATE, C.CAP_ADVISORIES_APPROVE, C.CAP_ADVISORIES_DELETE],
+    capabilities: [
+      C.CAP_ADVISORIES_LIST,
+      C.CAP_ADVISORIES_CREATE,
+      C.CAP_ADVISORIES_UPDATE,
+      C.CAP_ADVISORIES_APPROVE,
+      C.CAP_ADVISORIES_DELETE,
+    ],
   },
 ];
 

@@ -1,7 +1,7 @@
-import { userIssuerProblem, type IssuerPolicy } from "./issuer.js";
 import { RE2JS } from "re2js";
 import type { ClaimMatchRecord } from "./claim-match-record.js";
 import type { FieldViolation } from "./errors.js";
+import { userIssuerProblem, type IssuerPolicy } from "./issuer.js";
 
 /** Longest pattern accepted; keeps compile time and memory bounded. */
 export const MAX_PATTERN_LENGTH = 512;
@@ -46,8 +46,10 @@ export function checkClaimMatch(prefix: string, m: ClaimMatchRecord, policy: Iss
     if (problem !== undefined) out.push({ field: `${prefix}.issuer`, description: problem });
   }
   const pair = (exact: string, pattern: string, exactName: string, patternName: string, required: boolean) => {
-    if (exact !== "" && pattern !== "") out.push({ field: `${prefix}.${exactName}`, description: `set ${exactName} or ${patternName}, not both` });
-    else if (required && exact === "" && pattern === "") out.push({ field: `${prefix}.${exactName}`, description: `${exactName} or ${patternName} is required` });
+    if (exact !== "" && pattern !== "")
+      out.push({ field: `${prefix}.${exactName}`, description: `set ${exactName} or ${patternName}, not both` });
+    else if (required && exact === "" && pattern === "")
+      out.push({ field: `${prefix}.${exactName}`, description: `${exactName} or ${patternName} is required` });
     if (pattern !== "") out.push(...checkPattern(`${prefix}.${patternName}`, pattern));
   };
   pair(m.issuer, m.issuerPattern, "issuer", "issuer_pattern", true);
@@ -78,7 +80,11 @@ export function claimsMatch(m: ClaimMatchRecord, claims: Record<string, unknown>
   const sub = claimText(claims.sub);
   if (iss === undefined || sub === undefined) return false;
   if (!matchesOne(m.issuer, m.issuerPattern, iss) || !matchesOne(m.subject, m.subjectPattern, sub)) return false;
-  const auds = Array.isArray(claims.aud) ? claims.aud.filter((a): a is string => typeof a === "string") : typeof claims.aud === "string" ? [claims.aud] : [];
+  const auds = Array.isArray(claims.aud)
+    ? claims.aud.filter((a): a is string => typeof a === "string")
+    : typeof claims.aud === "string"
+      ? [claims.aud]
+      : [];
   const audOk =
     m.audience === "" && m.audiencePattern === ""
       ? auds.includes(defaultAudience)

@@ -1,6 +1,6 @@
 import { getOption, isFieldSet, type DescMessage, type Message } from "@bufbuild/protobuf";
 import type { FieldMask } from "@bufbuild/protobuf/wkt";
-import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
+import { field_behavior, FieldBehavior } from "../../gen/google/api/field_behavior_pb.js";
 import { invalidField } from "./errors.js";
 
 /** Proto names of the fields marked OUTPUT_ONLY on a message. */

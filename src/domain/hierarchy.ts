@@ -1,9 +1,9 @@
 import type { UIDPFilter } from "../../gen/platformapi/common/v1/uidp_pb.js";
-import type { HierarchyFilter } from "./hierarchy-filter.js";
 import { InvalidArgumentError, type FieldViolation } from "./errors.js";
+import type { HierarchyFilter } from "./hierarchy-filter.js";
 import { isUidp } from "./uidp.js";
 
-const NOT_A_UID = "must be a uid path: 40 lowercase hex characters, then \"/\" and 16 hex per level";
+const NOT_A_UID = 'must be a uid path: 40 lowercase hex characters, then "/" and 16 hex per level';
 
 /** Validates a UIDPFilter and turns it into the store's HierarchyFilter. */
 export function hierarchyFilter(uidp: UIDPFilter | undefined): HierarchyFilter {

@@ -28,7 +28,8 @@ export function canonicalIssuer(iss: string): string | undefined {
     return undefined;
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") return undefined;
-  if (url.username !== "" || url.password !== "" || url.search !== "" || url.hash !== "" || iss.endsWith("?") || iss.endsWith("#")) return undefined;
+  if (url.username !== "" || url.password !== "" || url.search !== "" || url.hash !== "" || iss.endsWith("?") || iss.endsWith("#"))
+    return undefined;
   if (url.href === iss || (url.pathname === "/" && url.href === `${iss}/`)) return iss;
   return undefined;
 }
@@ -62,7 +63,10 @@ export function isInternalAddress(address: string): boolean {
   if (v4) {
     const [a, b] = v4 as [number, number, number, number];
     return (
-      a === 0 || a === 10 || a === 127 || a >= 224 ||
+      a === 0 ||
+      a === 10 ||
+      a === 127 ||
+      a >= 224 ||
       (a === 100 && b >= 64 && b <= 127) ||
       (a === 169 && b === 254) ||
       (a === 172 && b >= 16 && b <= 31) ||

@@ -21,21 +21,22 @@ export interface StaticKeysInput {
  * leaked private key in a stored identity would let anyone mint its tokens.
  */
 export function checkIssuerKeys(field: string, text: string): FieldViolation[] {
-  if (text === "") return [{ field, description: "is required: a JWKS document {\"keys\": [...]}" }];
+  if (text === "") return [{ field, description: 'is required: a JWKS document {"keys": [...]}' }];
   let doc: unknown;
   try {
     doc = JSON.parse(text);
   } catch {
-    return [{ field, description: "must be a JSON JWKS document {\"keys\": [...]}" }];
+    return [{ field, description: 'must be a JSON JWKS document {"keys": [...]}' }];
   }
   const keys = typeof doc === "object" && doc !== null && !Array.isArray(doc) ? (doc as { keys?: unknown }).keys : undefined;
-  if (!Array.isArray(keys) || keys.length === 0) return [{ field, description: "must hold at least one key in \"keys\"" }];
+  if (!Array.isArray(keys) || keys.length === 0) return [{ field, description: 'must hold at least one key in "keys"' }];
   for (const [i, key] of keys.entries()) {
     if (typeof key !== "object" || key === null || Array.isArray(key) || typeof (key as { kty?: unknown }).kty !== "string") {
       return [{ field, description: `keys[${i}] must be a JWK object with a "kty"` }];
     }
     const secret = PRIVATE_MEMBERS.find((m) => m in key);
-    if (secret !== undefined) return [{ field, description: `keys[${i}] carries the private member "${secret}"; register public keys only` }];
+    if (secret !== undefined)
+      return [{ field, description: `keys[${i}] carries the private member "${secret}"; register public keys only` }];
   }
   return [];
 }
@@ -56,6 +57,7 @@ export function checkStaticKeys(prefix: string, keys: StaticKeysInput, now: numb
     }
   }
   if (keys.audiences.length > 1) out.push({ field: `${prefix}.audiences`, description: "at most one audience is supported" });
-  else if (keys.audiences.length === 1 && keys.audiences[0] === "") out.push({ field: `${prefix}.audiences`, description: "must not be empty" });
+  else if (keys.audiences.length === 1 && keys.audiences[0] === "")
+    out.push({ field: `${prefix}.audiences`, description: "must not be empty" });
   return out;
 }

@@ -15,7 +15,10 @@ export function userIdentityUid(issuer: string, subject: string): string {
  * the provider, its issuer and client and the token's subject, so every later
  * sign-in finds it.
  */
-export function providerUserUid(provider: { uid: string; parentUid: string; oidc: { issuer: string; clientId: string } }, subject: string): string {
+export function providerUserUid(
+  provider: { uid: string; parentUid: string; oidc: { issuer: string; clientId: string } },
+  subject: string,
+): string {
   // Issuer and client are part of the key: re-pointing the provider at
   // another issuer, or at another application of the same (multi-tenant)
   // issuer whose subjects someone else controls, must not let those subjects

@@ -8,35 +8,35 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply } from 
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { CapabilitySchema, type Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
-import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { createAuthorizer } from "../auth/authorizer.js";
+import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
-import { CapabilitySchema, type Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
-import { seedBuiltinRoles } from "../store/seed.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField } from "../domain/errors.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
+import { seedBuiltinRoles } from "../store/seed.js";
 import type { Store } from "../store/store.js";
-import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
-import { clientErrorHandler } from "./http/client-errors.js";
 import { connectPlugin } from "./connect/plugin.js";
-import { installDocs } from "./rest/docs.js";
-import { openApiDocument } from "./rest/openapi.js";
-import { createGrpcServer, SYSTEM_SERVICES } from "./grpc/server.js";
-import { HealthState, healthService } from "./grpc/health.js";
-import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
+import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
+import { healthService, HealthState } from "./grpc/health.js";
 import { reflectionSchema } from "./grpc/reflection.js";
-import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest/transcoder.js";
-import { installCors } from "./http/cors.js";
+import { createGrpcServer, SYSTEM_SERVICES } from "./grpc/server.js";
+import { clientErrorHandler } from "./http/client-errors.js";
 import { inflatedBody, installResponseCompression, isRpcRequest, REQUEST_CODINGS, requestCoding } from "./http/compression.js";
+import { installCors } from "./http/cors.js";
+import { HeaderView } from "./http/header-view.js";
+import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
+import { nextRequestId, requestIdFrom } from "./http/request-id.js";
 import { bearerChallenge } from "./http/www-authenticate.js";
 import { loggerOptions } from "./observe/logging.js";
-import { HeaderView } from "./http/header-view.js";
-import { instrumentStore, metricsTokenMatches, Metrics } from "./observe/metrics.js";
-import { nextRequestId, requestIdFrom } from "./http/request-id.js";
+import { instrumentStore, Metrics, metricsTokenMatches } from "./observe/metrics.js";
+import { installDocs } from "./rest/docs.js";
+import { openApiDocument } from "./rest/openapi.js";
+import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest/transcoder.js";
 import { requestIdKey, wrapService, type CallObserver, type WrappedService } from "./wrap.js";
 
 /** What a running server needs from its caller. */
@@ -140,12 +140,21 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       metrics.requests.inc(call.service, call.method, call.protocol, call.code);
       metrics.latency.observe(call.durationMs / 1000, call.service, call.method, call.protocol);
       app.log.info(
-        { reqId: call.requestId, principal: call.principal, rpc: `${call.service}/${call.method}`, protocol: call.protocol, code: call.code, durationMs: Math.round(call.durationMs * 100) / 100 },
+        {
+          reqId: call.requestId,
+          principal: call.principal,
+          rpc: `${call.service}/${call.method}`,
+          protocol: call.protocol,
+          code: call.code,
+          durationMs: Math.round(call.durationMs * 100) / 100,
+        },
         "rpc",
       );
     },
   };
-  const wrapped = createServiceBindings(deps).map((b) => wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer }));
+  const wrapped = createServiceBindings(deps).map((b) =>
+    wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer }),
+  );
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
@@ -201,11 +210,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   app.get("/metrics", async (req, reply) => {
     if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
       reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
-      return sendError(reply, new ApiError(Code.Unauthenticated, "UNAUTHENTICATED", "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>"));
+      return sendError(
+        reply,
+        new ApiError(Code.Unauthenticated, "UNAUTHENTICATED", "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>"),
+      );
     }
     return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
-  installDocs(app, openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }), config.baseUrl);
+  installDocs(
+    app,
+    openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }),
+    config.baseUrl,
+  );
   app.get("/.well-known/openid-configuration", async (_req, reply) =>
     reply.header("cache-control", "public, max-age=300").send({
       issuer: config.authUrl,
@@ -323,7 +339,8 @@ function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyR
   const domain = reply.server.errorDomainFor?.(reply.request.method, reply.request.url) ?? DEFAULT_ERROR_DOMAIN;
   const rendered = restErrorBody(toConnectError(err, domain, (e) => reply.log.error({ err: e }, "internal error")));
   const code = status ?? rendered.status;
-  if (code === 401 && !reply.hasHeader("www-authenticate")) reply.header("www-authenticate", bearerChallenge(reply.request.headers.authorization));
+  if (code === 401 && !reply.hasHeader("www-authenticate"))
+    reply.header("www-authenticate", bearerChallenge(reply.request.headers.authorization));
   return reply.code(code).type("application/json").send(rendered.body);
 }
 
@@ -341,7 +358,11 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
     if (requestCoding(req.headers["content-encoding"]) !== "unsupported") return;
     const accepted = REQUEST_CODINGS.join(", ");
     const coding = String(req.headers["content-encoding"]).trim().slice(0, 40);
-    const err = new ApiError(Code.InvalidArgument, "UNSUPPORTED_CONTENT_ENCODING", `Content-Encoding ${coding} is not supported here: send ${accepted} or no coding`);
+    const err = new ApiError(
+      Code.InvalidArgument,
+      "UNSUPPORTED_CONTENT_ENCODING",
+      `Content-Encoding ${coding} is not supported here: send ${accepted} or no coding`,
+    );
     return sendError(reply.header("accept-encoding", accepted), err, 415);
   });
   // The inflated body counts against the same limit as a plain one.
@@ -406,7 +427,11 @@ function notFound(reply: FastifyReply, method: string, routeMethods: string[]): 
   const allowed = routeMethods.includes("GET") ? [...routeMethods, "HEAD"] : routeMethods;
   if (allowed.length > 0) {
     reply.header("allow", allowed.join(", "));
-    return sendError(reply, new ApiError(Code.Unimplemented, "METHOD_NOT_ALLOWED", `Method ${method} is not allowed here; use ${allowed.join(" or ")}`), 405);
+    return sendError(
+      reply,
+      new ApiError(Code.Unimplemented, "METHOD_NOT_ALLOWED", `Method ${method} is not allowed here; use ${allowed.join(" or ")}`),
+      405,
+    );
   }
   return sendError(reply, new ApiError(Code.NotFound, "ROUTE_NOT_FOUND", "No such route"));
 }

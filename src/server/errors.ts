@@ -1,9 +1,6 @@
 import { create, createRegistry, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { anyPack, AnySchema, type Any } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-
-/** A detail as ConnectError accepts it: a message descriptor and its value. */
-type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
 import {
   BadRequestSchema,
   ErrorInfoSchema,
@@ -12,6 +9,9 @@ import {
 } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema, type Status } from "../../gen/google/rpc/status_pb.js";
 import { ApiError } from "../domain/errors.js";
+
+/** A detail as ConnectError accepts it: a message descriptor and its value. */
+type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
 
 /** Every google.rpc detail type, so an Any in an error body never fails to render. */
 const detailRegistry = createRegistry(file_google_rpc_error_details);

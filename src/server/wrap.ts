@@ -125,7 +125,11 @@ function pastDeadline(context: HandlerContext): boolean {
 
 /** The answer to a call that finished after its deadline; its work may have been done. */
 function deadlinePassed(): ApiError {
-  return new ApiError(Code.DeadlineExceeded, "DEADLINE_EXCEEDED", "Deadline exceeded: the call's deadline passed before the server answered");
+  return new ApiError(
+    Code.DeadlineExceeded,
+    "DEADLINE_EXCEEDED",
+    "Deadline exceeded: the call's deadline passed before the server answered",
+  );
 }
 
 /** The scope uid a scoped request names; INVALID_ARGUMENT unless it is a uid path. */

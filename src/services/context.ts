@@ -1,10 +1,10 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
-import type { TokenService } from "../auth/tokens.js";
-import type { IssuerPolicy } from "../domain/issuer.js";
-import type { UpstreamVerifier } from "../auth/upstream.js";
 import { principalKey, type Principal } from "../auth/principal.js";
+import type { TokenService } from "../auth/tokens.js";
+import type { UpstreamVerifier } from "../auth/upstream.js";
 import { UnauthenticatedError } from "../domain/errors.js";
+import type { IssuerPolicy } from "../domain/issuer.js";
 import type { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
 

@@ -2,18 +2,28 @@ import type { DescFile } from "@bufbuild/protobuf";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { AuthService, file_platformapi_auth_v1_auth } from "../../gen/platformapi/auth/v1/auth_pb.js";
 import { file_platformapi_iam_v1_groups, GroupsService as GroupsV1Service } from "../../gen/platformapi/iam/v1/groups_pb.js";
-import { AccountAssociationsService, file_platformapi_iam_v2beta1_account_associations } from "../../gen/platformapi/iam/v2beta1/account_associations_pb.js";
+import {
+  AccountAssociationsService,
+  file_platformapi_iam_v2beta1_account_associations,
+} from "../../gen/platformapi/iam/v2beta1/account_associations_pb.js";
 import { file_platformapi_iam_v2beta1_group_invites, GroupInvitesService } from "../../gen/platformapi/iam/v2beta1/group_invites_pb.js";
 import { file_platformapi_iam_v2beta1_groups, GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { file_platformapi_iam_v2beta1_identities, IdentitiesService } from "../../gen/platformapi/iam/v2beta1/identities_pb.js";
-import { file_platformapi_iam_v2beta1_identity_providers, IdentityProvidersService } from "../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
+import {
+  file_platformapi_iam_v2beta1_identity_providers,
+  IdentityProvidersService,
+} from "../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import { file_platformapi_iam_v2beta1_role_bindings, RoleBindingsService } from "../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import { file_platformapi_iam_v2beta1_roles, RolesService } from "../../gen/platformapi/iam/v2beta1/roles_pb.js";
 import { file_platformapi_oidc_v1_sts, SecurityTokenService } from "../../gen/platformapi/oidc/v1/sts_pb.js";
 import { file_platformapi_registry_v1_registry, RegistryService } from "../../gen/platformapi/registry/v1/registry_pb.js";
 import { file_platformapi_registry_v2beta1_repos, ReposService } from "../../gen/platformapi/registry/v2beta1/repos_pb.js";
 import { file_platformapi_registry_v2beta1_tags, TagsService } from "../../gen/platformapi/registry/v2beta1/tags_pb.js";
-import { AdvisoriesService, file_platformapi_vulnerabilities_v2beta1_advisories } from "../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
+import {
+  AdvisoriesService,
+  file_platformapi_vulnerabilities_v2beta1_advisories,
+} from "../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
+import { createAuthService } from "./auth/auth.js";
 import { bind, type ServiceBinding } from "./binding.js";
 import type { ServiceDeps } from "./context.js";
 import { createGroupsV1Service } from "./iam-v1/groups.js";
@@ -28,7 +38,6 @@ import { createStsService } from "./oidc/sts.js";
 import { createRegistryV1Service } from "./registry-v1/registry.js";
 import { createReposService } from "./registry/repos.js";
 import { createTagsService } from "./registry/tags.js";
-import { createAuthService } from "./auth/auth.js";
 import { createAdvisoriesService } from "./vulnerabilities/advisories.js";
 
 /** Every proto file of the contract: the source of the JSON registry and of reflection. */

@@ -88,7 +88,10 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
         const query = args[0] as ListQuery<unknown, string>;
         const countKey = at + JSON.stringify([query.hierarchy, query.filter, query.visibleWithin]);
         const knownTotal = counts.get(countKey);
-        const result = (await original(knownTotal === undefined ? query : { ...query, knownTotal }, ...args.slice(1))) as ListResult<object>;
+        const result = (await original(
+          knownTotal === undefined ? query : { ...query, knownTotal },
+          ...args.slice(1),
+        )) as ListResult<object>;
         if (knownTotal === undefined) counts.set(countKey, result.totalCount);
         answer = Object.freeze({ ...result, items: Object.freeze(result.items.map((item) => Object.freeze(item))) });
       } else {
@@ -99,13 +102,15 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
     };
   };
 
-  const written = (original: PartMethod): PartMethod => async (...args) => {
-    try {
-      return await original(...args);
-    } finally {
-      await afterWrite();
-    }
-  };
+  const written =
+    (original: PartMethod): PartMethod =>
+    async (...args) => {
+      try {
+        return await original(...args);
+      } finally {
+        await afterWrite();
+      }
+    };
 
   const parts = decorateParts(inner, (part, method, original) => {
     if (!READ_METHODS.has(method)) return written(original);

@@ -12,7 +12,15 @@ async function* everything<T extends { uid: string }, TFilter>(
 ): AsyncGenerator<T> {
   let after: { key: string; uid: string } | null = null;
   for (;;) {
-    const page = await list({ hierarchy: {}, filter, order: { field: "uid", desc: false }, after, offset: 0, limit: PAGE, visibleWithin: null });
+    const page = await list({
+      hierarchy: {},
+      filter,
+      order: { field: "uid", desc: false },
+      after,
+      offset: 0,
+      limit: PAGE,
+      visibleWithin: null,
+    });
     yield* page.items;
     const last = page.items[page.items.length - 1];
     if (!page.hasMore || last === undefined) return;
@@ -33,9 +41,19 @@ export type CopyCounts = Record<string, number>;
  * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
  */
 export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
-  const probe = { hierarchy: {}, filter: {}, order: { field: "uid" as const, desc: false }, after: null, offset: 0, limit: 1, visibleWithin: null };
+  const probe = {
+    hierarchy: {},
+    filter: {},
+    order: { field: "uid" as const, desc: false },
+    after: null,
+    offset: 0,
+    limit: 1,
+    visibleWithin: null,
+  };
   if ((await to.groups.list(probe)).totalCount > 0 || (await to.identities.list(probe)).totalCount > 0) {
-    throw new FailedPreconditionError([{ type: "TARGET_NOT_EMPTY", subject: "target", description: "the target store already holds groups or identities" }]);
+    throw new FailedPreconditionError([
+      { type: "TARGET_NOT_EMPTY", subject: "target", description: "the target store already holds groups or identities" },
+    ]);
   }
   const counts: CopyCounts = {};
   const copyAll = async <T extends { uid: string }, TFilter>(
@@ -56,18 +74,68 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     ["admin-subject", await from.keys.secret("admin-subject", () => randomBytes(20))],
   ] as const;
   await to.transaction(async (tx: StoreParts) => {
-    await copyAll("groups", (q) => from.groups.list(q), {}, (g) => tx.groups.create(g));
+    await copyAll(
+      "groups",
+      (q) => from.groups.list(q),
+      {},
+      (g) => tx.groups.create(g),
+    );
     // Built-in roles have the same uid everywhere: the target's own are kept.
-    await copyAll("roles", (q) => from.roles.list(q), {}, async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)));
-    await copyAll("identities", (q) => from.identities.list(q), {}, (i) => tx.identities.create(i));
-    await copyAll("role bindings", (q) => from.roleBindings.list(q), {}, (b) => tx.roleBindings.create([b]));
-    await copyAll("identity providers", (q) => from.identityProviders.list(q), {}, (p) => tx.identityProviders.create(p));
-    await copyAll("account associations", (q) => from.accountAssociations.list(q), {}, (a) => tx.accountAssociations.create(a));
-    await copyAll("group invites", (q) => from.groupInvites.list(q), {}, (i) => tx.groupInvites.create(i));
-    await copyAll("repos", (q) => from.repos.list(q), {}, (r) => tx.repos.create(r));
+    await copyAll(
+      "roles",
+      (q) => from.roles.list(q),
+      {},
+      async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)),
+    );
+    await copyAll(
+      "identities",
+      (q) => from.identities.list(q),
+      {},
+      (i) => tx.identities.create(i),
+    );
+    await copyAll(
+      "role bindings",
+      (q) => from.roleBindings.list(q),
+      {},
+      (b) => tx.roleBindings.create([b]),
+    );
+    await copyAll(
+      "identity providers",
+      (q) => from.identityProviders.list(q),
+      {},
+      (p) => tx.identityProviders.create(p),
+    );
+    await copyAll(
+      "account associations",
+      (q) => from.accountAssociations.list(q),
+      {},
+      (a) => tx.accountAssociations.create(a),
+    );
+    await copyAll(
+      "group invites",
+      (q) => from.groupInvites.list(q),
+      {},
+      (i) => tx.groupInvites.create(i),
+    );
+    await copyAll(
+      "repos",
+      (q) => from.repos.list(q),
+      {},
+      (r) => tx.repos.create(r),
+    );
     const allTags = { includeReferrers: true, includeDates: true, includeEpochs: true };
-    await copyAll("tags", (q) => from.tags.list(q), allTags, (t) => tx.tags.put(t));
-    await copyAll("advisories", (q) => from.advisories.list(q), {}, (a) => tx.advisories.upsert([a]));
+    await copyAll(
+      "tags",
+      (q) => from.tags.list(q),
+      allTags,
+      (t) => tx.tags.put(t),
+    );
+    await copyAll(
+      "advisories",
+      (q) => from.advisories.list(q),
+      {},
+      (a) => tx.advisories.upsert([a]),
+    );
     const existing = new Set((await tx.keys.signingKeys()).map((k) => k.kid));
     counts["signing keys"] = 0;
     for (const key of keys) {
@@ -79,7 +147,11 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
       const kept = await tx.keys.secret(name, () => value);
       if (!kept.equals(value)) {
         throw new FailedPreconditionError([
-          { type: "TARGET_NOT_EMPTY", subject: name, description: `the target already has its own ${name} (a server ran on it): migrate into a fresh database` },
+          {
+            type: "TARGET_NOT_EMPTY",
+            subject: name,
+            description: `the target already has its own ${name} (a server ran on it): migrate into a fresh database`,
+          },
         ]);
       }
     }

@@ -48,10 +48,7 @@ export function parseOrderBy<TOrder extends string>(orderBy: string, spec: Pagin
   const field = parts[0] as TOrder;
   const dir = (parts[1] ?? "asc").toLowerCase();
   if (parts.length > 2 || !spec.orderFields.includes(field) || (dir !== "asc" && dir !== "desc")) {
-    throw invalidField(
-      "order_by",
-      `must be one of ${spec.orderFields.join(", ")}, optionally followed by " asc" or " desc"`,
-    );
+    throw invalidField("order_by", `must be one of ${spec.orderFields.join(", ")}, optionally followed by " asc" or " desc"`);
   }
   return { field, desc: dir === "desc" };
 }
@@ -102,7 +99,9 @@ export function pageEnvelope<T, TOrder extends string>(
 ): PageEnvelope {
   const last = result.items[result.items.length - 1];
   const nextPageToken =
-    result.hasMore && last !== undefined ? sealer.seal(cursorOf(last, plan.order.field), plan.skipped, plan.requestSkip, plan.queryHash) : "";
+    result.hasMore && last !== undefined
+      ? sealer.seal(cursorOf(last, plan.order.field), plan.skipped, plan.requestSkip, plan.queryHash)
+      : "";
   return { nextPageToken, totalCount: BigInt(result.totalCount), skipped: plan.skipped };
 }
 
@@ -113,7 +112,12 @@ export const V1_LIST_LIMIT = 10_000;
  * The store query of a v1 list (no paging, uid order, at most V1_LIST_LIMIT):
  * the hierarchy filter, narrowed to one uid when the v1 `id` filter is given.
  */
-export function v1ListQuery<TFilter>(hierarchy: HierarchyFilter, id: string | null, filter: TFilter, visibleWithin: readonly string[] | null): ListQuery<TFilter, "uid"> {
+export function v1ListQuery<TFilter>(
+  hierarchy: HierarchyFilter,
+  id: string | null,
+  filter: TFilter,
+  visibleWithin: readonly string[] | null,
+): ListQuery<TFilter, "uid"> {
   return {
     hierarchy: id === null ? hierarchy : { ...hierarchy, ids: [id] },
     filter,

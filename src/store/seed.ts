@@ -12,7 +12,15 @@ export async function seedBuiltinRoles(store: Store, now: number): Promise<void>
       const capabilities = normalizeCapabilities(def.capabilities);
       const current = await tx.roles.get(uid);
       if (!current) {
-        await tx.roles.create({ uid, parentUid: null, name: def.name, description: def.description, capabilities, createTime: now, updateTime: now });
+        await tx.roles.create({
+          uid,
+          parentUid: null,
+          name: def.name,
+          description: def.description,
+          capabilities,
+          createTime: now,
+          updateTime: now,
+        });
       } else if (current.description !== def.description || current.capabilities.join() !== capabilities.join()) {
         await tx.roles.update(uid, { description: def.description, capabilities }, now);
       }

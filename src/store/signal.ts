@@ -1,4 +1,4 @@
-import { ConnectError, Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { CancelledError } from "../domain/errors.js";
 
 /**
@@ -19,6 +19,7 @@ export function throwIfCancelled(signal: AbortSignal | undefined): void {
   if (!signal?.aborted) return;
   const reason: unknown = signal.reason;
   const deadline =
-    (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) || (reason instanceof DOMException && reason.name === "TimeoutError");
+    (reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) ||
+    (reason instanceof DOMException && reason.name === "TimeoutError");
   throw new CancelledError(deadline);
 }

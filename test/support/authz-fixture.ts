@@ -69,15 +69,26 @@ export function restAs(srv: TestServer, caller: Caller | string, method: string,
 }
 
 /** Creates an identity in group with a claimMatch on subject, binds it roleUid at scope and mints its token. */
-export async function makeCaller(srv: TestServer, group: string, name: string, roleUid: string | null, scope = group): Promise<{ caller: Caller; binding: Json }> {
-  const identity = await adminOk(srv, "POST", `/iam/v2beta1/identities/${group}`, { name, claimMatch: { issuer: ISSUER, subject: `sub-${name}` } });
-  const binding = roleUid === null ? null : await adminOk(srv, "POST", `/iam/v2beta1/roleBindings/${scope}`, { identityUid: identity.uid, roleUid });
+export async function makeCaller(
+  srv: TestServer,
+  group: string,
+  name: string,
+  roleUid: string | null,
+  scope = group,
+): Promise<{ caller: Caller; binding: Json }> {
+  const identity = await adminOk(srv, "POST", `/iam/v2beta1/identities/${group}`, {
+    name,
+    claimMatch: { issuer: ISSUER, subject: `sub-${name}` },
+  });
+  const binding =
+    roleUid === null ? null : await adminOk(srv, "POST", `/iam/v2beta1/roleBindings/${scope}`, { identityUid: identity.uid, roleUid });
   const { token } = await srv.server.tokens.mint(identity.uid);
   return { caller: { uid: identity.uid, token, bearer: `Bearer ${token}` }, binding };
 }
 
 async function tenant(srv: TestServer, label: string, builtin: Record<string, string>): Promise<Tenant> {
-  const group = (parent: string, name: string) => adminOk(srv, "POST", `/iam/v2beta1/groups/${parent}`, { name, description: `${name} of ${label}` });
+  const group = (parent: string, name: string) =>
+    adminOk(srv, "POST", `/iam/v2beta1/groups/${parent}`, { name, description: `${name} of ${label}` });
   const org = await adminOk(srv, "POST", "/iam/v2beta1/groups", { name: `org ${label}`, description: `organization ${label}` });
   const folder = await group(org.uid, `folder ${label}`);
   const sub = await group(folder.uid, `sub ${label}`);
@@ -86,7 +97,11 @@ async function tenant(srv: TestServer, label: string, builtin: Record<string, st
     description: "a workload",
     claimMatch: { issuer: ISSUER, subject: `repo:${label}/app` },
   });
-  const role = await adminOk(srv, "POST", `/iam/v2beta1/roles/${org.uid}`, { name: `reader-${label}`, description: "custom", capabilities: ["CAP_REPO_LIST", "CAP_IAM_GROUPS_LIST"] });
+  const role = await adminOk(srv, "POST", `/iam/v2beta1/roles/${org.uid}`, {
+    name: `reader-${label}`,
+    description: "custom",
+    capabilities: ["CAP_REPO_LIST", "CAP_IAM_GROUPS_LIST"],
+  });
   const binding = await adminOk(srv, "POST", `/iam/v2beta1/roleBindings/${org.uid}`, { identityUid: identity.uid, roleUid: role.uid });
   const o = await makeCaller(srv, org.uid, `owner ${label}`, builtin.owner!);
   const idp = await adminOk(srv, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
@@ -94,10 +109,16 @@ async function tenant(srv: TestServer, label: string, builtin: Record<string, st
     defaultRole: builtin.viewer,
     oidc: { issuer: `https://idp-${label}.example.com`, clientId: `client-${label}`, clientSecret: clientSecret(label) },
   });
-  const association = await adminOk(srv, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, { name: `aws ${label}`, amazon: { account: "123456789012" } });
+  const association = await adminOk(srv, "POST", `/iam/v2beta1/accountAssociations/${org.uid}`, {
+    name: `aws ${label}`,
+    amazon: { account: "123456789012" },
+  });
   const invite = await adminOk(srv, "POST", `/iam/v2beta1/groupInvites/${org.uid}`, { roleUid: builtin.viewer, ttl: "3600s" });
   assert.ok(typeof invite.code === "string" && invite.code.length >= 16, "the create response reveals the invite code");
-  const repo = await adminOk(srv, "POST", `/registry/v2beta1/repos/${org.uid}`, { name: `images/${label}`, description: `repo of ${label}` });
+  const repo = await adminOk(srv, "POST", `/registry/v2beta1/repos/${org.uid}`, {
+    name: `images/${label}`,
+    description: `repo of ${label}`,
+  });
   const tag = await adminOk(srv, "POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: `sha256:${"0".repeat(64)}` });
   return { org, folder, sub, identity, role, binding, owner: o.caller, ownerBinding: o.binding, idp, association, invite, repo, tag };
 }

@@ -1,10 +1,9 @@
-import http from "node:http";
 import { readFileSync } from "node:fs";
+import http from "node:http";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import zlib from "node:zlib";
 import type { Interceptor, Transport } from "@connectrpc/connect";
-import type { Compression } from "@connectrpc/connect/protocol";
 import {
   compressionBrotli,
   compressionGzip,
@@ -13,6 +12,7 @@ import {
   createGrpcWebTransport,
   Http2SessionManager,
 } from "@connectrpc/connect-node";
+import type { Compression } from "@connectrpc/connect/protocol";
 
 /** The content codings every protocol of the server accepts. */
 export type Coding = "gzip" | "br";
@@ -77,7 +77,9 @@ export function carrierTransport(
   baseUrl: string,
   opts: { compression?: Compression; token?: string } = {},
 ): { transport: Transport; close(): void } {
-  const interceptors: Interceptor[] = opts.token ? [(next) => (req) => (req.header.set("authorization", `Bearer ${opts.token}`), next(req))] : [];
+  const interceptors: Interceptor[] = opts.token
+    ? [(next) => (req) => (req.header.set("authorization", `Bearer ${opts.token}`), next(req))]
+    : [];
   const common = { baseUrl, sendCompression: opts.compression, compressMinBytes: 0, interceptors };
   if (carrier === "grpc") {
     const sessionManager = new Http2SessionManager(baseUrl);

@@ -1,12 +1,7 @@
 import diagnostics from "node:diagnostics_channel";
 import http from "node:http";
 import type { Interceptor, Transport } from "@connectrpc/connect";
-import {
-  createConnectTransport,
-  createGrpcTransport,
-  createGrpcWebTransport,
-  Http2SessionManager,
-} from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { defaultToken } from "./server.js";
 
 /** The connect-node client transports the one port serves. */

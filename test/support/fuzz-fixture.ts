@@ -29,7 +29,11 @@ const CREATE_BODIES: Record<string, (r: Refs, i: number) => JsonObject> = {
   identities: (_r, i) => ({ name: `fuzz identity ${i}`, claimMatch: { issuer: LOOPBACK_ISSUER, subject: `fuzz-${i}` } }),
   roles: (_r, i) => ({ name: `fuzz role ${i}`, capabilities: ["CAP_REPO_LIST"] }),
   roleBindings: (r) => ({ identityUid: r.identity, roleUid: r.role }),
-  identityProviders: (r, i) => ({ name: `fuzz idp ${i}`, defaultRole: r.viewer, oidc: { issuer: LOOPBACK_ISSUER, clientId: "fuzz", clientSecret: "fuzz-secret" } }),
+  identityProviders: (r, i) => ({
+    name: `fuzz idp ${i}`,
+    defaultRole: r.viewer,
+    oidc: { issuer: LOOPBACK_ISSUER, clientId: "fuzz", clientSecret: "fuzz-secret" },
+  }),
   accountAssociations: () => ({ name: "fuzz clouds", amazon: { account: "123456789012" } }),
   groupInvites: (r) => ({ roleUid: r.viewer, ttl: "86400s" }),
   repos: (_r, i) => ({ name: `fuzz-repo-${i}` }),
@@ -72,7 +76,7 @@ export async function createFuzzFixture(srv: TestServer): Promise<FuzzFixture> {
   const creates = srv.server.restOperations.filter(isCreate);
   // Identities and roles first: bindings refer to them; repos before tags, which live in a repo.
   const order = ["groups", "identities", "roles", "repos"];
-  const rank = (op: RestOperation) => (order.indexOf(collectionOf(op)) + 1 || order.length + 1);
+  const rank = (op: RestOperation) => order.indexOf(collectionOf(op)) + 1 || order.length + 1;
   for (const op of [...creates].sort((a, b) => rank(a) - rank(b))) {
     const collection = collectionOf(op);
     const body = CREATE_BODIES[collection];
@@ -140,13 +144,19 @@ export async function fillCollections(srv: TestServer, fixture: FuzzFixture, n: 
   const repo = (await post(`/registry/v2beta1/repos/${org}`, CREATE_BODIES.repos!(refs, -1))).uid as string;
   const inParallel = async <T>(count: number, make: (i: number) => Promise<T>): Promise<T[]> => {
     const out: T[] = [];
-    for (let i = 0; i < count; i += 16) out.push(...(await Promise.all(Array.from({ length: Math.min(16, count - i) }, (_, j) => make(i + j)))));
+    for (let i = 0; i < count; i += 16)
+      out.push(...(await Promise.all(Array.from({ length: Math.min(16, count - i) }, (_, j) => make(i + j)))));
     return out;
   };
   const groups = await inParallel(n, async (i) => (await post(`/iam/v2beta1/groups/${org}`, CREATE_BODIES.groups!(refs, i))).uid as string);
-  const identities = await inParallel(n, async (i) => (await post(`/iam/v2beta1/identities/${org}`, CREATE_BODIES.identities!(refs, i))).uid as string);
+  const identities = await inParallel(
+    n,
+    async (i) => (await post(`/iam/v2beta1/identities/${org}`, CREATE_BODIES.identities!(refs, i))).uid as string,
+  );
   await inParallel(n, (i) => post(`/iam/v2beta1/roles/${org}`, CREATE_BODIES.roles!(refs, i)));
-  await inParallel(n, (i) => post(`/iam/v2beta1/roleBindings/${org}`, CREATE_BODIES.roleBindings!({ ...refs, identity: identities[i]! }, i)));
+  await inParallel(n, (i) =>
+    post(`/iam/v2beta1/roleBindings/${org}`, CREATE_BODIES.roleBindings!({ ...refs, identity: identities[i]! }, i)),
+  );
   await inParallel(n, (i) => post(`/iam/v2beta1/identityProviders/${org}`, CREATE_BODIES.identityProviders!(refs, i)));
   await inParallel(n, (i) => post(`/iam/v2beta1/accountAssociations/${groups[i]!}`, CREATE_BODIES.accountAssociations!(refs, i)));
   await inParallel(n, (i) => post(`/iam/v2beta1/groupInvites/${org}`, CREATE_BODIES.groupInvites!(refs, i)));

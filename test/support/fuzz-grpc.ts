@@ -34,8 +34,14 @@ export function rawGrpcClient(port: number): RawGrpcClient {
       const md = new grpc.Metadata();
       if (authorization !== undefined) md.set("authorization", authorization);
       return new Promise((resolve) => {
-        client.makeUnaryRequest(path, identity, identity, Buffer.from(payload), md, { deadline: Date.now() + deadlineMs }, (err, response) =>
-          resolve({ err: err ?? null, response }),
+        client.makeUnaryRequest(
+          path,
+          identity,
+          identity,
+          Buffer.from(payload),
+          md,
+          { deadline: Date.now() + deadlineMs },
+          (err, response) => resolve({ err: err ?? null, response }),
         );
       });
     },
@@ -52,7 +58,13 @@ export function servedServices(srv: TestServer): DescService[] {
 }
 
 /** Codes that mean the server failed rather than the request. */
-const SERVER_FAULTS = new Set([grpc.status.UNKNOWN, grpc.status.INTERNAL, grpc.status.DATA_LOSS, grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED]);
+const SERVER_FAULTS = new Set([
+  grpc.status.UNKNOWN,
+  grpc.status.INTERNAL,
+  grpc.status.DATA_LOSS,
+  grpc.status.UNAVAILABLE,
+  grpc.status.DEADLINE_EXCEEDED,
+]);
 
 /**
  * Asserts what every gRPC outcome must be: never a server fault (INTERNAL,

@@ -39,16 +39,150 @@ export interface RestFuzzContext {
   queryNames: string[];
 }
 
-const INTEGER_TEXT = ["-1", "0", "1", "50", "200", "201", "2147483647", "2147483648", "-2147483648", "-2147483649", "4294967296", "1000000000", "1e9", "NaN", "Infinity", "-0", "0x10", "1.5", " 1", "+1", "99999999999999999999999", "", "abc"];
+const INTEGER_TEXT = [
+  "-1",
+  "0",
+  "1",
+  "50",
+  "200",
+  "201",
+  "2147483647",
+  "2147483648",
+  "-2147483648",
+  "-2147483649",
+  "4294967296",
+  "1000000000",
+  "1e9",
+  "NaN",
+  "Infinity",
+  "-0",
+  "0x10",
+  "1.5",
+  " 1",
+  "+1",
+  "99999999999999999999999",
+  "",
+  "abc",
+];
 const BOOL_TEXT = ["true", "false", "1", "0", "TRUE", "yes", "", "null"];
-const ORDER_BY = ["name", "name desc", "uid", "uid asc", "created_at", "updated_at desc", "create_time", "password", "name desc desc", "name,uid", "name, uid desc", " ", "NAME", "name DESC", "name;DROP TABLE groups", "(name)", "1", "name\u0000", "name asc asc", "-name"];
-const TIMESTAMPS = ["2024-01-01T00:00:00Z", "2024-13-45T99:99:99Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z", "10000-01-01T00:00:00Z", "2024-01-01", "yesterday", "", "1e400", "-62135596801"];
+const ORDER_BY = [
+  "name",
+  "name desc",
+  "uid",
+  "uid asc",
+  "created_at",
+  "updated_at desc",
+  "create_time",
+  "password",
+  "name desc desc",
+  "name,uid",
+  "name, uid desc",
+  " ",
+  "NAME",
+  "name DESC",
+  "name;DROP TABLE groups",
+  "(name)",
+  "1",
+  "name\u0000",
+  "name asc asc",
+  "-name",
+];
+const TIMESTAMPS = [
+  "2024-01-01T00:00:00Z",
+  "2024-13-45T99:99:99Z",
+  "0000-01-01T00:00:00Z",
+  "9999-12-31T23:59:59.999999999Z",
+  "10000-01-01T00:00:00Z",
+  "2024-01-01",
+  "yesterday",
+  "",
+  "1e400",
+  "-62135596801",
+];
 const DURATIONS = ["86400s", "-1s", "0s", "1e9s", "s", "315576000001s", "1.5s", "1.0000000001s", "86400", "P1D", ""];
-const NASTY_SEGMENTS = ["", ".", "..", "../..", "%2e%2e", "%2E%2E%2F%2E%2E", "a//b", "//", "%2F", "%2f..%2f", "%00", "%", "%zz", "%E2%82", "%C0%AF", "%FF", "~", ";", "a;b=c", "*", "**", ":", ":batchCreate", "%3A", "%20", "+", "x".repeat(10_000), `${"a".repeat(40)}${"/0123456789abcdef".repeat(300)}`];
+const NASTY_SEGMENTS = [
+  "",
+  ".",
+  "..",
+  "../..",
+  "%2e%2e",
+  "%2E%2E%2F%2E%2E",
+  "a//b",
+  "//",
+  "%2F",
+  "%2f..%2f",
+  "%00",
+  "%",
+  "%zz",
+  "%E2%82",
+  "%C0%AF",
+  "%FF",
+  "~",
+  ";",
+  "a;b=c",
+  "*",
+  "**",
+  ":",
+  ":batchCreate",
+  "%3A",
+  "%20",
+  "+",
+  "x".repeat(10_000),
+  `${"a".repeat(40)}${"/0123456789abcdef".repeat(300)}`,
+];
 const SUFFIXES = ["/", "//", "/x", ":x", ":", ":batchCreate", "/..", "/.", "%2F", ";", "#frag", "?", "&", "/%2e%2e"];
-const CONTENT_TYPES = ["application/json; charset=utf-8", "APPLICATION/JSON", "application/json;charset=latin1", "application/json; charset=utf-16", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/octet-stream", "application/grpc", "application/connect+json", "application/proto", "application/json-patch+json", "application/*", "json", ";", ""];
-const RAW_BODIES = ["{", '{"a":', "[1,", "\u0000", "null", "true", "1", '"text"', "[]", "{}", '{"__proto__":{"admin":true}}', '{"constructor":{"prototype":{"admin":true}}}', "[".repeat(5000) + "]".repeat(5000), '{"a":1,"a":2}', "\ufeff{}", '{"name":"\\ud800"}', "1e400", "{'single':'quotes'}"];
-const EXTRA_HEADERS = ["x-request-id", "accept", "accept-encoding", "connect-protocol-version", "x-http-method-override", "x-forwarded-for", "origin", "content-encoding", "x-grpc-web", "grpc-timeout", "cookie", "if-match"];
+const CONTENT_TYPES = [
+  "application/json; charset=utf-8",
+  "APPLICATION/JSON",
+  "application/json;charset=latin1",
+  "application/json; charset=utf-16",
+  "text/plain",
+  "application/x-www-form-urlencoded",
+  "multipart/form-data; boundary=x",
+  "application/octet-stream",
+  "application/grpc",
+  "application/connect+json",
+  "application/proto",
+  "application/json-patch+json",
+  "application/*",
+  "json",
+  ";",
+  "",
+];
+const RAW_BODIES = [
+  "{",
+  '{"a":',
+  "[1,",
+  "\u0000",
+  "null",
+  "true",
+  "1",
+  '"text"',
+  "[]",
+  "{}",
+  '{"__proto__":{"admin":true}}',
+  '{"constructor":{"prototype":{"admin":true}}}',
+  "[".repeat(5000) + "]".repeat(5000),
+  '{"a":1,"a":2}',
+  "\ufeff{}",
+  '{"name":"\\ud800"}',
+  "1e400",
+  "{'single':'quotes'}",
+];
+const EXTRA_HEADERS = [
+  "x-request-id",
+  "accept",
+  "accept-encoding",
+  "connect-protocol-version",
+  "x-http-method-override",
+  "x-forwarded-for",
+  "origin",
+  "content-encoding",
+  "x-grpc-web",
+  "grpc-timeout",
+  "cookie",
+  "if-match",
+];
 
 /** A path, query or header value as bytes node will send: UTF-8 as latin1, controls and spaces escaped. */
 function sendable(s: string, escapeSpace = true): string {
@@ -118,8 +252,10 @@ function fieldJson(field: DescField, text: fc.Arbitrary<string>, junk: fc.Arbitr
   if (scalar === ScalarType.STRING) one = text;
   else if (scalar === ScalarType.BOOL) one = fc.constantFrom(true, false, "true", 0, 1, null);
   else if (scalar === ScalarType.BYTES) one = fc.constantFrom("", "!!!", "AAAA", "A", "_-_-", "====");
-  else if (scalar !== undefined) one = fc.oneof(fc.constantFrom(0, -1, 2 ** 31, 2 ** 53 + 1, 1.5, 1e300, -0), fc.constantFrom(...INTEGER_TEXT));
-  else if (enumDesc) one = fc.oneof(fc.constantFrom(...enumDesc.values.map((v) => v.name)), fc.constantFrom(999, -1, 1.5, "UNKNOWN", ""), text);
+  else if (scalar !== undefined)
+    one = fc.oneof(fc.constantFrom(0, -1, 2 ** 31, 2 ** 53 + 1, 1.5, 1e300, -0), fc.constantFrom(...INTEGER_TEXT));
+  else if (enumDesc)
+    one = fc.oneof(fc.constantFrom(...enumDesc.values.map((v) => v.name)), fc.constantFrom(999, -1, 1.5, "UNKNOWN", ""), text);
   else if (message?.typeName === "google.protobuf.Timestamp") one = fc.constantFrom(...TIMESTAMPS);
   else if (message?.typeName === "google.protobuf.Duration") one = fc.constantFrom(...DURATIONS);
   else if (message?.typeName === "google.protobuf.FieldMask") one = maskArbitrary(message, text);
@@ -133,9 +269,31 @@ function fieldJson(field: DescField, text: fc.Arbitrary<string>, junk: fc.Arbitr
 function maskArbitrary(resource: DescMessage | undefined, text: fc.Arbitrary<string>): fc.Arbitrary<string> {
   const fields = resource?.fields ?? [];
   const nested = fields.flatMap((f) => (f.fieldKind === "message" ? f.message.fields.slice(0, 4).map((g) => `${f.name}.${g.name}`) : []));
-  const names = [...fields.map((f) => f.name), ...fields.map((f) => f.jsonName), ...nested, "uid", "create_time", "createTime", "update_time", "parent", "*", "", "foo", "a.b.c", "__proto__", "constructor", "name.", ".name", "name..x", "NAME"];
+  const names = [
+    ...fields.map((f) => f.name),
+    ...fields.map((f) => f.jsonName),
+    ...nested,
+    "uid",
+    "create_time",
+    "createTime",
+    "update_time",
+    "parent",
+    "*",
+    "",
+    "foo",
+    "a.b.c",
+    "__proto__",
+    "constructor",
+    "name.",
+    ".name",
+    "name..x",
+    "NAME",
+  ];
   return fc
-    .tuple(fc.array(fc.oneof({ arbitrary: fc.constantFrom(...names), weight: 4 }, { arbitrary: text, weight: 1 }), { maxLength: 4 }), fc.constantFrom(",", ", ", ";", " "))
+    .tuple(
+      fc.array(fc.oneof({ arbitrary: fc.constantFrom(...names), weight: 4 }, { arbitrary: text, weight: 1 }), { maxLength: 4 }),
+      fc.constantFrom(",", ", ", ";", " "),
+    )
     .map(([paths, sep]) => paths.join(sep));
 }
 
@@ -143,20 +301,43 @@ function maskArbitrary(resource: DescMessage | undefined, text: fc.Arbitrary<str
 function mutatedBody(valid: Record<string, unknown>, desc: DescMessage | undefined, text: fc.Arbitrary<string>): fc.Arbitrary<unknown> {
   const junk = junkArbitrary(text);
   const fields = desc?.fields ?? [];
-  const define = (o: Record<string, unknown>, key: string, value: unknown) => Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true });
-  const extraKeys = fc.constantFrom("uid", "createTime", "updateTime", "create_time", "parent", "__proto__", "constructor", "unknownField", "@type", "");
+  const define = (o: Record<string, unknown>, key: string, value: unknown) =>
+    Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true });
+  const extraKeys = fc.constantFrom(
+    "uid",
+    "createTime",
+    "updateTime",
+    "create_time",
+    "parent",
+    "__proto__",
+    "constructor",
+    "unknownField",
+    "@type",
+    "",
+  );
   type Mutation = (body: Record<string, unknown>) => void;
   const mutations: fc.Arbitrary<Mutation>[] = [
-    fc.tuple(extraKeys, junk).map(([k, v]): Mutation => (b) => define(b, k, v)),
-    fc.nat().map((n): Mutation => (b) => {
-      const keys = Object.keys(b);
-      if (keys.length > 0) delete b[keys[n % keys.length]!];
-    }),
+    fc.tuple(extraKeys, junk).map(
+      ([k, v]): Mutation =>
+        (b) =>
+          define(b, k, v),
+    ),
+    fc.nat().map(
+      (n): Mutation =>
+        (b) => {
+          const keys = Object.keys(b);
+          if (keys.length > 0) delete b[keys[n % keys.length]!];
+        },
+    ),
   ];
   if (fields.length > 0) {
     mutations.push(
       fc.constantFrom(...fields).chain((f) =>
-        fc.tuple(fc.constantFrom(f.jsonName, f.name), fieldJson(f, text, junk)).map(([k, v]): Mutation => (b) => define(b, k, v)),
+        fc.tuple(fc.constantFrom(f.jsonName, f.name), fieldJson(f, text, junk)).map(
+          ([k, v]): Mutation =>
+            (b) =>
+              define(b, k, v),
+        ),
       ),
     );
   }
@@ -170,11 +351,19 @@ function mutatedBody(valid: Record<string, unknown>, desc: DescMessage | undefin
 /** Query parameter values fitting (or deliberately not fitting) the parameter's name. */
 function queryValueArbitrary(name: string, op: RestOperation, ctx: RestFuzzContext): fc.Arbitrary<string> {
   const { text } = ctx;
-  const leaf = name.split(".").pop()!.replace(/([A-Z])/g, "_$1").toLowerCase();
+  const leaf = name
+    .split(".")
+    .pop()!
+    .replace(/([A-Z])/g, "_$1")
+    .toLowerCase();
   if (leaf === "page_size" || leaf === "skip") return fc.oneof(fc.constantFrom(...INTEGER_TEXT), fc.integer().map(String));
   if (leaf === "page_token") {
     const real = ctx.pageTokens.length > 0 ? [fc.constantFrom(...ctx.pageTokens), fc.constantFrom(...ctx.pageTokens).map(tamper)] : [];
-    return fc.oneof(...real, fc.base64String({ maxLength: 120 }).map((s) => s.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")), text);
+    return fc.oneof(
+      ...real,
+      fc.base64String({ maxLength: 120 }).map((s) => s.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")),
+      text,
+    );
   }
   if (leaf === "order_by") return fc.oneof(fc.constantFrom(...ORDER_BY), text);
   if (leaf === "update_mask") return maskArbitrary(bodyMessage(op), text);
@@ -187,7 +376,21 @@ function queryValueArbitrary(name: string, op: RestOperation, ctx: RestFuzzConte
 function queryArbitrary(op: RestOperation, ctx: RestFuzzContext): fc.Arbitrary<string> {
   const camel = op.queryParams.map((p) => p.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()));
   const names = [...op.queryParams, ...camel, ...(op.method === "PATCH" ? ["update_mask", "updateMask"] : [])];
-  const others = ["foo", "PAGE_SIZE", "page_size ", "uidp", "uidp.", ".", "__proto__", "constructor", "$alt", "alt", "access_token", "fields", "uidp.ids.x"];
+  const others = [
+    "foo",
+    "PAGE_SIZE",
+    "page_size ",
+    "uidp",
+    "uidp.",
+    ".",
+    "__proto__",
+    "constructor",
+    "$alt",
+    "alt",
+    "access_token",
+    "fields",
+    "uidp.ids.x",
+  ];
   const nameArb = fc.oneof(
     ...(names.length > 0 ? [{ arbitrary: fc.constantFrom(...names), weight: 6 }] : []),
     { arbitrary: fc.constantFrom(...others, ...ctx.queryNames), weight: 2 },
@@ -197,12 +400,14 @@ function queryArbitrary(op: RestOperation, ctx: RestFuzzContext): fc.Arbitrary<s
     fc.tuple(fc.constant(name), queryValueArbitrary(name, op, ctx), fc.constantFrom("encoded", "encoded", "encoded", "raw", "bare")),
   );
   // Sometimes the first parameter again, with another value: a repeated key.
-  const pairs = fc.tuple(fc.array(pair, { minLength: 1, maxLength: 6 }), fc.option(pair.map(([, v, how]) => [v, how] as const))).map(([list, again]) =>
-    again ? [...list, [list[0]![0], again[0], again[1]] as const] : list,
-  );
+  const pairs = fc
+    .tuple(fc.array(pair, { minLength: 1, maxLength: 6 }), fc.option(pair.map(([, v, how]) => [v, how] as const)))
+    .map(([list, again]) => (again ? [...list, [list[0]![0], again[0], again[1]] as const] : list));
   return pairs.map((list) =>
     list
-      .map(([k, v, how]) => (how === "encoded" ? `${percentEncode(k)}=${percentEncode(v)}` : how === "raw" ? `${sendable(k)}=${sendable(v)}` : sendable(k)))
+      .map(([k, v, how]) =>
+        how === "encoded" ? `${percentEncode(k)}=${percentEncode(v)}` : how === "raw" ? `${sendable(k)}=${sendable(v)}` : sendable(k),
+      )
       .join("&"),
   );
 }
@@ -229,12 +434,22 @@ function pathArbitrary(op: RestOperation, ctx: RestFuzzContext, clean: boolean):
   const suffix = fc.oneof({ arbitrary: fc.constant(""), weight: 12 }, { arbitrary: fc.constantFrom(...SUFFIXES), weight: 1 });
   const prefix = fc.oneof(
     { arbitrary: fc.constant((p: string) => p), weight: 14 },
-    { arbitrary: fc.constantFrom((p: string) => `/${p}`, (p: string) => p.toUpperCase(), (p: string) => p.replace("v2beta1", "v2beta2"), (p: string) => p.replace(/^\/[^/]+/, "/%69am")), weight: 1 },
+    {
+      arbitrary: fc.constantFrom(
+        (p: string) => `/${p}`,
+        (p: string) => p.toUpperCase(),
+        (p: string) => p.replace("v2beta1", "v2beta2"),
+        (p: string) => p.replace(/^\/[^/]+/, "/%69am"),
+      ),
+      weight: 1,
+    },
   );
-  return fc.tuple(fc.array(value, { minLength: variables.length, maxLength: variables.length }), suffix, prefix).map(([values, end, mangle]) => {
-    let i = 0;
-    return mangle(op.path).replace(/\{[^}]+\}/gi, () => values[i++]!) + end;
-  });
+  return fc
+    .tuple(fc.array(value, { minLength: variables.length, maxLength: variables.length }), suffix, prefix)
+    .map(([values, end, mangle]) => {
+      let i = 0;
+      return mangle(op.path).replace(/\{[^}]+\}/gi, () => values[i++]!) + end;
+    });
 }
 
 /** A fuzzed request body (undefined: none). */
@@ -248,7 +463,10 @@ function bodyArbitrary(op: RestOperation, ctx: RestFuzzContext): fc.Arbitrary<st
     { arbitrary: json(mutatedBody(valid, bodyMessage(op), text)), weight: hasBody ? 8 : 1 },
     { arbitrary: json(fc.jsonValue({ maxDepth: 4 })), weight: 2 },
     { arbitrary: json(fc.anything({ maxDepth: 3 })), weight: 1 },
-    { arbitrary: fc.oneof(fc.constantFrom(...RAW_BODIES), fc.string({ unit: "binary", maxLength: 200 })).map((t): string | undefined => t), weight: 2 },
+    {
+      arbitrary: fc.oneof(fc.constantFrom(...RAW_BODIES), fc.string({ unit: "binary", maxLength: 200 })).map((t): string | undefined => t),
+      weight: 2,
+    },
   );
 }
 
@@ -258,15 +476,38 @@ function authArbitrary(ctx: RestFuzzContext): fc.Arbitrary<{ value?: string; una
   const [h, p] = admin.split(".");
   const algNone = `${Buffer.from('{"alg":"none","typ":"at+jwt"}').toString("base64url")}.${p}.`;
   const bogus = [
-    "Bearer", "Bearer ", "Basic YWRtaW46YWRtaW4=", `Bearer ${tamper(admin)}`, `Bearer ${admin}x`, `Bearer ${h}.${p}.`, `Bearer ${algNone}`,
-    `Bearer ${"a".repeat(8000)}`, `Token ${admin}`, `Bearer ${admin}, Bearer ${admin}`, "Bearer \u00ff\u00fe", `Bearer ${admin.split("").reverse().join("")}`,
+    "Bearer",
+    "Bearer ",
+    "Basic YWRtaW46YWRtaW4=",
+    `Bearer ${tamper(admin)}`,
+    `Bearer ${admin}x`,
+    `Bearer ${h}.${p}.`,
+    `Bearer ${algNone}`,
+    `Bearer ${"a".repeat(8000)}`,
+    `Token ${admin}`,
+    `Bearer ${admin}, Bearer ${admin}`,
+    "Bearer \u00ff\u00fe",
+    `Bearer ${admin.split("").reverse().join("")}`,
   ];
   return fc.oneof(
     { arbitrary: fc.constant({ value: `Bearer ${admin}`, unauthenticated: false }), weight: 6 },
     { arbitrary: fc.constant({ unauthenticated: true }), weight: 2 },
-    { arbitrary: fc.oneof(fc.constantFrom(...bogus), ctx.text.map((t) => `Bearer ${t}`)).map((value) => ({ value, unauthenticated: true })), weight: 2 },
+    {
+      arbitrary: fc
+        .oneof(
+          fc.constantFrom(...bogus),
+          ctx.text.map((t) => `Bearer ${t}`),
+        )
+        .map((value) => ({ value, unauthenticated: true })),
+      weight: 2,
+    },
     // Spellings a server may or may not accept: not counted as unauthenticated.
-    { arbitrary: fc.constantFrom(`bearer ${admin}`, `BEARER ${admin}`, `Bearer  ${admin}`, ` Bearer ${admin} `).map((value) => ({ value, unauthenticated: false })), weight: 1 },
+    {
+      arbitrary: fc
+        .constantFrom(`bearer ${admin}`, `BEARER ${admin}`, `Bearer  ${admin}`, ` Bearer ${admin} `)
+        .map((value) => ({ value, unauthenticated: false })),
+      weight: 1,
+    },
   );
 }
 
@@ -286,7 +527,11 @@ export function restRequestArbitrary(op: RestOperation, ctx: RestFuzzContext): f
     body: bodyArbitrary(op, ctx),
     contentType: fc.oneof({ arbitrary: fc.constantFrom(...CONTENT_TYPES), weight: 4 }, { arbitrary: fc.constant(undefined), weight: 1 }),
     authorization: authArbitrary(ctx),
-    headers: fc.dictionary(fc.constantFrom(...EXTRA_HEADERS), ctx.text.map((t) => sendable(t, false)), { minKeys: 1, maxKeys: 3 }),
+    headers: fc.dictionary(
+      fc.constantFrom(...EXTRA_HEADERS),
+      ctx.text.map((t) => sendable(t, false)),
+      { minKeys: 1, maxKeys: 3 },
+    ),
   };
   const dimensions = fc.oneof(
     { arbitrary: fc.subarray([...DIMENSIONS], { minLength: 1, maxLength: 2 }), weight: 4 },
@@ -295,7 +540,8 @@ export function restRequestArbitrary(op: RestOperation, ctx: RestFuzzContext): f
   type Parts = typeof fuzzed;
   type Part<K extends keyof Parts> = Parts[K] extends fc.Arbitrary<infer T> ? T : never;
   return dimensions.chain((dims) => {
-    const pick = <K extends keyof Parts>(key: K, clean: Part<K>) => (dims.includes(key) ? (fuzzed[key] as fc.Arbitrary<Part<K>>) : fc.constant(clean));
+    const pick = <K extends keyof Parts>(key: K, clean: Part<K>) =>
+      dims.includes(key) ? (fuzzed[key] as fc.Arbitrary<Part<K>>) : fc.constant(clean);
     return fc
       .tuple(
         pick("method", op.method),
@@ -337,7 +583,13 @@ export function sendRaw(port: number, agent: http.Agent, req: RawRequest): Promi
     const r = http.request({ host: "127.0.0.1", port, method: req.method, path: req.target, headers, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers["content-type"] ?? ""), text: Buffer.concat(chunks).toString("utf8") }));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          contentType: String(res.headers["content-type"] ?? ""),
+          text: Buffer.concat(chunks).toString("utf8"),
+        }),
+      );
       res.on("error", reject);
     });
     r.on("error", reject);
@@ -347,9 +599,22 @@ export function sendRaw(port: number, agent: http.Agent, req: RawRequest): Promi
 
 const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
 /** The HTTP statuses each RPC code may travel with. */
-const STATUS_OF_CODE: Record<number, number[]> = { 1: [499], 3: [400, 415], 5: [404], 6: [409], 7: [403], 8: [413, 429, 431], 9: [400], 10: [409], 11: [400], 12: [405, 501], 16: [401] };
+const STATUS_OF_CODE: Record<number, number[]> = {
+  1: [499],
+  3: [400, 415],
+  5: [404],
+  6: [409],
+  7: [403],
+  8: [413, 429, 431],
+  9: [400],
+  10: [409],
+  11: [400],
+  12: [405, 501],
+  16: [401],
+};
 /** Text no error may contain: stack frames, SQL, file paths, JavaScript error names. */
-export const LEAK = /\bat .*\.(ts|js):\d+|SQLITE|sqlite|SELECT |INSERT |node_modules|\/work\/|TypeError|RangeError|ReferenceError|Cannot read propert/;
+export const LEAK =
+  /\bat .*\.(ts|js):\d+|SQLITE|sqlite|SELECT |INSERT |node_modules|\/work\/|TypeError|RangeError|ReferenceError|Cannot read propert/;
 
 /**
  * Asserts what every REST response must be: below 500; a 2xx is JSON; an
@@ -375,7 +640,10 @@ export function checkRestResponse(res: RawResponse): number {
   assert.equal(typeof err.code, "number");
   assert.equal(typeof err.message, "string");
   assert.ok(Array.isArray(err.details), "details is an array");
-  assert.ok(err.details.every((d) => typeof d["@type"] === "string" && d["@type"].startsWith("type.googleapis.com/google.rpc.")), "every detail is a typed google.rpc detail");
+  assert.ok(
+    err.details.every((d) => typeof d["@type"] === "string" && d["@type"].startsWith("type.googleapis.com/google.rpc.")),
+    "every detail is a typed google.rpc detail",
+  );
   const infos = err.details.filter((d) => d["@type"] === ERROR_INFO);
   assert.equal(infos.length, 1, `exactly one ErrorInfo: ${res.text.slice(0, 300)}`);
   assert.match(String(infos[0]!.reason), /^[A-Z][A-Z0-9_]*$/, "ErrorInfo.reason is UPPER_SNAKE");

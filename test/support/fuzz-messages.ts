@@ -7,7 +7,10 @@ import { clone, create, ScalarType, toBinary, type DescEnum, type DescField, typ
 import fc from "fast-check";
 
 /** What one value of a field is: a scalar, an enum or a message. */
-type ValueKind = { kind: "scalar"; scalar: ScalarType; longAsString: boolean } | { kind: "enum"; enum: DescEnum } | { kind: "message"; message: DescMessage };
+type ValueKind =
+  | { kind: "scalar"; scalar: ScalarType; longAsString: boolean }
+  | { kind: "enum"; enum: DescEnum }
+  | { kind: "message"; message: DescMessage };
 
 /** Messages nest at most this deep; deeper message fields stay unset. */
 const MAX_DEPTH = 3;
@@ -82,7 +85,11 @@ function fieldArbitrary(field: DescField, text: fc.Arbitrary<string>, depth: num
   if (!kind || (kind.kind === "message" && depth >= MAX_DEPTH)) return null;
   const one = valueArbitrary(kind, text, depth);
   // Now and then a list far longer than any limit (the same value repeated, so it is cheap to make).
-  if (field.fieldKind === "list") return fc.oneof({ arbitrary: fc.array(one, { maxLength: 4 }), weight: 19 }, { arbitrary: fc.tuple(one, fc.integer({ min: 1_001, max: 5_000 })).map(([v, n]) => new Array<unknown>(n).fill(v)), weight: 1 });
+  if (field.fieldKind === "list")
+    return fc.oneof(
+      { arbitrary: fc.array(one, { maxLength: 4 }), weight: 19 },
+      { arbitrary: fc.tuple(one, fc.integer({ min: 1_001, max: 5_000 })).map(([v, n]) => new Array<unknown>(n).fill(v)), weight: 1 },
+    );
   if (field.fieldKind === "map") return fc.dictionary(mapKeyArbitrary(field.mapKey, text), one, { maxKeys: 3 });
   return one;
 }
@@ -128,7 +135,11 @@ const craftedBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
   // Start-group tags of unknown field 2047 nested very deep (a recursive skipper overflows its stack).
   fc.integer({ min: 1_000, max: 100_000 }).map((n) => new Uint8Array(2 * n).map((_, i) => (i % 2 === 0 ? 0xfb : 0x7f))),
   // Field 1 as a string holding invalid UTF-8.
-  fc.constantFrom(Uint8Array.from([0x0a, 0x02, 0xff, 0xfe]), Uint8Array.from([0x0a, 0x03, 0xed, 0xa0, 0x80]), Uint8Array.from([0x12, 0x01, 0xc3])),
+  fc.constantFrom(
+    Uint8Array.from([0x0a, 0x02, 0xff, 0xfe]),
+    Uint8Array.from([0x0a, 0x03, 0xed, 0xa0, 0x80]),
+    Uint8Array.from([0x12, 0x01, 0xc3]),
+  ),
   // A varint of more than ten bytes.
   fc.integer({ min: 11, max: 40 }).map((n) => Uint8Array.from([0x08, ...new Array<number>(n).fill(0xff), 0x01])),
 );
@@ -136,17 +147,24 @@ const craftedBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
 /** Arbitrary bytes as a request payload: random, crafted, and valid encodings of desc damaged a little. */
 export function payloadArbitrary(desc: DescMessage, text: fc.Arbitrary<string>): fc.Arbitrary<Uint8Array> {
   const valid = messageArbitrary(desc, text).map((m) => toBinary(desc, m));
-  const damaged = fc.tuple(valid, fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom("flip", "truncate", "append", "duplicate")).map(([bytes, at, byte, how]) => {
-    if (bytes.length === 0) return Uint8Array.from([byte]);
-    const i = at % bytes.length;
-    if (how === "truncate") return bytes.subarray(0, i);
-    if (how === "append") return Uint8Array.from([...bytes, byte, 0xff, 0xff]);
-    if (how === "duplicate") return Uint8Array.from([...bytes, ...bytes]);
-    const copy = Uint8Array.from(bytes);
-    copy[i] = byte;
-    return copy;
-  });
-  return fc.oneof({ arbitrary: fc.uint8Array({ maxLength: 256 }), weight: 3 }, { arbitrary: craftedBytes, weight: 2 }, { arbitrary: damaged, weight: 3 }, { arbitrary: valid, weight: 1 });
+  const damaged = fc
+    .tuple(valid, fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom("flip", "truncate", "append", "duplicate"))
+    .map(([bytes, at, byte, how]) => {
+      if (bytes.length === 0) return Uint8Array.from([byte]);
+      const i = at % bytes.length;
+      if (how === "truncate") return bytes.subarray(0, i);
+      if (how === "append") return Uint8Array.from([...bytes, byte, 0xff, 0xff]);
+      if (how === "duplicate") return Uint8Array.from([...bytes, ...bytes]);
+      const copy = Uint8Array.from(bytes);
+      copy[i] = byte;
+      return copy;
+    });
+  return fc.oneof(
+    { arbitrary: fc.uint8Array({ maxLength: 256 }), weight: 3 },
+    { arbitrary: craftedBytes, weight: 2 },
+    { arbitrary: damaged, weight: 3 },
+    { arbitrary: valid, weight: 1 },
+  );
 }
 
 /**
@@ -155,25 +173,68 @@ export function payloadArbitrary(desc: DescMessage, text: fc.Arbitrary<string>):
  */
 export function textArbitrary(known: readonly string[]): fc.Arbitrary<string> {
   const hex = fc.string({ unit: fc.constantFrom(..."0123456789abcdef"), minLength: 1, maxLength: 48 });
-  const nearMiss = fc.constantFrom(...known).chain((k) =>
-    fc.constantFrom(`${k}/`, `${k}/..`, `${k}//x`, k.toUpperCase(), k.slice(0, -1), `${k}/${"0".repeat(16)}`, `/${k}`, `${k}%2F0`, `${k}\u0000`, ` ${k}`),
-  );
+  const nearMiss = fc
+    .constantFrom(...known)
+    .chain((k) =>
+      fc.constantFrom(
+        `${k}/`,
+        `${k}/..`,
+        `${k}//x`,
+        k.toUpperCase(),
+        k.slice(0, -1),
+        `${k}/${"0".repeat(16)}`,
+        `/${k}`,
+        `${k}%2F0`,
+        `${k}\u0000`,
+        ` ${k}`,
+      ),
+    );
   return fc.oneof(
     { arbitrary: fc.constantFrom(...known), weight: 4 },
     { arbitrary: nearMiss, weight: 2 },
     { arbitrary: hex, weight: 1 },
     { arbitrary: fc.string({ unit: "binary", maxLength: 40 }), weight: 2 },
     { arbitrary: fc.string({ unit: "grapheme", maxLength: 40 }), weight: 1 },
-    { arbitrary: fc.constantFrom("", " ", "*", "-", "..", ".", "/", "//", "%2F", "%", "%zz", "\u202e", "\ud800", "🦄", "null", "true", "0", "-1", "NaN", "<script>", "' OR 1=1 --", "\\", "${x}", "a".repeat(10_000)), weight: 2 },
+    {
+      arbitrary: fc.constantFrom(
+        "",
+        " ",
+        "*",
+        "-",
+        "..",
+        ".",
+        "/",
+        "//",
+        "%2F",
+        "%",
+        "%zz",
+        "\u202e",
+        "\ud800",
+        "🦄",
+        "null",
+        "true",
+        "0",
+        "-1",
+        "NaN",
+        "<script>",
+        "' OR 1=1 --",
+        "\\",
+        "${x}",
+        "a".repeat(10_000),
+      ),
+      weight: 2,
+    },
   );
 }
 
 /** A valid message with one or two of its fields (or oneofs) replaced by random well-typed values. */
 export function nearValidArbitrary(desc: DescMessage, valid: Message, text: fc.Arbitrary<string>): fc.Arbitrary<Message> {
   if (desc.members.length === 0) return fc.constant(valid);
-  return fc.tuple(messageArbitrary(desc, text), fc.subarray(desc.members, { minLength: 1, maxLength: Math.min(2, desc.members.length) })).map(([random, members]) => {
-    const copy = clone(desc, valid) as unknown as Record<string, unknown>;
-    for (const m of members) copy[m.localName] = (random as unknown as Record<string, unknown>)[m.localName];
-    return copy as unknown as Message;
-  });
+  return fc
+    .tuple(messageArbitrary(desc, text), fc.subarray(desc.members, { minLength: 1, maxLength: Math.min(2, desc.members.length) }))
+    .map(([random, members]) => {
+      const copy = clone(desc, valid) as unknown as Record<string, unknown>;
+      for (const m of members) copy[m.localName] = (random as unknown as Record<string, unknown>)[m.localName];
+      return copy as unknown as Message;
+    });
 }

@@ -1,6 +1,5 @@
-import { create, fromBinary, type DescMessage, type DescService } from "@bufbuild/protobuf";
+import { create, createRegistry, fromBinary, type DescMessage, type DescService } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
-import { createRegistry } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";

@@ -1,4 +1,4 @@
-import { createHmac, KeyObject, sign as cryptoSign, constants } from "node:crypto";
+import { constants, createHmac, sign as cryptoSign, KeyObject } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { exportJWK, generateKeyPair, type JWK } from "jose";
@@ -37,7 +37,10 @@ const HASHES: Record<string, string> = { "256": "sha256", "384": "sha384", "512"
 /** Signs data for a JWS alg with node:crypto; ECDSA signatures in the JWS raw r||s form. */
 function signBytes(alg: string, key: KeyObject | Buffer | string, data: Buffer): Buffer {
   const bits = alg.slice(2);
-  if (alg.startsWith("HS")) return createHmac(HASHES[bits]!, key as Buffer | string).update(data).digest();
+  if (alg.startsWith("HS"))
+    return createHmac(HASHES[bits]!, key as Buffer | string)
+      .update(data)
+      .digest();
   const k = key as KeyObject;
   if (alg === "EdDSA" || alg === "Ed25519") return cryptoSign(null, data, k);
   if (alg.startsWith("RS")) return cryptoSign(HASHES[bits]!, data, k);
@@ -51,7 +54,12 @@ function signBytes(alg: string, key: KeyObject | Buffer | string, data: Buffer):
 const b64 = (value: Buffer | string) => Buffer.from(value).toString("base64url");
 
 /** Builds a compact JWS with full control of header, payload and signature. */
-export function signJwt(header: Record<string, unknown>, payload: Record<string, unknown> | string, key: KeyObject | Buffer | string | null, signature?: (sig: Buffer) => Buffer): string {
+export function signJwt(
+  header: Record<string, unknown>,
+  payload: Record<string, unknown> | string,
+  key: KeyObject | Buffer | string | null,
+  signature?: (sig: Buffer) => Buffer,
+): string {
   const input = `${b64(JSON.stringify(header))}.${b64(typeof payload === "string" ? payload : JSON.stringify(payload))}`;
   let sig = key === null ? Buffer.alloc(0) : signBytes(String(header.alg), key, Buffer.from(input));
   if (signature) sig = signature(sig);
@@ -119,13 +127,17 @@ export class OidcIssuer {
     };
     if (req.method !== "GET") return send(405, "text/plain", "method not allowed");
     if (path === "/.well-known/openid-configuration") {
-      return send(200, "application/json", JSON.stringify({
-        issuer: this.url,
-        jwks_uri: this.jwksUri,
-        response_types_supported: ["id_token"],
-        subject_types_supported: ["public"],
-        id_token_signing_alg_values_supported: ["RS256", "ES256"],
-      }));
+      return send(
+        200,
+        "application/json",
+        JSON.stringify({
+          issuer: this.url,
+          jwks_uri: this.jwksUri,
+          response_types_supported: ["id_token"],
+          subject_types_supported: ["public"],
+          id_token_signing_alg_values_supported: ["RS256", "ES256"],
+        }),
+      );
     }
     if (path === "/jwks") return send(200, "application/json", JSON.stringify(this.published));
     const extra = this.extra.get(path);
@@ -177,9 +189,14 @@ export class OidcIssuer {
     const key = opts.key === undefined ? this.rsa : opts.key;
     const isIssuerKey = key !== null && typeof key === "object" && "publicJwk" in key;
     const alg = opts.alg ?? (isIssuerKey ? (key as IssuerKey).alg : "RS256");
-    const kid = opts.kid === undefined ? (isIssuerKey ? (key as IssuerKey).kid : undefined) : opts.kid ?? undefined;
-    const typ = opts.typ === undefined ? "JWT" : opts.typ ?? undefined;
-    const header: Record<string, unknown> = { alg, ...(typ !== undefined ? { typ } : {}), ...(kid !== undefined ? { kid } : {}), ...opts.header };
+    const kid = opts.kid === undefined ? (isIssuerKey ? (key as IssuerKey).kid : undefined) : (opts.kid ?? undefined);
+    const typ = opts.typ === undefined ? "JWT" : (opts.typ ?? undefined);
+    const header: Record<string, unknown> = {
+      alg,
+      ...(typ !== undefined ? { typ } : {}),
+      ...(kid !== undefined ? { kid } : {}),
+      ...opts.header,
+    };
     const material = key === null ? null : isIssuerKey ? (key as IssuerKey).privateKey : (key as KeyObject | Buffer | string);
     return signJwt(header, claims, material, opts.signature);
   }

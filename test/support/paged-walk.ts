@@ -39,7 +39,14 @@ export function expectedOrder(items: readonly Sortable[], field: string, desc: b
  * Follows nextPageToken from the first page to the last of a List at one page
  * size, checking each page's envelope, and returns every uid in order.
  */
-export async function walkPages(url: string, path: string, itemsKey: string, query: string, pageSize: number, totalCount: number): Promise<string[]> {
+export async function walkPages(
+  url: string,
+  path: string,
+  itemsKey: string,
+  query: string,
+  pageSize: number,
+  totalCount: number,
+): Promise<string[]> {
   const uids: string[] = [];
   let token = "";
   for (let page = 1; ; page++) {
@@ -79,7 +86,11 @@ export async function assertPagedWalks(
       const order = encodeURIComponent(desc ? `${field} desc` : field);
       const full = await rest(url, "GET", `${path}?${query}&order_by=${order}&page_size=200`);
       assert.equal(full.status, 200, JSON.stringify(full.body));
-      assert.deepEqual((full.body[itemsKey] as Sortable[]).map((i) => i.uid), want, `full list by ${field}${desc ? " desc" : ""}`);
+      assert.deepEqual(
+        (full.body[itemsKey] as Sortable[]).map((i) => i.uid),
+        want,
+        `full list by ${field}${desc ? " desc" : ""}`,
+      );
       for (let size = 1; size <= items.length + 1; size++) {
         const got = await walkPages(url, path, itemsKey, `${query}&order_by=${order}`, size, items.length);
         assert.deepEqual(got, want, `order ${field}${desc ? " desc" : ""}, page size ${size}`);

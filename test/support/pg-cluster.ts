@@ -25,7 +25,9 @@ export interface PgCluster {
 function binDir(): string | undefined {
   const root = "/usr/lib/postgresql";
   if (!existsSync(root)) return undefined;
-  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, "bin", "initdb"))).sort((a, b) => Number(b) - Number(a));
+  const versions = readdirSync(root)
+    .filter((v) => existsSync(join(root, v, "bin", "initdb")))
+    .sort((a, b) => Number(b) - Number(a));
   return versions[0] === undefined ? undefined : join(root, versions[0], "bin");
 }
 

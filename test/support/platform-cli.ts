@@ -15,8 +15,15 @@ export interface CliRun {
  * process from the repository root, over a data directory or a test
  * server's storage (its PostgreSQL database too), as a user would.
  */
-export function platformCli(storage: string | { dataDir: string; databaseUrl: string }, args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
-  const where = typeof storage === "string" ? { PLATFORM_DATA_DIR: storage } : { PLATFORM_DATA_DIR: storage.dataDir, PLATFORM_DATABASE_URL: storage.databaseUrl };
+export function platformCli(
+  storage: string | { dataDir: string; databaseUrl: string },
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<CliRun> {
+  const where =
+    typeof storage === "string"
+      ? { PLATFORM_DATA_DIR: storage }
+      : { PLATFORM_DATA_DIR: storage.dataDir, PLATFORM_DATABASE_URL: storage.databaseUrl };
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["bin/platform-api.js", ...args], {
       cwd: ROOT,

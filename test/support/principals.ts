@@ -33,7 +33,9 @@ export interface Caller {
  * bindAt (default: group) unless roleUid is null, and mints it an API token.
  */
 export async function createCaller(srv: TestServer, group: string, name: string, roleUid: string | null, bindAt = group): Promise<Caller> {
-  const identity = await ok(rest(srv.url, "POST", `/iam/v2beta1/identities/${group}`, { name, claimMatch: { issuer: "https://ci.example", subject: name } }));
+  const identity = await ok(
+    rest(srv.url, "POST", `/iam/v2beta1/identities/${group}`, { name, claimMatch: { issuer: "https://ci.example", subject: name } }),
+  );
   if (roleUid !== null) await ok(rest(srv.url, "POST", `/iam/v2beta1/roleBindings/${bindAt}`, { identityUid: identity.uid, roleUid }));
   return { uid: identity.uid, token: (await srv.server.tokens.mint(identity.uid)).token };
 }

@@ -48,7 +48,13 @@ function hpackInteger(value: number, prefixBits: number, firstByte = 0): Buffer 
 export function headerBlock(headers: [string, string][]): Buffer {
   const parts: Buffer[] = [];
   for (const [name, value] of headers) {
-    parts.push(Buffer.from([0]), hpackInteger(name.length, 7), Buffer.from(name), hpackInteger(Buffer.byteLength(value), 7), Buffer.from(value));
+    parts.push(
+      Buffer.from([0]),
+      hpackInteger(name.length, 7),
+      Buffer.from(name),
+      hpackInteger(Buffer.byteLength(value), 7),
+      Buffer.from(value),
+    );
   }
   return Buffer.concat(parts);
 }

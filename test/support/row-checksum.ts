@@ -36,7 +36,10 @@ export function openRowChecksummer(dataDir: string): RowChecksummer {
     const hash = createHash("sha256");
     for (const { name, sql } of tables()) {
       hash.update(`\u0000table ${name} ${sql ?? ""}\u0000`);
-      for (const row of db.prepare(`SELECT * FROM ${quote(name)} ORDER BY ${orderOf(name)}`).raw().iterate() as Iterable<unknown[]>) {
+      for (const row of db
+        .prepare(`SELECT * FROM ${quote(name)} ORDER BY ${orderOf(name)}`)
+        .raw()
+        .iterate() as Iterable<unknown[]>) {
         hash.update(JSON.stringify(row, stable));
         hash.update("\u0001");
       }
@@ -51,7 +54,18 @@ export function openRowChecksummer(dataDir: string): RowChecksummer {
       if (cached?.version !== version) cached = { version, sum: snapshot() };
       return cached.sum;
     },
-    counts: () => Object.fromEntries(tables().map(({ name }) => [name, Number(db.prepare(`SELECT count(*) FROM ${quote(name)}`).pluck().get() as bigint)])),
+    counts: () =>
+      Object.fromEntries(
+        tables().map(({ name }) => [
+          name,
+          Number(
+            db
+              .prepare(`SELECT count(*) FROM ${quote(name)}`)
+              .pluck()
+              .get() as bigint,
+          ),
+        ]),
+      ),
     close: () => db.close(),
   };
 }

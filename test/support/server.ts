@@ -115,7 +115,13 @@ export interface RestResult {
  * Calls the REST API with fetch, JSON in and out. Sends the port's default
  * token unless headers carry an authorization header ("" sends none).
  */
-export async function rest(baseUrl: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestResult> {
+export async function rest(
+  baseUrl: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<RestResult> {
   const h: Record<string, string> = { ...headers };
   const auth = Object.keys(h).find((k) => k.toLowerCase() === "authorization");
   if (auth === undefined) {
@@ -140,7 +146,12 @@ export async function rest(baseUrl: string, method: string, path: string, body?:
 }
 
 /** Creates a group over REST and returns its JSON; fails the test on error. */
-export async function createGroup(baseUrl: string, parent: string | null, name: string, description = ""): Promise<{ uid: string; name: string; createTime: string; updateTime: string; description: string }> {
+export async function createGroup(
+  baseUrl: string,
+  parent: string | null,
+  name: string,
+  description = "",
+): Promise<{ uid: string; name: string; createTime: string; updateTime: string; description: string }> {
   const res = await rest(baseUrl, "POST", `/iam/v2beta1/groups${parent ? `/${parent}` : ""}`, { name, description });
   if (res.status !== 200) throw new Error(`create group failed: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body;

@@ -21,7 +21,14 @@ const APPROVED = 2;
 const PENDING = 1;
 const REJECTED = 4;
 
-function event(uid: string, type: string, author: string, reviewState: number, createTime: number, over: Partial<AdvisoryEventRecord> = {}): AdvisoryEventRecord {
+function event(
+  uid: string,
+  type: string,
+  author: string,
+  reviewState: number,
+  createTime: number,
+  over: Partial<AdvisoryEventRecord> = {},
+): AdvisoryEventRecord {
   return { uid, createTime, author, reviewer: "", reviewState, issue: null, type, data: {}, ...over };
 }
 
@@ -72,7 +79,11 @@ function filterFixture(): AdvisoryRecord[] {
       severities: [{ type: 2, score: "CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:U/C:N/I:N/A:N" }],
       events: [
         event(ev(X1, 1), "detection", "alice", APPROVED, 1_000, { data: { manual: {} } }),
-        event(ev(X1, 2), "fixed", "bob", APPROVED, 2_000, { reviewer: "rita", issue: "https://issues.example/1", data: { fixedVersion: "3.0.1" } }),
+        event(ev(X1, 2), "fixed", "bob", APPROVED, 2_000, {
+          reviewer: "rita",
+          issue: "https://issues.example/1",
+          data: { fixedVersion: "3.0.1" },
+        }),
       ],
     }),
     advisory(X2, A, {
@@ -88,7 +99,9 @@ function filterFixture(): AdvisoryRecord[] {
       events: [
         event(ev(X2, 1), "detection", "alice", APPROVED, 1_000),
         // Later, but pending: the latest approved event stays the detection.
-        event(ev(X2, 2), "falsePositiveDetermination", "carol", PENDING, 3_000, { data: { type: "TYPE_COMPONENT_VULNERABILITY_MISMATCH", note: "n/a" } }),
+        event(ev(X2, 2), "falsePositiveDetermination", "carol", PENDING, 3_000, {
+          data: { type: "TYPE_COMPONENT_VULNERABILITY_MISMATCH", note: "n/a" },
+        }),
       ],
     }),
     advisory(X3, A1, {
@@ -216,7 +229,10 @@ function upsertContracts(getStore: () => Store): void {
     await store.advisories.upsert([x1]);
     assert.equal((await list()).totalCount, 0);
     await store.advisories.upsert([{ ...x1, aliases: ["CVE-2025-9999"] }]);
-    assert.deepEqual((await list()).items.map((a) => a.uid), [X1]);
+    assert.deepEqual(
+      (await list()).items.map((a) => a.uid),
+      [X1],
+    );
     assert.equal((await list()).totalCount, 1);
   });
 
@@ -248,7 +264,10 @@ function filterContracts(getStore: () => Store): void {
     assert.deepEqual(await uidsOf({}), ALL);
     assert.deepEqual(await uidsOf({ advisoryIds: [], aliases: [], eventTypes: [], excludeEventAuthors: [], query: "" }), ALL);
     const listed = (await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({}))).items;
-    assert.deepEqual(listed, [...filterFixture()].sort((x, y) => compareText(x.uid, y.uid)));
+    assert.deepEqual(
+      listed,
+      [...filterFixture()].sort((x, y) => compareText(x.uid, y.uid)),
+    );
   });
 
   test("exact lists match any of their values, and only whole values", async () => {
@@ -332,7 +351,11 @@ function filterContracts(getStore: () => Store): void {
     assert.deepEqual(await uidsOf({}, {}, [A1]), [X3]);
     assert.deepEqual(await uidsOf({}, {}, [B1, A1]), sorted([X3, X4]));
     assert.deepEqual(await uidsOf({ latestEventType: "patched" }, {}, [A]), []);
-    assert.deepEqual(await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ visibleWithin: [] })), { items: [], hasMore: false, totalCount: 0 });
+    assert.deepEqual(await store.advisories.list(query<AdvisoryFilter, AdvisoryOrder>({ visibleWithin: [] })), {
+      items: [],
+      hasMore: false,
+      totalCount: 0,
+    });
   });
 }
 
@@ -382,7 +405,12 @@ function pagedWalks(getStore: () => Store): void {
     await getStore().advisories.list(query<AdvisoryFilter, AdvisoryOrder>(q));
   const scopes: { label: string; filter: AdvisoryFilter; visibleWithin: readonly string[] | null; keep(a: AdvisoryRecord): boolean }[] = [
     { label: "all", filter: {}, visibleWithin: null, keep: () => true },
-    { label: "componentTypes apk, visible within A", filter: { componentTypes: ["apk"] }, visibleWithin: [A], keep: (a) => a.componentType === "apk" && a.uid.startsWith(`${A}/`) },
+    {
+      label: "componentTypes apk, visible within A",
+      filter: { componentTypes: ["apk"] },
+      visibleWithin: [A],
+      keep: (a) => a.componentType === "apk" && a.uid.startsWith(`${A}/`),
+    },
   ];
   const orders: readonly AdvisoryOrder[] = ["uid", "advisory_id", "created_at", "updated_at"];
 
@@ -410,7 +438,11 @@ function pagedWalks(getStore: () => Store): void {
               const last = page.items[page.items.length - 1]!;
               after = { key: keyOf(last, field), uid: last.uid };
             }
-            assert.deepEqual(seen.map((a) => a.uid), want.map((a) => a.uid), `page size ${pageSize}: no gaps, no duplicates`);
+            assert.deepEqual(
+              seen.map((a) => a.uid),
+              want.map((a) => a.uid),
+              `page size ${pageSize}: no gaps, no duplicates`,
+            );
           }
         });
       }
@@ -422,7 +454,11 @@ function pagedWalks(getStore: () => Store): void {
     for (let i = 0; i < full.length; i++) {
       const after = { key: full[i]!.advisoryId, uid: full[i]!.uid };
       const page = await list({ order: { field: "advisory_id", desc: false }, after, offset: 2, limit: 3 });
-      assert.deepEqual(page.items.map((a) => a.uid), full.slice(i + 3, i + 6).map((a) => a.uid), `after item ${i}`);
+      assert.deepEqual(
+        page.items.map((a) => a.uid),
+        full.slice(i + 3, i + 6).map((a) => a.uid),
+        `after item ${i}`,
+      );
       assert.equal(page.hasMore, i + 6 < full.length);
     }
   });

@@ -19,17 +19,17 @@ import {
   A2,
   B,
   B1,
+  binding,
   C,
   CLAIM_MATCH,
   CLAIM_MATCH_FIELDS,
-  STATIC_KEYS,
-  binding,
   group,
   hierarchyFixture,
   identity,
   query,
   role,
   sorted,
+  STATIC_KEYS,
 } from "./store-fixtures.js";
 
 // Root-level (person) identities, identities living in groups, built-in
@@ -150,7 +150,10 @@ export function iamConformance(getStore: () => Store): void {
 
     test("create with a taken uid throws AlreadyExistsError and keeps the first", async () => {
       await store.identities.create(identity(P1, null, "first"));
-      await assert.rejects(async () => store.identities.create(identity(P1, null, "second", { relationship: STATIC_KEYS })), AlreadyExistsError);
+      await assert.rejects(
+        async () => store.identities.create(identity(P1, null, "second", { relationship: STATIC_KEYS })),
+        AlreadyExistsError,
+      );
       assert.deepEqual(await store.identities.get(P1), identity(P1, null, "first"));
     });
 
@@ -199,7 +202,10 @@ export function iamConformance(getStore: () => Store): void {
       ]);
       // Fill any cached counts before the delete, so a stale count would show.
       assert.equal((await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({}))).totalCount, 3);
-      assert.equal((await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ filter: { identityUid: P1 } }))).totalCount, 2);
+      assert.equal(
+        (await store.roleBindings.list(query<RoleBindingFilter, RoleBindingOrder>({ filter: { identityUid: P1 } }))).totalCount,
+        2,
+      );
 
       await store.identities.delete(P1);
       assert.equal(await store.identities.get(P1), null);
@@ -350,8 +356,16 @@ export function iamConformance(getStore: () => Store): void {
       const missingGroup = `${C}/${"7".repeat(16)}`;
       const missingIdentity = `${A}/${"8".repeat(16)}`;
       const missingRole = `${A}/${"e".repeat(16)}`;
-      await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(missingGroup, 1), missingGroup, P1, VIEWER)]), "group", missingGroup);
-      await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(A, 1), A, missingIdentity, VIEWER)]), "identity", missingIdentity);
+      await assertNotFound(
+        async () => store.roleBindings.create([binding(bindingUid(missingGroup, 1), missingGroup, P1, VIEWER)]),
+        "group",
+        missingGroup,
+      );
+      await assertNotFound(
+        async () => store.roleBindings.create([binding(bindingUid(A, 1), A, missingIdentity, VIEWER)]),
+        "identity",
+        missingIdentity,
+      );
       await assertNotFound(async () => store.roleBindings.create([binding(bindingUid(A, 1), A, P1, missingRole)]), "role", missingRole);
       assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
       assert.deepEqual(await bindingUids({}), []);
@@ -362,7 +376,10 @@ export function iamConformance(getStore: () => Store): void {
       const waiting = binding(bindingUid(A, 1), A, person, VIEWER);
       await store.roleBindings.create([waiting]);
       assert.deepEqual(await store.roleBindings.forIdentity(person), [waiting]);
-      assert.deepEqual(await store.roleBindings.update(waiting.uid, { identityUid: "6".repeat(40) }), { ...waiting, identityUid: "6".repeat(40) });
+      assert.deepEqual(await store.roleBindings.update(waiting.uid, { identityUid: "6".repeat(40) }), {
+        ...waiting,
+        identityUid: "6".repeat(40),
+      });
       await store.roleBindings.update(waiting.uid, { identityUid: person });
       await store.identities.create(identity(person, null, "late comer"));
       assert.deepEqual(await store.roleBindings.forIdentity(person), [waiting]);
@@ -418,7 +435,11 @@ export function iamConformance(getStore: () => Store): void {
       assert.deepEqual(await store.roleBindings.forIdentity(P1), []);
       assert.deepEqual(await store.roleBindings.forIdentity(SA), [withBoth]);
 
-      await assertNotFound(async () => store.roleBindings.update(b.uid, { identityUid: `${A1}/${"7".repeat(16)}` }), "identity", `${A1}/${"7".repeat(16)}`);
+      await assertNotFound(
+        async () => store.roleBindings.update(b.uid, { identityUid: `${A1}/${"7".repeat(16)}` }),
+        "identity",
+        `${A1}/${"7".repeat(16)}`,
+      );
       await assertNotFound(async () => store.roleBindings.update(b.uid, { roleUid: OWNER }), "role", OWNER);
       await assert.rejects(async () => store.roleBindings.update(bindingUid(A1, 2), { roleUid: RA }), NotFoundError);
       assert.deepEqual(await store.roleBindings.get(b.uid), withBoth);
@@ -594,6 +615,5 @@ export function iamConformance(getStore: () => Store): void {
       assert.equal(after.identities, before.identities, "identities did not");
       assert.equal(after.role_bindings, before.role_bindings, "role bindings did not");
     });
-
   });
 }

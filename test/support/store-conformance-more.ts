@@ -16,15 +16,15 @@ import {
   A1,
   A1X,
   A2,
+  association,
   B,
   B1,
   C,
-  OIDC,
-  PROVIDERS,
-  association,
   hierarchyFixture,
   identityProvider,
   invite,
+  OIDC,
+  PROVIDERS,
   query,
   role,
   sorted,
@@ -65,10 +65,19 @@ function moreContracts(getStore: () => Store): void {
   };
   const idpUids = async (hierarchy: HierarchyFilter, filter: IdentityProviderFilter = {}, visibleWithin: readonly string[] | null = null) =>
     uidsOf(() => store.identityProviders.list(query<IdentityProviderFilter, IdentityProviderOrder>({ hierarchy, filter, visibleWithin })));
-  const assocUids = async (hierarchy: HierarchyFilter, filter: AccountAssociationFilter = {}, visibleWithin: readonly string[] | null = null) =>
+  const assocUids = async (
+    hierarchy: HierarchyFilter,
+    filter: AccountAssociationFilter = {},
+    visibleWithin: readonly string[] | null = null,
+  ) =>
     uidsOf(() =>
       store.accountAssociations.list(
-        query<AccountAssociationFilter, AccountAssociationOrder>({ hierarchy, filter, visibleWithin, order: { field: "group", desc: false } }),
+        query<AccountAssociationFilter, AccountAssociationOrder>({
+          hierarchy,
+          filter,
+          visibleWithin,
+          order: { field: "group", desc: false },
+        }),
       ),
     );
   const inviteUids = async (hierarchy: HierarchyFilter, filter: GroupInviteFilter = {}, visibleWithin: readonly string[] | null = null) =>
@@ -78,7 +87,15 @@ function moreContracts(getStore: () => Store): void {
     test("OIDC settings round-trip exactly, client secret included; get returns null when absent", async () => {
       const full = identityProvider(IDP_A, A, "okta", VIEWER, { description: "sign in", createTime: 1_001, updateTime: 1_002 });
       const bare = identityProvider(IDP_A1, A1, "entra", RA, {
-        oidc: { issuer: "https://id.example", clientId: "c", clientSecret: "", additionalScopes: [], groupsClaim: "", correlationRule: 0, pkceEnabled: true },
+        oidc: {
+          issuer: "https://id.example",
+          clientId: "c",
+          clientSecret: "",
+          additionalScopes: [],
+          groupsClaim: "",
+          correlationRule: 0,
+          pkceEnabled: true,
+        },
       });
       await store.identityProviders.create(full);
       await store.identityProviders.create(bare);
@@ -93,12 +110,20 @@ function moreContracts(getStore: () => Store): void {
     test("a missing group or default role throws NotFoundError naming it; a taken uid throws AlreadyExistsError", async () => {
       const missingGroup = below(C, "8");
       const missingRole = below(A, "e");
-      await assertNotFound(async () => store.identityProviders.create(identityProvider(below(missingGroup, "6"), missingGroup, "x", VIEWER)), "group", missingGroup);
+      await assertNotFound(
+        async () => store.identityProviders.create(identityProvider(below(missingGroup, "6"), missingGroup, "x", VIEWER)),
+        "group",
+        missingGroup,
+      );
       await assertNotFound(async () => store.identityProviders.create(identityProvider(IDP_A, A, "x", missingRole)), "role", missingRole);
       assert.equal(await store.identityProviders.get(IDP_A), null);
       assert.deepEqual(await idpUids({}), []);
       await store.identityProviders.create(identityProvider(IDP_A, A, "first", VIEWER));
-      await assertAlreadyExists(async () => store.identityProviders.create(identityProvider(IDP_A, A, "second", RA)), "identity provider", IDP_A);
+      await assertAlreadyExists(
+        async () => store.identityProviders.create(identityProvider(IDP_A, A, "second", RA)),
+        "identity provider",
+        IDP_A,
+      );
       assert.deepEqual(await store.identityProviders.get(IDP_A), identityProvider(IDP_A, A, "first", VIEWER));
     });
 
@@ -170,7 +195,11 @@ function moreContracts(getStore: () => Store): void {
       await assertNotFound(async () => store.accountAssociations.create(association(missing, "x")), "group", missing);
       assert.equal(await store.accountAssociations.get(missing), null);
       await store.accountAssociations.create(association(A1, "first"));
-      await assertAlreadyExists(async () => store.accountAssociations.create(association(A1, "second", { providers: PROVIDERS })), "account association", A1);
+      await assertAlreadyExists(
+        async () => store.accountAssociations.create(association(A1, "second", { providers: PROVIDERS })),
+        "account association",
+        A1,
+      );
       assert.deepEqual(await store.accountAssociations.get(A1), association(A1, "first"));
       assert.deepEqual(await assocUids({}), [A1]);
     });
@@ -201,7 +230,14 @@ function moreContracts(getStore: () => Store): void {
     });
 
     test("hierarchy filters and visibility treat the association as its group", async () => {
-      for (const [uid, name] of [[A, "org"], [A1, "team"], [A1X, "svc"], [A2, "team"], [B, "org"], [B1, "team"]] as const) {
+      for (const [uid, name] of [
+        [A, "org"],
+        [A1, "team"],
+        [A1X, "svc"],
+        [A2, "team"],
+        [B, "org"],
+        [B1, "team"],
+      ] as const) {
         await store.accountAssociations.create(association(uid, name));
       }
       assert.deepEqual(await assocUids({}), sorted([A, A1, A1X, A2, B, B1]));
@@ -242,7 +278,11 @@ function moreContracts(getStore: () => Store): void {
     test("a missing group or role throws NotFoundError naming it; a taken uid or keyId throws AlreadyExistsError", async () => {
       const missingGroup = below(C, "8");
       const missingRole = below(A, "e");
-      await assertNotFound(async () => store.groupInvites.create(invite(below(missingGroup, "7"), missingGroup, VIEWER, "k1")), "group", missingGroup);
+      await assertNotFound(
+        async () => store.groupInvites.create(invite(below(missingGroup, "7"), missingGroup, VIEWER, "k1")),
+        "group",
+        missingGroup,
+      );
       await assertNotFound(async () => store.groupInvites.create(invite(INV_A, A, missingRole, "k1")), "role", missingRole);
       assert.equal(await store.groupInvites.findByKeyId("k1"), null);
       assert.deepEqual(await inviteUids({}), []);
@@ -320,7 +360,8 @@ function moreContracts(getStore: () => Store): void {
   });
 
   describe("async groups: deletion blocked by identity providers, account associations and group invites", () => {
-    const blocked = async (label: RegExp) => await assertPrecondition(async () => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, label);
+    const blocked = async (label: RegExp) =>
+      await assertPrecondition(async () => store.groups.delete(A1X), "RESOURCE_NOT_EMPTY", A1X, label);
     const deletes = async () => {
       await store.groups.delete(A1X);
       assert.equal(await store.groups.get(A1X), null);

@@ -1,15 +1,6 @@
 import assert from "node:assert/strict";
 import { beforeEach, describe, test } from "node:test";
-import type {
-  HierarchyFilter,
-  RepoFilter,
-  RepoOrder,
-  RepoRecord,
-  Store,
-  TagFilter,
-  TagOrder,
-  TagRecord,
-} from "../../src/store/store.js";
+import type { HierarchyFilter, RepoFilter, RepoOrder, RepoRecord, Store, TagFilter, TagOrder, TagRecord } from "../../src/store/store.js";
 import { assertAlreadyExists, assertNotFound, assertPrecondition } from "./store-conformance-iam.js";
 import { A, A1, A1X, A2, B, B1, C, hexSegments, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { belowFirstRoot, describePagedWalks, everything } from "./store-paged-walks.js";
@@ -78,7 +69,11 @@ export function registryConformance(getStore: () => Store): void {
 function visibleWithinFirstRoot<T extends { uid: string }>() {
   return {
     label: "visible within the first root",
-    narrow: (f: WalkFixture<T>) => ({ hierarchy: {}, visibleWithin: [f.root], expected: f.records.filter((r) => r.uid.startsWith(`${f.root}/`)) }),
+    narrow: (f: WalkFixture<T>) => ({
+      hierarchy: {},
+      visibleWithin: [f.root],
+      expected: f.records.filter((r) => r.uid.startsWith(`${f.root}/`)),
+    }),
   };
 }
 
@@ -257,7 +252,17 @@ function registryContracts(getStore: () => Store): void {
     });
 
     test("referrer, dated and epoch tags are left out unless their include flag is set", async () => {
-      const names = ["latest", "sha256-abc.sig", "1.25-20240131", "1.25-r3", "1.25-20240131-r2", "1.25-r3-dev", "2024-01-31", "v20240131", "1.25-19991231"];
+      const names = [
+        "latest",
+        "sha256-abc.sig",
+        "1.25-20240131",
+        "1.25-r3",
+        "1.25-20240131-r2",
+        "1.25-r3-dev",
+        "2024-01-31",
+        "v20240131",
+        "1.25-19991231",
+      ];
       const uids: string[] = [];
       for (const [i, name] of names.entries()) {
         const uid = below(R_A, "abcdef0123"[i]!);

@@ -186,7 +186,10 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
       test("a call whose signal has aborted does nothing and rejects: DEADLINE_EXCEEDED for a timeout, CANCELLED otherwise", async () => {
         const cancelled = new AbortController();
         cancelled.abort();
-        await assert.rejects(async () => store.groups.create(group(A, null, "org"), cancelled.signal), (err: unknown) => err instanceof CancelledError && err.reason === "CANCELLED");
+        await assert.rejects(
+          async () => store.groups.create(group(A, null, "org"), cancelled.signal),
+          (err: unknown) => err instanceof CancelledError && err.reason === "CANCELLED",
+        );
         assert.equal(await store.groups.get(A), null, "nothing was written");
         const timedOut = AbortSignal.timeout(0);
         await new Promise((resolve) => setTimeout(resolve, 5));
@@ -253,7 +256,10 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
             }),
           ),
         );
-        assert.deepEqual((await store.groups.list(query({ hierarchy: { childrenOf: A } }))).items.map((g) => g.uid), sorted(children));
+        assert.deepEqual(
+          (await store.groups.list(query({ hierarchy: { childrenOf: A } }))).items.map((g) => g.uid),
+          sorted(children),
+        );
       });
 
       test("a failing transaction leaves no write behind, in get, list or totalCount", async () => {
@@ -273,7 +279,10 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
         assert.equal(await store.groups.get(A1), null);
         assert.equal(await store.groups.get(C), null);
         const after = await store.groups.list(query({}));
-        assert.deepEqual(after.items.map((g) => g.uid), [A]);
+        assert.deepEqual(
+          after.items.map((g) => g.uid),
+          [A],
+        );
         assert.equal(after.totalCount, 1);
       });
 

@@ -90,12 +90,7 @@ export const STATIC_KEYS: IdentityRelationship = {
   },
 };
 
-export function identity(
-  uid: string,
-  parentUid: string | null,
-  name: string,
-  over: Partial<IdentityRecord> = {},
-): IdentityRecord {
+export function identity(uid: string, parentUid: string | null, name: string, over: Partial<IdentityRecord> = {}): IdentityRecord {
   return {
     uid,
     parentUid,
@@ -176,11 +171,16 @@ export function identityProvider(
 export const PROVIDERS: AccountProviders = {
   amazon: { account: "123456789012" },
   google: { projectId: "acme-prod", projectNumber: "987654321098" },
-  chainguard: { serviceBindings: { INGESTER: "f".repeat(40), "späce \"key\"": "e".repeat(40) } },
+  chainguard: { serviceBindings: { INGESTER: "f".repeat(40), 'späce "key"': "e".repeat(40) } },
   azure: { tenantId: "00000000-1111-2222-3333-444444444444", clientIds: { ingester: "abc", reader: "def" } },
   github: {
     appInstallations: {
-      "9007199254740993": { installations: [{ installationId: "18446744073709551615", name: "acme" }, { installationId: "7", name: "" }] },
+      "9007199254740993": {
+        installations: [
+          { installationId: "18446744073709551615", name: "acme" },
+          { installationId: "7", name: "" },
+        ],
+      },
       "42": { installations: [] },
     },
   },

@@ -10,18 +10,18 @@ import type {
   Store,
 } from "../../src/store/store.js";
 import {
-  CLAIM_MATCH,
-  OIDC,
-  PROVIDERS,
-  STATIC_KEYS,
   association,
   binding,
+  CLAIM_MATCH,
   group,
   hexSegments,
   identity,
   identityProvider,
   invite,
+  OIDC,
+  PROVIDERS,
   role,
+  STATIC_KEYS,
 } from "./store-fixtures.js";
 
 // The records the paged walks run over: for each kind, many records across a

@@ -1,6 +1,6 @@
-import { toBinary, ScalarType, type DescField, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
+import { ScalarType, toBinary, type DescField, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
 /**
  * The protobuf binary form of gRPC responses: the same bytes as protobuf-es
@@ -34,7 +34,9 @@ function encoderOf(schema: DescMessage): Encoder {
 
 function compile(schema: DescMessage): Encoder {
   const unsupported = schema.fields.some(
-    (f) => ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) && f.delimitedEncoding) || (f.fieldKind === "map" && f.mapKey !== ScalarType.STRING),
+    (f) =>
+      ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) && f.delimitedEncoding) ||
+      (f.fieldKind === "map" && f.mapKey !== ScalarType.STRING),
   );
   if (unsupported) {
     return (w, m) => {

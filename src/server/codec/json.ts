@@ -136,7 +136,8 @@ function messageJson(schema: DescMessage, registry: Registry): Writer {
   else if (name === "google.protobuf.Duration") writer = (m) => durationJson(m as never);
   else if (name === "google.protobuf.Empty") writer = () => "{}";
   else if (name === "google.protobuf.FieldMask") {
-    writer = (m) => JSON.stringify((m.paths as string[]).map((p) => p.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase())).join(","));
+    writer = (m) =>
+      JSON.stringify((m.paths as string[]).map((p) => p.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase())).join(","));
   } else if (FALLBACK_TYPES.test(name)) {
     writer = (m) => JSON.stringify(toJson(schema, m as Message, { alwaysEmitImplicit: true, registry }));
   } else {
@@ -184,7 +185,9 @@ function compileMessage(schema: DescMessage, registry: Registry): Writer {
     }
   }
   for (const oneof of schema.oneofs) {
-    const members = new Map(oneof.fields.map((f) => [f.localName, { prefix: `${JSON.stringify(f.jsonName)}:`, value: valueJson(f, registry) }]));
+    const members = new Map(
+      oneof.fields.map((f) => [f.localName, { prefix: `${JSON.stringify(f.jsonName)}:`, value: valueJson(f, registry) }]),
+    );
     steps.push((m) => {
       const selected = m[oneof.localName] as { case?: string; value?: unknown } | undefined;
       const member = selected?.case ? members.get(selected.case) : undefined;

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from "node:http";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Compression } from "@connectrpc/connect/protocol";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
+import type { Compression } from "@connectrpc/connect/protocol";
 import { ApiError, invalidField } from "../../domain/errors.js";
 import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 
@@ -61,9 +61,14 @@ export function limitedBody(
   const enveloped = ENVELOPED.test(req.headers["content-type"] ?? "");
   const declared = Number(req.headers["content-length"] ?? 0);
   const inspect = enveloped ? envelopeInspector(limit, domain) : byteCounter(limit, domain);
-  return checkedChunks(req, () => {
-    if (!enveloped && declared > limit) throw messageTooLarge(limit, domain);
-  }, inspect, decode);
+  return checkedChunks(
+    req,
+    () => {
+      if (!enveloped && declared > limit) throw messageTooLarge(limit, domain);
+    },
+    inspect,
+    decode,
+  );
 }
 
 async function* checkedChunks(

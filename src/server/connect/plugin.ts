@@ -1,14 +1,14 @@
 import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ContextValues } from "@connectrpc/connect";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import * as connectProtocol from "@connectrpc/connect/protocol-connect";
 import * as grpcProtocol from "@connectrpc/connect/protocol-grpc";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
-import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
+import { bearerChallenge } from "../http/www-authenticate.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, limitedBody, oversizedGetMessage } from "./message-limit.js";
-import { bearerChallenge } from "../http/www-authenticate.js";
 import { GRPC_WEB_TEXT, rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */
@@ -34,7 +34,11 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
     setTimeout(() => shutdown.abort(), opts.shutdownTimeoutMs).unref();
     done();
   });
-  const router = createConnectRouter({ readMaxBytes: limit, acceptCompression: boundedCompressions(limit), shutdownSignal: shutdown.signal });
+  const router = createConnectRouter({
+    readMaxBytes: limit,
+    acceptCompression: boundedCompressions(limit),
+    shutdownSignal: shutdown.signal,
+  });
   // Each service's decompression errors carry its area's ErrorInfo domain.
   opts.routes({
     get handlers() {
@@ -61,7 +65,10 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
       if (oversized) return sendRpcError(reply, oversized);
       const text = GRPC_WEB_TEXT.test(req.headers["content-type"] ?? "");
       const decode = text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined;
-      const uReq = { ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)), body: limitedBody(req.raw, limit, domain, decode) };
+      const uReq = {
+        ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)),
+        body: limitedBody(req.raw, limit, domain, decode),
+      };
       // limitedBody checks Content-Length itself, with an ErrorInfo and without destroying the request.
       uReq.header.delete("content-length");
       if (text) uReq.header.set("content-type", GRPC_WEB_BINARY_TYPE);
@@ -80,7 +87,9 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
     });
   }
   // Any other /package.Service/Method path: UNIMPLEMENTED in the caller's protocol, not a REST 404 or 415.
-  app.all("/:service(^\\w+\\.[\\w.]+$)/:method(^\\w+$)", async (req, reply) => sendRpcError(reply, unknownProcedure(req.url.split("?")[0] ?? "")));
+  app.all("/:service(^\\w+\\.[\\w.]+$)/:method(^\\w+$)", async (req, reply) =>
+    sendRpcError(reply, unknownProcedure(req.url.split("?")[0] ?? "")),
+  );
 }
 
 /** The compressions the router accepts, besides identity. */
@@ -99,7 +108,9 @@ function messageCoding(req: FastifyRequest, query: URLSearchParams | undefined):
   const raw =
     query !== undefined
       ? query.get("compression")
-      : req.headers[protocol === "connect" ? "content-encoding" : protocol === "connect-stream" ? "connect-content-encoding" : "grpc-encoding"];
+      : req.headers[
+          protocol === "connect" ? "content-encoding" : protocol === "connect-stream" ? "connect-content-encoding" : "grpc-encoding"
+        ];
   const coding = (Array.isArray(raw) ? raw[0] : raw)?.trim().toLowerCase();
   return coding === undefined || coding === "" || coding === "identity" ? undefined : coding;
 }
@@ -133,5 +144,6 @@ function addNoopContentTypeParsers(app: FastifyInstance): void {
     ],
     noop,
   );
-  for (const type of [grpcProtocol.contentTypeRegExp, grpcWebProtocol.contentTypeRegExp, connectProtocol.contentTypeRegExp]) app.addContentTypeParser(type, noop);
+  for (const type of [grpcProtocol.contentTypeRegExp, grpcWebProtocol.contentTypeRegExp, connectProtocol.contentTypeRegExp])
+    app.addContentTypeParser(type, noop);
 }

@@ -40,7 +40,10 @@ export function sendRpcError(reply: FastifyReply, err: ConnectError): FastifyRep
       const prefix = Buffer.alloc(5);
       prefix.writeUInt8(connectProtocol.endStreamFlag, 0);
       prefix.writeUInt32BE(json.byteLength, 1);
-      return reply.code(200).header("content-type", contentType).send(Buffer.concat([prefix, json]));
+      return reply
+        .code(200)
+        .header("content-type", contentType)
+        .send(Buffer.concat([prefix, json]));
     }
     case "connect":
       return reply
@@ -52,5 +55,8 @@ export function sendRpcError(reply: FastifyReply, err: ConnectError): FastifyRep
 
 /** UNIMPLEMENTED for a procedure path no service serves (gRPC answers the same over h2c). */
 export function unknownProcedure(path: string): ConnectError {
-  return toConnectError(new ApiError(Code.Unimplemented, "UNKNOWN_METHOD", `The server does not implement the method ${path}`), DEFAULT_ERROR_DOMAIN);
+  return toConnectError(
+    new ApiError(Code.Unimplemented, "UNKNOWN_METHOD", `The server does not implement the method ${path}`),
+    DEFAULT_ERROR_DOMAIN,
+  );
 }

@@ -1,14 +1,23 @@
-import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  fromBinary,
+  isMessage,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  type Message,
+} from "@bufbuild/protobuf";
 import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
+import { clientAddressKey } from "../../auth/principal.js";
 import { invalidField } from "../../domain/errors.js";
 import { encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
-import { HeaderView } from "../http/header-view.js";
 import { areaErrorDomain, grpcStatusDetails, toConnectError, type InternalErrorSink } from "../errors.js";
+import { HeaderView } from "../http/header-view.js";
 import { requestIdFrom } from "../http/request-id.js";
 import { requestIdKey, type WrappedService } from "../wrap.js";
-import { clientAddressKey } from "../../auth/principal.js";
 
 /** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
 const UNDECODABLE = Symbol("undecodable");
@@ -90,7 +99,8 @@ export function grpcService(
       }
       const requestId = requestIdFrom(call.metadata.get("x-request-id")[0] as string | undefined);
       const deadline = call.getDeadline();
-      const timeoutMs = deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
+      const timeoutMs =
+        deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
       const ctx = lightContext({
         service: svc.service,
         method,

@@ -1,11 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import type {
-  Health} from "../../../gen/grpc/health/v1/health_pb.js";
 import {
   HealthCheckResponseSchema,
-  HealthCheckResponse_ServingStatus as ServingStatus,
   HealthListResponseSchema,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+  type Health,
   type HealthCheckResponse,
   type HealthListResponse,
 } from "../../../gen/grpc/health/v1/health_pb.js";

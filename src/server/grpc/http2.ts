@@ -2,8 +2,8 @@ import http2 from "node:http2";
 import { Code } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
 import { ApiError } from "../../domain/errors.js";
-import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
 import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "../connect/message-limit.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
 
 /** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
 export interface Http2Limits {

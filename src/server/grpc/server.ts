@@ -2,12 +2,12 @@ import { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { Health, type HealthCheckRequest } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection, type ServerReflectionRequest } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
-import { methodDefinition, grpcService } from "./adapter.js";
-import { limitGrpcHttp2 } from "./http2.js";
 import type { InternalErrorSink } from "../errors.js";
-import { healthService, type HealthState } from "./health.js";
-import { Reflector, type ReflectionSchema } from "./reflection.js";
 import type { WrappedService } from "../wrap.js";
+import { grpcService, methodDefinition } from "./adapter.js";
+import { healthService, type HealthState } from "./health.js";
+import { limitGrpcHttp2 } from "./http2.js";
+import { Reflector, type ReflectionSchema } from "./reflection.js";
 
 const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
 

@@ -87,7 +87,8 @@ export function installResponseCompression(app: FastifyInstance, skip: (req: Fas
   app.addHook("onSend", async (req, reply, payload) => {
     if (skip(req) || !(typeof payload === "string" || Buffer.isBuffer(payload))) return payload;
     const type = String(reply.getHeader("content-type") ?? "");
-    if (!COMPRESSIBLE.test(type) || reply.hasHeader("content-encoding") || reply.statusCode === 204 || reply.statusCode === 304) return payload;
+    if (!COMPRESSIBLE.test(type) || reply.hasHeader("content-encoding") || reply.statusCode === 204 || reply.statusCode === 304)
+      return payload;
     addVary(reply);
     const bytes = Buffer.byteLength(payload);
     const coding = bytes >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
@@ -114,7 +115,8 @@ export function responseCoding(acceptEncoding: string | undefined): "br" | "gzip
     const weight = q === undefined ? 1 : Number(q.slice(2));
     if (name !== "") weights.set(name, Number.isFinite(weight) ? weight : 0);
   }
-  const weightOf = (coding: string) => weights.get(coding) ?? (coding === "gzip" ? weights.get("x-gzip") : undefined) ?? weights.get("*") ?? 0;
+  const weightOf = (coding: string) =>
+    weights.get(coding) ?? (coding === "gzip" ? weights.get("x-gzip") : undefined) ?? weights.get("*") ?? 0;
   const br = weightOf("br");
   const gz = weightOf("gzip");
   if (br > 0 && br >= gz) return "br";

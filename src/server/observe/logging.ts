@@ -1,12 +1,7 @@
 import type { FastifyServerOptions } from "fastify";
 
 /** Headers and fields that carry secrets: never written to a log line. */
-export const REDACTED = [
-  "req.headers.authorization",
-  "req.headers.cookie",
-  "req.headers[\"proxy-authorization\"]",
-  "headers.authorization",
-];
+export const REDACTED = ["req.headers.authorization", "req.headers.cookie", 'req.headers["proxy-authorization"]', "headers.authorization"];
 
 /**
  * pino options: JSON lines at LOG_LEVEL, secrets redacted; human-readable

@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { Registry, collectDefaultMetrics } from "prom-client";
+import { collectDefaultMetrics, Registry } from "prom-client";
 import { createObservedStore } from "../../store/observed.js";
 import type { Store } from "../../store/store.js";
 import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";

@@ -34,7 +34,10 @@ abstract class SeriesMetric<S> {
     return found.state;
   }
 
-  protected abstract render(labels: Record<string, string>, state: S): { value: number; labels: Record<string, string | number>; metricName?: string }[];
+  protected abstract render(
+    labels: Record<string, string>,
+    state: S,
+  ): { value: number; labels: Record<string, string | number>; metricName?: string }[];
 
   /** prom-client's MetricObjectWithValues, as Registry#metrics() reads it. */
   get() {
@@ -80,7 +83,13 @@ interface HistogramState {
 export class SeriesHistogram extends SeriesMetric<HistogramState> {
   readonly type = "histogram";
 
-  constructor(name: string, help: string, labelNames: readonly string[], private readonly bounds: readonly number[], registry: Registry) {
+  constructor(
+    name: string,
+    help: string,
+    labelNames: readonly string[],
+    private readonly bounds: readonly number[],
+    registry: Registry,
+  ) {
     super(name, help, labelNames, registry);
   }
 

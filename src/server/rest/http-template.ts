@@ -109,7 +109,15 @@ export function compileTemplate(template: string): CompiledTemplate {
   });
   if (verb !== null) literalLength += verb.length;
   const regex = new RegExp(`^/${parts.join("")}${verb === null ? "" : `:${escape(verb)}`}$`);
-  return { source: template, regex, variables, verb, literalLength, prefix: prefixParts.length >= 2 ? `/${prefixParts.slice(0, 2).join("/")}` : null, optionalTrailing };
+  return {
+    source: template,
+    regex,
+    variables,
+    verb,
+    literalLength,
+    prefix: prefixParts.length >= 2 ? `/${prefixParts.slice(0, 2).join("/")}` : null,
+    optionalTrailing,
+  };
 }
 
 /**

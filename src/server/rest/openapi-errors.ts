@@ -19,7 +19,10 @@ export const ERROR_SCHEMAS: Record<string, Schema> = {
         type: "array",
         items: {
           oneOf: DETAILS.map((d) => ref(`google.rpc.${d}`)),
-          discriminator: { propertyName: "@type", mapping: Object.fromEntries(DETAILS.map((d) => [typeUrl(d), `#/components/schemas/google.rpc.${d}`])) },
+          discriminator: {
+            propertyName: "@type",
+            mapping: Object.fromEntries(DETAILS.map((d) => [typeUrl(d), `#/components/schemas/google.rpc.${d}`])),
+          },
         },
       },
     },
@@ -72,7 +75,9 @@ const errorResponse = (description: string) => ({ description, content: { "appli
 
 /** Shared error responses (components.responses), by HTTP status, with the google.rpc codes each carries. */
 export const ERROR_RESPONSES: Record<string, Schema> = {
-  BadRequest: errorResponse("INVALID_ARGUMENT (a BadRequest names the fields), FAILED_PRECONDITION (a PreconditionFailure says why) or OUT_OF_RANGE."),
+  BadRequest: errorResponse(
+    "INVALID_ARGUMENT (a BadRequest names the fields), FAILED_PRECONDITION (a PreconditionFailure says why) or OUT_OF_RANGE.",
+  ),
   Unauthenticated: errorResponse("UNAUTHENTICATED: the bearer token is missing, expired or not valid here."),
   PermissionDenied: errorResponse("PERMISSION_DENIED: the caller lacks a capability the call needs on its target."),
   NotFound: errorResponse("NOT_FOUND: no such resource, or not one the caller may see."),

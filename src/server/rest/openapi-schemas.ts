@@ -1,6 +1,6 @@
 import { getOption, ScalarType, type DescEnum, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
-import { FieldBehavior, field_behavior } from "../../../gen/google/api/field_behavior_pb.js";
+import { field_behavior, FieldBehavior } from "../../../gen/google/api/field_behavior_pb.js";
 import { DESCRIPTION_PATTERN, NAME_MAX, NAME_MIN, NAME_PATTERN } from "../../domain/names.js";
 import { BUNDLES, DIGEST_PATTERN, LIST_MAX, REPO_NAME_MAX, REPO_NAME_PATTERN, TAG_PATTERN } from "../../domain/registry-names.js";
 
@@ -140,7 +140,8 @@ export class SchemaBuilder {
   value(f: DescField, mode: SchemaMode): Schema {
     if (f.fieldKind === "scalar" || (f.fieldKind === "list" && f.listKind === "scalar")) return scalarSchema(f.scalar!);
     if (f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind === "enum")) return this.enum(f.enum!);
-    if (f.fieldKind === "map") return f.mapKind === "scalar" ? scalarSchema(f.scalar) : f.mapKind === "enum" ? this.enum(f.enum) : this.message(f.message, mode);
+    if (f.fieldKind === "map")
+      return f.mapKind === "scalar" ? scalarSchema(f.scalar) : f.mapKind === "enum" ? this.enum(f.enum) : this.message(f.message, mode);
     return this.message(f.message!, mode);
   }
 

@@ -42,7 +42,9 @@ function parameterNames(operations: readonly RestOperation[]): Map<string, strin
     op.variables.forEach((v, i) => (names[i] ??= []).push(v.name.split(".").pop()!));
     byShape.set(shape, names);
   }
-  return new Map([...byShape].map(([shape, names]) => [shape, names.map((candidates) => (candidates.includes("uid") ? "uid" : candidates[0]!))]));
+  return new Map(
+    [...byShape].map(([shape, names]) => [shape, names.map((candidates) => (candidates.includes("uid") ? "uid" : candidates[0]!))]),
+  );
 }
 
 /**
@@ -111,7 +113,12 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
       }
       const bodyField = op.body !== "" && op.body !== "*" ? op.descriptor.input.fields.find((f) => f.name === op.body) : undefined;
       const mode = op.method === "PATCH" ? "patch" : "input";
-      const requestSchema = op.body === "*" ? schemas.message(op.descriptor.input, mode) : bodyField?.message ? schemas.message(bodyField.message, mode) : undefined;
+      const requestSchema =
+        op.body === "*"
+          ? schemas.message(op.descriptor.input, mode)
+          : bodyField?.message
+            ? schemas.message(bodyField.message, mode)
+            : undefined;
       const isRoot = path !== openPath;
       const baseId = `${shortName(op.service.typeName)}.${op.descriptor.name}${isRoot ? "_root" : ""}`;
       const operationId = operationIds.has(baseId) ? `${baseId}_${op.method.toLowerCase()}` : baseId;
@@ -148,7 +155,8 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
     info: {
       title: info.title,
       version: info.version,
-      description: "IAM, registry catalogue, advisories and OIDC token exchange. The same methods are served over gRPC, Connect and gRPC-Web on this port.",
+      description:
+        "IAM, registry catalogue, advisories and OIDC token exchange. The same methods are served over gRPC, Connect and gRPC-Web on this port.",
       license: { name: "Apache-2.0", identifier: "Apache-2.0" },
     },
     servers: [{ url: info.serverUrl }],
@@ -156,7 +164,14 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
     tags: [...tags.values()],
     paths,
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT", description: "An API token: `npx platform-api admin-token`, or from /sts/exchange." } },
+      securitySchemes: {
+        bearer: {
+          type: "http",
+          scheme: "bearer",
+          bearerFormat: "JWT",
+          description: "An API token: `npx platform-api admin-token`, or from /sts/exchange.",
+        },
+      },
       responses: ERROR_RESPONSES,
       schemas: { ...schemas.schemas, ...ERROR_SCHEMAS },
     },

@@ -45,7 +45,8 @@ function collect(source: string, out: Map<string, string>): void {
     else if (declared) name = `${prefix}.${declared[2]}`;
     else if (directlyIn && scope.kind === "service") name = RPC.exec(line) ? `${prefix}.${RPC.exec(line)![1]}` : undefined;
     else if (directlyIn && scope.kind === "enum") name = ENUM_VALUE.exec(line) ? `${prefix}.${ENUM_VALUE.exec(line)![1]}` : undefined;
-    else if (scope?.kind === "message" && depth <= scope.depth + 1) name = FIELD.exec(line) ? `${prefix}.${FIELD.exec(line)![1]}` : undefined;
+    else if (scope?.kind === "message" && depth <= scope.depth + 1)
+      name = FIELD.exec(line) ? `${prefix}.${FIELD.exec(line)![1]}` : undefined;
     const text = pending.join("\n").trim();
     if (name !== undefined && text !== "") out.set(name, text);
     pending = [];

@@ -11,16 +11,16 @@ import {
   type Registry,
 } from "@bufbuild/protobuf";
 import { createContextValues } from "@connectrpc/connect";
-import { clientAddressKey } from "../../auth/principal.js";
-import { lightContext } from "../context.js";
 import { http } from "../../../gen/google/api/annotations_pb.js";
-import { FieldBehavior, field_behavior } from "../../../gen/google/api/field_behavior_pb.js";
+import { field_behavior, FieldBehavior } from "../../../gen/google/api/field_behavior_pb.js";
 import type { HttpRule } from "../../../gen/google/api/http_pb.js";
+import { clientAddressKey } from "../../auth/principal.js";
 import { InvalidArgumentError, invalidField } from "../../domain/errors.js";
-import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { responseJson } from "../codec/json.js";
+import { lightContext } from "../context.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 import { requestIdKey, type UnaryHandler, type WrappedService } from "../wrap.js";
+import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 import { checkKnownFields } from "./unknown-fields.js";
 
 /** How one query parameter maps onto the request message. */
@@ -91,7 +91,14 @@ export interface RestRequest {
 }
 
 const SCALAR_JSON_NUMBER = new Set([ScalarType.INT32, ScalarType.UINT32, ScalarType.SINT32, ScalarType.FIXED32, ScalarType.SFIXED32]);
-const SCALAR_INTEGER = new Set([...SCALAR_JSON_NUMBER, ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
+const SCALAR_INTEGER = new Set([
+  ...SCALAR_JSON_NUMBER,
+  ScalarType.INT64,
+  ScalarType.UINT64,
+  ScalarType.SINT64,
+  ScalarType.FIXED64,
+  ScalarType.SFIXED64,
+]);
 const STRING_FORM_MESSAGES = new Set(["google.protobuf.Timestamp", "google.protobuf.Duration", "google.protobuf.FieldMask"]);
 
 /** Thrown when no route matches; `allowed` lists the HTTP methods that would. */
@@ -116,14 +123,25 @@ function httpBindings(rule: HttpRule): { method: string; path: string; body: str
 }
 
 /** Every leaf field reachable as a query parameter, by proto and JSON dotted names. */
-function queryFields(message: DescMessage, excluded: Set<string>, prefix: { proto: string[]; json: string[] }, out: Map<string, QueryField>, depth = 0): void {
+function queryFields(
+  message: DescMessage,
+  excluded: Set<string>,
+  prefix: { proto: string[]; json: string[] },
+  out: Map<string, QueryField>,
+  depth = 0,
+): void {
   if (depth > 4) return;
   for (const field of message.fields) {
     const protoPath = [...prefix.proto, field.name];
     if (excluded.has(protoPath.join("."))) continue;
     const jsonPath = [...prefix.json, field.jsonName];
     const isLeafMessage = field.fieldKind === "message" && STRING_FORM_MESSAGES.has(field.message.typeName);
-    if (field.fieldKind === "scalar" || field.fieldKind === "enum" || isLeafMessage || (field.fieldKind === "list" && field.listKind !== "message")) {
+    if (
+      field.fieldKind === "scalar" ||
+      field.fieldKind === "enum" ||
+      isLeafMessage ||
+      (field.fieldKind === "list" && field.listKind !== "message")
+    ) {
       const entry = { jsonPath, protoPath: protoPath.join("."), field };
       out.set(protoPath.join("."), entry);
       out.set(jsonPath.join("."), entry);
@@ -149,7 +167,8 @@ const snakeToCamel = (s: string) => s.replace(/_([a-z0-9])/g, (_, c: string) => 
 
 /** Converts one query value to the JSON form fromJson expects for the field; throws INVALID_ARGUMENT. */
 function queryValue(name: string, raw: string, field: DescField): JsonValue {
-  const scalar = field.fieldKind === "scalar" ? field.scalar : field.fieldKind === "list" && field.listKind === "scalar" ? field.scalar : undefined;
+  const scalar =
+    field.fieldKind === "scalar" ? field.scalar : field.fieldKind === "list" && field.listKind === "scalar" ? field.scalar : undefined;
   if (scalar === ScalarType.BOOL) {
     if (raw === "true" || raw === "1") return true;
     if (raw === "false" || raw === "0") return false;
@@ -166,11 +185,17 @@ function queryValue(name: string, raw: string, field: DescField): JsonValue {
     return raw;
   }
   if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.Timestamp") {
-    if (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw))) throw invalidField(name, "must be an RFC 3339 timestamp, e.g. 2026-01-02T03:04:05Z");
+    if (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw)))
+      throw invalidField(name, "must be an RFC 3339 timestamp, e.g. 2026-01-02T03:04:05Z");
     return raw;
   }
   if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.FieldMask") {
-    return raw.split(",").map((p) => p.trim()).filter((p) => p !== "").map((p) => p.split(".").map(snakeToCamel).join(".")).join(",");
+    return raw
+      .split(",")
+      .map((p) => p.trim())
+      .filter((p) => p !== "")
+      .map((p) => p.split(".").map(snakeToCamel).join("."))
+      .join(",");
   }
   return raw;
 }
@@ -187,7 +212,10 @@ export class RestTranscoder {
   /** Every REST operation served: the source of the OpenAPI document. */
   readonly operations: RestOperation[] = [];
 
-  constructor(services: readonly WrappedService[], private readonly registry: Registry) {
+  constructor(
+    services: readonly WrappedService[],
+    private readonly registry: Registry,
+  ) {
     for (const svc of services) {
       for (const method of svc.service.methods) {
         const handler = svc.handlers[method.localName];
@@ -205,7 +233,12 @@ export class RestTranscoder {
     }
   }
 
-  private add(svc: WrappedService, method: DescMethod, handler: UnaryHandler, binding: { method: string; path: string; body: string }): void {
+  private add(
+    svc: WrappedService,
+    method: DescMethod,
+    handler: UnaryHandler,
+    binding: { method: string; path: string; body: string },
+  ): void {
     const template = compileTemplate(binding.path);
     const excluded = new Set(template.variables.map((v) => v.fieldPath.join(".")));
     if (binding.body !== "" && binding.body !== "*") excluded.add(binding.body);
@@ -216,7 +249,17 @@ export class RestTranscoder {
     const bodyField = method.input.fields.find((f) => f.name === binding.body);
     if (maskField && bodyField?.fieldKind === "message") maskFrom = { bodyField, bodyMessage: bodyField.message };
     const variablePaths = template.variables.map((v) => jsonPathOf(method.input, v.fieldPath));
-    const route: Route = { httpMethod: binding.method, template, body: binding.body, method, service: svc.service, handler, query, variablePaths, maskFrom };
+    const route: Route = {
+      httpMethod: binding.method,
+      template,
+      body: binding.body,
+      method,
+      service: svc.service,
+      handler,
+      query,
+      variablePaths,
+      maskFrom,
+    };
     if (template.prefix === null) this.unbucketed.push(route);
     else {
       const key = `${binding.method} ${template.prefix}`;
@@ -305,7 +348,9 @@ export class RestTranscoder {
       url: req.url,
       requestHeader: req.headers,
       signal: req.signal,
-      values: createContextValues().set(requestIdKey, req.requestId).set(clientAddressKey, req.clientAddress ?? ""),
+      values: createContextValues()
+        .set(requestIdKey, req.requestId)
+        .set(clientAddressKey, req.clientAddress ?? ""),
     });
     const result = await route.handler(request, ctx);
     return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.setResponseHeaders() };
@@ -425,7 +470,14 @@ function checkEnumNames(schema: DescMessage, json: JsonValue, bodyField: string,
     if (value === undefined || value === null) continue;
     const path = prefix === "" && field.name === bodyField ? "" : `${prefix}${field.name}`;
     const next = path === "" ? "" : `${path}.`;
-    const enumOf = field.fieldKind === "enum" ? field.enum : field.fieldKind === "list" && field.listKind === "enum" ? field.enum : field.fieldKind === "map" && field.mapKind === "enum" ? field.enum : undefined;
+    const enumOf =
+      field.fieldKind === "enum"
+        ? field.enum
+        : field.fieldKind === "list" && field.listKind === "enum"
+          ? field.enum
+          : field.fieldKind === "map" && field.mapKind === "enum"
+            ? field.enum
+            : undefined;
     if (enumOf) {
       const values = field.fieldKind === "map" ? Object.values(value as JsonObject) : Array.isArray(value) ? value : [value];
       for (const v of values) {

@@ -35,7 +35,8 @@ function walk(schema: DescMessage, json: JsonObject, prefix: string, out: FieldV
 }
 
 function walkValue(field: DescField, value: JsonValue, path: string, out: FieldViolation[], depth: number): void {
-  const message = field.fieldKind === "message" ? field.message : field.fieldKind === "list" && field.listKind === "message" ? field.message : undefined;
+  const message =
+    field.fieldKind === "message" ? field.message : field.fieldKind === "list" && field.listKind === "message" ? field.message : undefined;
   const mapMessage = field.fieldKind === "map" && field.mapKind === "message" ? field.message : undefined;
   const target = message ?? mapMessage;
   if (!target || OPAQUE_JSON.test(target.typeName) || typeof value !== "object" || value === null) return;

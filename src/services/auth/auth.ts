@@ -1,9 +1,7 @@
-import { getOption } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
+import { create, getOption } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { create } from "@bufbuild/protobuf";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platformapi/auth/v1/auth_pb.js";
-import { CapabilitySchema, name as capabilityNameOption } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { name as capabilityNameOption, CapabilitySchema } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { clientAddressKey } from "../../auth/principal.js";
 import { addressKey, createFailureLimiter } from "../../auth/rate-limit.js";
 import { NotFoundError, ResourceExhaustedError } from "../../domain/errors.js";
@@ -13,6 +11,7 @@ import type { GroupRecord, IdentityRecord, RoleRecord } from "../../store/store.
 import { principalOf, type ServiceDeps } from "../context.js";
 import { groupMessage } from "../iam/groups.js";
 import { identityMessage } from "../iam/identity-messages.js";
+import { timestampFromMs } from "../time.js";
 
 /** Failed invite codes a caller may try within the window before it is refused outright. */
 export const INVITE_FAILURE_LIMIT = 10;
@@ -75,16 +74,23 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     const matches = parsed !== null && inviteSecretMatches(parsed.secret, invite?.codeHash ?? null);
     const now = deps.now();
     if (!invite || !matches || invite.expirationTime <= now) throw new InviteInvalidError();
-    if (invite.email !== "" && (invite.email.toLowerCase() !== identity.email.toLowerCase() || !emailVouchedFor(identity, invite.groupUid))) {
+    if (
+      invite.email !== "" &&
+      (invite.email.toLowerCase() !== identity.email.toLowerCase() || !emailVouchedFor(identity, invite.groupUid))
+    ) {
       throw new InviteInvalidError();
     }
     return store.transaction(async (tx) => {
       if (invite.singleUse && !(await tx.groupInvites.consume(invite.uid))) throw new InviteInvalidError();
       const group = await tx.groups.get(invite.groupUid);
       if (!group || !(await tx.roles.get(invite.roleUid))) throw new InviteInvalidError();
-      const bound = (await tx.roleBindings.forIdentity(identity.uid)).some((b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid);
+      const bound = (await tx.roleBindings.forIdentity(identity.uid)).some(
+        (b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid,
+      );
       if (!bound) {
-        await tx.roleBindings.create([{ uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now }]);
+        await tx.roleBindings.create([
+          { uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now },
+        ]);
       }
       return group;
     });

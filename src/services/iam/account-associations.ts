@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
@@ -13,9 +12,15 @@ import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription } from "../../domain/names.js";
 import { type PagingSpec } from "../../store/paging.js";
-import type { AccountAssociationChanges, AccountAssociationFilter, AccountAssociationOrder, AccountAssociationRecord } from "../../store/store.js";
+import type {
+  AccountAssociationChanges,
+  AccountAssociationFilter,
+  AccountAssociationOrder,
+  AccountAssociationRecord,
+} from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 import { checkProviders, PROVIDER_FIELDS, providerMessages, providersOf } from "./account-providers.js";
 
 const PAGING: PagingSpec<AccountAssociationOrder> = {
@@ -46,7 +51,8 @@ export function accountAssociationCursor(a: AccountAssociationRecord, field: Acc
 
 function checkText(a: AccountAssociation, fields: ReadonlySet<string>): FieldViolation[] {
   const out: FieldViolation[] = [];
-  if (fields.has("name") && !NAME.test(a.name)) out.push({ field: "name", description: "is required: 1 to 63 characters of printable text" });
+  if (fields.has("name") && !NAME.test(a.name))
+    out.push({ field: "name", description: "is required: 1 to 63 characters of printable text" });
   if (fields.has("description")) out.push(...checkDescription("description", a.description));
   return out;
 }
@@ -70,7 +76,14 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       const violations = [...checkText(input, new Set(UPDATABLE)), ...checkProviders(providers)];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const now = deps.now();
-      const record: AccountAssociationRecord = { uid: group, name: input.name, description: input.description, providers, createTime: now, updateTime: now };
+      const record: AccountAssociationRecord = {
+        uid: group,
+        name: input.name,
+        description: input.description,
+        providers,
+        createTime: now,
+        updateTime: now,
+      };
       await store.accountAssociations.create(record, ctx.signal);
       return accountAssociationMessage(record);
     },
@@ -86,7 +99,11 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platformapi.iam.v2beta1.ListAccountAssociationsResponse", accountAssociations: page.items.map(accountAssociationMessage), ...page.envelope };
+      return {
+        $typeName: "platformapi.iam.v2beta1.ListAccountAssociationsResponse",
+        accountAssociations: page.items.map(accountAssociationMessage),
+        ...page.envelope,
+      };
     },
 
     async updateAccountAssociation(req, ctx) {

@@ -80,17 +80,34 @@ function checkMap(out: FieldViolation[], field: string, map: Record<string, stri
 /** Violations of the providers an association sets. */
 export function checkProviders(p: AccountProviders): FieldViolation[] {
   const out: FieldViolation[] = [];
-  if (p.amazon && !AWS_ACCOUNT.test(p.amazon.account)) out.push({ field: "amazon.account", description: "must be a 12-digit AWS account number" });
+  if (p.amazon && !AWS_ACCOUNT.test(p.amazon.account))
+    out.push({ field: "amazon.account", description: "must be a 12-digit AWS account number" });
   if (p.google) {
-    if (!LABEL.test(p.google.projectId)) out.push({ field: "google.project_id", description: p.google.projectId === "" ? "is required" : "must be 1 to 256 printable characters" });
-    if (!DECIMAL.test(p.google.projectNumber)) out.push({ field: "google.project_number", description: p.google.projectNumber === "" ? "is required" : "must be a decimal project number" });
+    if (!LABEL.test(p.google.projectId))
+      out.push({
+        field: "google.project_id",
+        description: p.google.projectId === "" ? "is required" : "must be 1 to 256 printable characters",
+      });
+    if (!DECIMAL.test(p.google.projectNumber))
+      out.push({
+        field: "google.project_number",
+        description: p.google.projectNumber === "" ? "is required" : "must be a decimal project number",
+      });
   }
   if (p.azure) {
-    if (!LABEL.test(p.azure.tenantId)) out.push({ field: "azure.tenant_id", description: p.azure.tenantId === "" ? "is required" : "must be 1 to 256 printable characters" });
-    checkMap(out, "azure.client_ids", p.azure.clientIds, (v) => (LABEL.test(v) ? null : "client IDs must be 1 to 256 printable characters"));
+    if (!LABEL.test(p.azure.tenantId))
+      out.push({
+        field: "azure.tenant_id",
+        description: p.azure.tenantId === "" ? "is required" : "must be 1 to 256 printable characters",
+      });
+    checkMap(out, "azure.client_ids", p.azure.clientIds, (v) =>
+      LABEL.test(v) ? null : "client IDs must be 1 to 256 printable characters",
+    );
   }
   if (p.chainguard) {
-    checkMap(out, "chainguard.service_bindings", p.chainguard.serviceBindings, (v) => (isUidp(v) ? null : "must be the uid of an identity"));
+    checkMap(out, "chainguard.service_bindings", p.chainguard.serviceBindings, (v) =>
+      isUidp(v) ? null : "must be the uid of an identity",
+    );
   }
   if (p.github) {
     const apps = Object.entries(p.github.appInstallations);
@@ -100,7 +117,8 @@ export function checkProviders(p: AccountProviders): FieldViolation[] {
       if (!APP_ID.test(appId) || BigInt(appId) > INT64_MAX) out.push({ field: at, description: "keys must be positive GitHub App ids" });
       if (group.installations.length === 0) out.push({ field: `${at}.installations`, description: "needs at least one installation" });
       group.installations.forEach((i, n) => {
-        if (BigInt(i.installationId) <= 0n) out.push({ field: `${at}.installations[${n}].installation_id`, description: "is required and must be positive" });
+        if (BigInt(i.installationId) <= 0n)
+          out.push({ field: `${at}.installations[${n}].installation_id`, description: "is required and must be positive" });
         if (i.name.length > 256) out.push({ field: `${at}.installations[${n}].name`, description: "must be at most 256 characters" });
       });
     }

@@ -1,6 +1,5 @@
 import { create } from "@bufbuild/protobuf";
 import { type Duration } from "@bufbuild/protobuf/wkt";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
@@ -18,6 +17,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, RoleRecord, Store } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 import { grantableRole } from "./role-refs.js";
 
 const PAGING: PagingSpec<GroupInviteOrder> = {
@@ -37,7 +37,14 @@ export function groupInviteMessage(i: GroupInviteRecord, role: RoleRecord | null
   return create(GroupInviteSchema, {
     uid: i.uid,
     roleUid: i.roleUid,
-    role: role ? create(GroupInviteRoleSchema, { uid: role.uid, name: role.name, description: role.description, capabilities: role.capabilities as Capability[] }) : undefined,
+    role: role
+      ? create(GroupInviteRoleSchema, {
+          uid: role.uid,
+          name: role.name,
+          description: role.description,
+          capabilities: role.capabilities as Capability[],
+        })
+      : undefined,
     email: i.email,
     expirationTime: timestampFromMs(i.expirationTime),
     singleUse: i.singleUse,
@@ -87,10 +94,12 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
       const parent = requireUidp("parent", req.parent);
       const input = req.groupInvite ?? create(GroupInviteSchema);
       const violations: FieldViolation[] = [];
-      if (!isUidp(input.roleUid)) violations.push({ field: "role_uid", description: input.roleUid === "" ? "is required" : "must be a role uid" });
+      if (!isUidp(input.roleUid))
+        violations.push({ field: "role_uid", description: input.roleUid === "" ? "is required" : "must be a role uid" });
       const ttl = ttlOf(input.ttl);
       if (typeof ttl !== "number") violations.push(ttl);
-      if (input.email !== "" && (input.email.length > 254 || !EMAIL.test(input.email))) violations.push({ field: "email", description: "must be an email address" });
+      if (input.email !== "" && (input.email.length > 254 || !EMAIL.test(input.email)))
+        violations.push({ field: "email", description: "must be an email address" });
       if (violations.length > 0 || typeof ttl !== "number") throw new InvalidArgumentError(violations);
       // An invite is a future role binding: the same reference and no-escalation rules.
       const role = await grantableRole(store, deps.authz, principalOf(ctx), input.roleUid, parent);
@@ -123,7 +132,11 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
       const filter: GroupInviteFilter = req.keyId === "" ? {} : { keyId: req.keyId };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
       const roleOf = roleLookup(store);
-      return { $typeName: "platformapi.iam.v2beta1.ListGroupInvitesResponse", groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))), ...page.envelope };
+      return {
+        $typeName: "platformapi.iam.v2beta1.ListGroupInvitesResponse",
+        groupInvites: await Promise.all(page.items.map(async (i) => groupInviteMessage(i, await roleOf(i.roleUid)))),
+        ...page.envelope,
+      };
     },
 
     async deleteGroupInvite(req, ctx) {

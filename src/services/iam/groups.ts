@@ -1,24 +1,18 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type {
-  GroupsService} from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import {
-  GroupSchema,
-  type Group,
-  type ListGroupsResponse,
-} from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { GroupSchema, type Group, type GroupsService, type ListGroupsResponse } from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { builtinRoleUid } from "../../domain/builtin-roles.js";
 import { InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { builtinRoleUid } from "../../domain/builtin-roles.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid, newRootUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
-import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
+import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<GroupOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -91,7 +85,13 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
         await store.transaction(async (tx) => {
           await tx.groups.create(record);
           await tx.roleBindings.create([
-            { uid: newChildUid(record.uid), groupUid: record.uid, identityUid: principal.subject, roleUid: builtinRoleUid("owner"), createTime: now },
+            {
+              uid: newChildUid(record.uid),
+              groupUid: record.uid,
+              identityUid: principal.subject,
+              roleUid: builtinRoleUid("owner"),
+              createTime: now,
+            },
           ]);
         }, ctx.signal);
       } else {
@@ -132,4 +132,3 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
     },
   };
 }
-

@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import {
   RoleBindingGroupSchema,
   RoleBindingIdentitySchema,
@@ -8,6 +7,7 @@ import {
   type RoleBinding,
 } from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, Store } from "../../store/store.js";
+import { timestampFromMs } from "../time.js";
 import { issuerAndSubjectOf } from "./identity-messages.js";
 
 /** The records a binding refers to; null where one has gone (the view then shows only its uid). */
@@ -61,5 +61,6 @@ export function createHydrator(
   const identity = memo(async (uid) => ((await mayReadIdentity(uid)) ? store.identities.get(uid) : null));
   const group = memo((uid) => store.groups.get(uid));
   const role = memo((uid) => store.roles.get(uid));
-  return async (b) => roleBindingMessage(b, { identity: await identity(b.identityUid), group: await group(b.groupUid), role: await role(b.roleUid) });
+  return async (b) =>
+    roleBindingMessage(b, { identity: await identity(b.identityUid), group: await group(b.groupUid), role: await role(b.roleUid) });
 }

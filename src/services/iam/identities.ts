@@ -120,7 +120,9 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (relFields.length > 0) {
         const principal = principalOf(ctx);
         if (principal.subject === uid) {
-          throw new PermissionDeniedError("Permission denied: an identity cannot change the relationship of the identity it is authenticated as");
+          throw new PermissionDeniedError(
+            "Permission denied: an identity cannot change the relationship of the identity it is authenticated as",
+          );
         }
         // Re-pointing which tokens assume an identity hands its role bindings to
         // their holder: the caller must hold what each binding grants, as if

@@ -1,7 +1,5 @@
-import type { IssuerPolicy } from "../../domain/issuer.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { timestampFromMs } from "../time.js";
 import {
   ClaimMatchSchema,
   IdentitySchema,
@@ -11,8 +9,10 @@ import {
 } from "../../../gen/platformapi/iam/v2beta1/identities_pb.js";
 import { checkClaimMatch } from "../../domain/claim-match.js";
 import type { FieldViolation } from "../../domain/errors.js";
+import type { IssuerPolicy } from "../../domain/issuer.js";
 import { checkStaticKeys, STATIC_KEYS_MAX_LIFETIME_MS } from "../../domain/static-keys.js";
 import type { ClaimMatchRecord, IdentityRecord, IdentityRelationship } from "../../store/store.js";
+import { timestampFromMs } from "../time.js";
 
 /** One side of a ClaimMatch oneof pair, from the record's exact/pattern strings. */
 function oneOf<E extends string, P extends string>(exactCase: E, exact: string, patternCase: P, pattern: string) {
@@ -100,7 +100,10 @@ export function relationshipOf(
     };
     return { relationship: { kind: "staticKeys", staticKeys }, violations: checkStaticKeys("static_keys", { ...k, expirationTime }, now) };
   }
-  return { relationship: null, violations: [{ field: "claim_match", description: "exactly one of claim_match or static_keys is required" }] };
+  return {
+    relationship: null,
+    violations: [{ field: "claim_match", description: "exactly one of claim_match or static_keys is required" }],
+  };
 }
 
 /** The issuer and subject a binding shows for an identity: exact claim-match values or the static keys'. */

@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
@@ -18,6 +17,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 import { checkOidc, OIDC_PATHS, oidcSettingsOf, updatedOidc } from "./oidc-settings.js";
 import { grantableRole } from "./role-refs.js";
 
@@ -119,7 +119,11 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = req.name === "" ? {} : { name: req.name };
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platformapi.iam.v2beta1.ListIdentityProvidersResponse", identityProviders: page.items.map(identityProviderMessage), ...page.envelope };
+      return {
+        $typeName: "platformapi.iam.v2beta1.ListIdentityProvidersResponse",
+        identityProviders: page.items.map(identityProviderMessage),
+        ...page.envelope,
+      };
     },
 
     async updateIdentityProvider(req, ctx) {
@@ -127,7 +131,10 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
       const uid = requireUidp("identity_provider.uid", input.uid);
       const paths = req.updateMask?.paths ?? [];
       // "*" replaces every field, but like a body "oidc" key it keeps a secret left empty.
-      const fields = paths.length === 1 && paths[0] === "*" ? new Set<string>(TOP_LEVEL) : fieldsToUpdate(IdentityProviderSchema, input, req.updateMask, UPDATABLE);
+      const fields =
+        paths.length === 1 && paths[0] === "*"
+          ? new Set<string>(TOP_LEVEL)
+          : fieldsToUpdate(IdentityProviderSchema, input, req.updateMask, UPDATABLE);
       const current = await existing(uid);
       const violations = checkText(input, fields);
       const changes: IdentityProviderChanges = {};

@@ -1,6 +1,6 @@
 import { CorrelationRule, type IdentityProvider } from "../../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
-import { userIssuerProblem, type IssuerPolicy } from "../../domain/issuer.js";
 import type { FieldViolation } from "../../domain/errors.js";
+import { userIssuerProblem, type IssuerPolicy } from "../../domain/issuer.js";
 import type { OidcSettings } from "../../store/store.js";
 
 /** Update-mask paths inside oidc, by the OidcSettings key each one sets. */
@@ -44,7 +44,8 @@ export function oidcSettingsOf(provider: IdentityProvider): OidcSettings | null 
 
 function checkPrintable(out: FieldViolation[], field: string, value: string, max: number, required: boolean): void {
   if (required && value.trim() === "") out.push({ field, description: "is required" });
-  else if (value.length > max || !VISIBLE.test(value)) out.push({ field, description: `must be at most ${max} printable ASCII characters` });
+  else if (value.length > max || !VISIBLE.test(value))
+    out.push({ field, description: `must be at most ${max} printable ASCII characters` });
 }
 
 /** Violations of complete OIDC settings, with field names under prefix ("oidc"). */
@@ -60,12 +61,18 @@ export function checkOidc(prefix: string, o: OidcSettings, policy: IssuerPolicy)
   if (o.clientSecret === "" && !o.pkceEnabled) {
     out.push({ field: `${prefix}.client_secret`, description: "client_secret or pkce_enabled is required" });
   }
-  if (o.additionalScopes.length > MAX_SCOPES) out.push({ field: `${prefix}.additional_scopes`, description: `at most ${MAX_SCOPES} scopes` });
+  if (o.additionalScopes.length > MAX_SCOPES)
+    out.push({ field: `${prefix}.additional_scopes`, description: `at most ${MAX_SCOPES} scopes` });
   o.additionalScopes.forEach((s, i) => {
-    if (!SCOPE_TOKEN.test(s)) out.push({ field: `${prefix}.additional_scopes[${i}]`, description: "must be an OAuth scope token: 1 to 128 printable characters, no spaces, quotes or backslashes" });
+    if (!SCOPE_TOKEN.test(s))
+      out.push({
+        field: `${prefix}.additional_scopes[${i}]`,
+        description: "must be an OAuth scope token: 1 to 128 printable characters, no spaces, quotes or backslashes",
+      });
   });
   checkPrintable(out, `${prefix}.groups_claim`, o.groupsClaim, 256, false);
-  if (!CORRELATION_RULES.has(o.correlationRule)) out.push({ field: `${prefix}.correlation_rule`, description: "is not a known CorrelationRule" });
+  if (!CORRELATION_RULES.has(o.correlationRule))
+    out.push({ field: `${prefix}.correlation_rule`, description: "is not a known CorrelationRule" });
   return out;
 }
 
@@ -88,7 +95,15 @@ export function updatedOidc(
 ): { settings: OidcSettings | null; violations: FieldViolation[] } {
   const named = OIDC_PATHS.filter((p) => fields.has(p));
   if (!fields.has("oidc") && named.length === 0) return { settings: null, violations: [] };
-  const input: OidcSettings = given ?? { issuer: "", clientId: "", clientSecret: "", additionalScopes: [], groupsClaim: "", correlationRule: 0, pkceEnabled: false };
+  const input: OidcSettings = given ?? {
+    issuer: "",
+    clientId: "",
+    clientSecret: "",
+    additionalScopes: [],
+    groupsClaim: "",
+    correlationRule: 0,
+    pkceEnabled: false,
+  };
   let next: OidcSettings = { ...current };
   if (fields.has("oidc")) {
     next = {

@@ -31,7 +31,9 @@ export function roleBindingCursor(b: RoleBindingRecord, field: RoleBindingOrder)
 /** Violations of a required uid-path field. */
 function checkUid(field: string, value: string): FieldViolation[] {
   if (isUidp(value)) return [];
-  return [{ field, description: value === "" ? "is required" : "must be a uid path: 40 lowercase hex characters, then \"/\" and 16 hex per level" }];
+  return [
+    { field, description: value === "" ? "is required" : 'must be a uid path: 40 lowercase hex characters, then "/" and 16 hex per level' },
+  ];
 }
 
 /** RoleBindingsService: grants of a role to an identity in a group (spec §4.4, contract §5). */
@@ -77,7 +79,11 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
     const role = await bindableRole(roleUid, group);
     requireNoEscalation(role.capabilities, await authz.capabilitiesAt(principal, group), group);
     const record: RoleBindingRecord = { uid: newChildUid(group), groupUid: group, identityUid, roleUid, createTime: now };
-    const refs: BindingRefs = { group: groupRecord, identity: identity && (await readableBy(principal)(identityUid)) ? identity : null, role };
+    const refs: BindingRefs = {
+      group: groupRecord,
+      identity: identity && (await readableBy(principal)(identityUid)) ? identity : null,
+      role,
+    };
     return { record, refs };
   }
 
@@ -95,7 +101,8 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
 
     async batchCreateRoleBindings(req, ctx) {
       const parent = requireUidp("parent", req.parent);
-      if (req.requests.length === 0 || req.requests.length > MAX_BATCH) throw invalidField("requests", `must hold 1 to ${MAX_BATCH} requests`);
+      if (req.requests.length === 0 || req.requests.length > MAX_BATCH)
+        throw invalidField("requests", `must hold 1 to ${MAX_BATCH} requests`);
       const violations = req.roleUid === "" ? [] : checkUid("role_uid", req.roleUid);
       const items = req.requests.map((sub, i) => {
         const at = `requests[${i}]`;
@@ -116,11 +123,15 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const principal = principalOf(ctx);
       // The wrapper checked the batch parent only.
-      for (const sub of new Set(items.map((it) => it.parent))) await authz.require(principal, [Capability.CAP_IAM_ROLE_BINDINGS_CREATE], sub);
+      for (const sub of new Set(items.map((it) => it.parent)))
+        await authz.require(principal, [Capability.CAP_IAM_ROLE_BINDINGS_CREATE], sub);
       const now = deps.now();
       const prepared: Awaited<ReturnType<typeof prepare>>[] = [];
       for (const it of items) prepared.push(await prepare(principal, it.parent, it.identityUid, it.roleUid, now));
-      await store.roleBindings.create(prepared.map((p) => p.record), ctx.signal);
+      await store.roleBindings.create(
+        prepared.map((p) => p.record),
+        ctx.signal,
+      );
       return {
         $typeName: "platformapi.iam.v2beta1.BatchCreateRoleBindingsResponse",
         roleBindings: prepared.map((p) => roleBindingMessage(p.record, p.refs)),
@@ -150,7 +161,11 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const principal = principalOf(ctx);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platformapi.iam.v2beta1.ListRoleBindingsResponse", roleBindings: await Promise.all(page.items.map(createHydrator(store, readableBy(principal)))), ...page.envelope };
+      return {
+        $typeName: "platformapi.iam.v2beta1.ListRoleBindingsResponse",
+        roleBindings: await Promise.all(page.items.map(createHydrator(store, readableBy(principal)))),
+        ...page.envelope,
+      };
     },
 
     async updateRoleBinding(req, ctx) {

@@ -16,7 +16,13 @@ export function roleAppliesAt(role: RoleRecord, group: string): boolean {
  * one from elsewhere get the same NOT_FOUND), and the caller must hold every
  * capability it grants there (PERMISSION_DENIED otherwise).
  */
-export async function grantableRole(store: Store, authz: Authorizer, principal: Principal, roleUid: string, group: string): Promise<RoleRecord> {
+export async function grantableRole(
+  store: Store,
+  authz: Authorizer,
+  principal: Principal,
+  roleUid: string,
+  group: string,
+): Promise<RoleRecord> {
   const role = await store.roles.get(roleUid);
   if (!role || !roleAppliesAt(role, group)) throw new NotFoundError("role", roleUid);
   requireNoEscalation(role.capabilities, await authz.capabilitiesAt(principal, group), group);

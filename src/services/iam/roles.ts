@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { RoleSchema, type ListRolesResponse, type Role, type RolesService } from "../../../gen/platformapi/iam/v2beta1/roles_pb.js";
@@ -20,6 +19,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { RoleChanges, RoleFilter, RoleOrder, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<RoleOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],

@@ -1,15 +1,15 @@
-import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { SecurityTokenService } from "../../../gen/platformapi/oidc/v1/sts_pb.js";
-import { compilePattern, claimsMatch } from "../../domain/claim-match.js";
+import type { UpstreamClaims } from "../../auth/upstream.js";
+import { claimsMatch, compilePattern } from "../../domain/claim-match.js";
 import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
 import { requireUidp } from "../../domain/hierarchy.js";
 import { newChildUid } from "../../domain/uidp.js";
 import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
-import type { UpstreamClaims } from "../../auth/upstream.js";
 import type { IdentityProviderRecord, IdentityRecord, StoreParts } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
 import { roleAppliesAt } from "../iam/role-refs.js";
+import { timestampFromMs } from "../time.js";
 
 const BEARER = /^Bearer[ ]+(\S+)$/i;
 
@@ -23,7 +23,8 @@ function upstreamToken(ctx: HandlerContext): string {
 const cannotAssume = (uid: string) => new PermissionDeniedError(`Permission denied: the token may not assume identity ${uid}`);
 
 /** One answer for a missing provider and a token it does not accept, so provider uids cannot be probed. */
-const cannotSignInThrough = (uid: string) => new PermissionDeniedError(`Permission denied: the token may not sign in through identity provider ${uid}`);
+const cannotSignInThrough = (uid: string) =>
+  new PermissionDeniedError(`Permission denied: the token may not sign in through identity provider ${uid}`);
 
 /** The token's audiences as a list. */
 const audiencesOf = (claims: UpstreamClaims) => (Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud]);
@@ -31,8 +32,18 @@ const audiencesOf = (claims: UpstreamClaims) => (Array.isArray(claims.aud) ? cla
 /** A person's display name from their ID token, fitted to the name rule. */
 function personName(claims: UpstreamClaims): string {
   const raw = typeof claims.email === "string" ? claims.email.split("@")[0]! : typeof claims.name === "string" ? claims.name : "";
-  const cleaned = raw.toLowerCase().replace(/[^a-z0-9 ._-]/g, "").slice(0, 63);
-  return cleaned.length >= 3 ? cleaned : `user ${claims.sub.slice(0, 8).toLowerCase().replace(/[^a-z0-9]/g, "")}`.trim().padEnd(3, "0");
+  const cleaned = raw
+    .toLowerCase()
+    .replace(/[^a-z0-9 ._-]/g, "")
+    .slice(0, 63);
+  return cleaned.length >= 3
+    ? cleaned
+    : `user ${claims.sub
+        .slice(0, 8)
+        .toLowerCase()
+        .replace(/[^a-z0-9]/g, "")}`
+        .trim()
+        .padEnd(3, "0");
 }
 
 /**
@@ -62,7 +73,8 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     const rel = identity.relationship;
     if (rel.kind === "claimMatch") {
       const m = rel.claimMatch;
-      const trust = (iss: string) => (m.issuer !== "" ? iss === m.issuer : iss.length <= 4096 && compilePattern(m.issuerPattern).matches(iss));
+      const trust = (iss: string) =>
+        m.issuer !== "" ? iss === m.issuer : iss.length <= 4096 && compilePattern(m.issuerPattern).matches(iss);
       const claims = await deps.upstream.verify(token, trust);
       if (!claimsMatch(m, claims, deps.urls.auth)) throw cannotAssume(uid);
     } else {
@@ -102,7 +114,9 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       throw err;
     }
     if (!audiencesOf(claims).includes(provider.oidc.clientId)) throw cannotSignInThrough(providerUid);
-    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) => bindDefaultRole(tx, provider, person));
+    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) =>
+      bindDefaultRole(tx, provider, person),
+    );
   }
 
   async function bindDefaultRole(tx: StoreParts, provider: IdentityProviderRecord, person: IdentityRecord): Promise<void> {
@@ -110,7 +124,13 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     // The role cannot be deleted while a provider names it; re-checked all the same.
     if (!role || !roleAppliesAt(role, provider.parentUid)) return;
     await tx.roleBindings.create([
-      { uid: newChildUid(provider.parentUid), groupUid: provider.parentUid, identityUid: person.uid, roleUid: role.uid, createTime: person.createTime },
+      {
+        uid: newChildUid(provider.parentUid),
+        groupUid: provider.parentUid,
+        identityUid: person.uid,
+        roleUid: role.uid,
+        createTime: person.createTime,
+      },
     ]);
   }
 
@@ -135,7 +155,16 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       company: "",
       relationship: {
         kind: "claimMatch",
-        claimMatch: { issuer: claims.iss, issuerPattern: "", subject: claims.sub, subjectPattern: "", audience: "", audiencePattern: "", claims: {}, claimPatterns: {} },
+        claimMatch: {
+          issuer: claims.iss,
+          issuerPattern: "",
+          subject: claims.sub,
+          subjectPattern: "",
+          audience: "",
+          audiencePattern: "",
+          claims: {},
+          claimPatterns: {},
+        },
       },
       lastSeenTime: now,
       createTime: now,
@@ -164,9 +193,11 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
         throw invalidField("identity_provider", "cannot be combined with identity");
       }
       const identity =
-        req.identity !== "" ? await assume(requireUidp("identity", req.identity), token)
-        : req.identityProvider !== "" ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
-        : await signIn(token);
+        req.identity !== ""
+          ? await assume(requireUidp("identity", req.identity), token)
+          : req.identityProvider !== ""
+            ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
+            : await signIn(token);
       await store.identities.touchLastSeen(identity.uid, deps.now(), ctx.signal);
       const issued = await deps.tokens.mint(identity.uid);
       return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };

@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { CatalogTier, RepoSchema, type RegistryService, type Repo } from "../../../gen/platformapi/registry/v1/registry_pb.js";
@@ -8,6 +7,7 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { v1ListQuery } from "../../store/paging.js";
 import type { RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { timestampFromMs } from "../time.js";
 
 /** v2beta1 catalog tiers in v1 numbering: the same tiers under other names and numbers (contract §18.2). */
 const V1_TIER: Record<number, CatalogTier> = {
@@ -39,7 +39,9 @@ export function createRegistryV1Service(deps: ServiceDeps): ServiceImpl<typeof R
     async listRepos(req, ctx) {
       const id = req.id === "" ? null : requireUidp("id", req.id);
       const visible = await deps.authz.visibleWithin(principalOf(ctx), Capability.CAP_REPO_LIST);
-      const result = await deps.store.repos.list(v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible));
+      const result = await deps.store.repos.list(
+        v1ListQuery(hierarchyFilter(req.uidp), id, req.name === "" ? {} : { name: req.name }, visible),
+      );
       return { items: result.items.map(v1Repo) };
     },
   };

@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
@@ -19,13 +18,16 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { RepoChanges, RepoFilter, RepoOrder, RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<RepoOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
   defaultOrder: "uid",
 };
 const UPDATABLE = ["name", "description", "catalog_tier", "bundles", "aliases", "active_tags"] as const;
-/** Operator-managed fields (proto name → record key): customers read them; changing them needs CAP_REPO_INTERNAL_ADMIN (contract §9, §16). */
+/**
+ * Operator-managed fields (proto name → record key): customers read them; changing them needs CAP_REPO_INTERNAL_ADMIN (contract §9, §16).
+ */
 const INTERNAL = { catalog_tier: "catalogTier", bundles: "bundles", aliases: "aliases", active_tags: "activeTags" } as const;
 const TIERS = new Set<number>(Object.values(CatalogTier).filter((v): v is number => typeof v === "number"));
 
@@ -92,7 +94,13 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
    * stores the defaults) needs CAP_REPO_INTERNAL_ADMIN at the group, checked
    * before the values are validated. Sending a field back unchanged does not.
    */
-  async function requireInternalAdmin(ctx: HandlerContext, group: string, input: Repo, current: Repo | RepoRecord, fields: ReadonlySet<string>): Promise<void> {
+  async function requireInternalAdmin(
+    ctx: HandlerContext,
+    group: string,
+    input: Repo,
+    current: Repo | RepoRecord,
+    fields: ReadonlySet<string>,
+  ): Promise<void> {
     const changed = changedInternal(input, current, fields);
     if (changed.length === 0 || (await authz.holds(principalOf(ctx), [Capability.CAP_REPO_INTERNAL_ADMIN], group))) return;
     throw new PermissionDeniedError(`Permission denied: ${changed.join(", ")} can only be changed with CAP_REPO_INTERNAL_ADMIN`);

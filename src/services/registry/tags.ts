@@ -1,5 +1,4 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "../time.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { TagSchema, type ListTagsResponse, type Tag, type TagsService } from "../../../gen/platformapi/registry/v2beta1/tags_pb.js";
@@ -11,6 +10,7 @@ import { type PagingSpec } from "../../store/paging.js";
 import type { TagFilter, TagOrder, TagRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../list-page.js";
+import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<TagOrder> = {
   orderFields: ["uid", "name", "updated_at"],
@@ -59,15 +59,19 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         ...checkBundles("bundles", input.bundles),
       ];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const { tag } = await store.tags.put({
-        uid: newChildUid(parent),
-        repoUid: parent,
-        name: input.name,
-        digest: input.digest,
-        deprecated: input.deprecated,
-        bundles: input.bundles,
-        updateTime: deps.now(),
-      }, { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) }, ctx.signal);
+      const { tag } = await store.tags.put(
+        {
+          uid: newChildUid(parent),
+          repoUid: parent,
+          name: input.name,
+          digest: input.digest,
+          deprecated: input.deprecated,
+          bundles: input.bundles,
+          updateTime: deps.now(),
+        },
+        { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) },
+        ctx.signal,
+      );
       return tagMessage(tag);
     },
 

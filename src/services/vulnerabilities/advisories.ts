@@ -31,7 +31,12 @@ const EVENT_TYPES: Partial<Record<EventTypeFilter, string>> = {
   [EventTypeFilter.PENDING_UPSTREAM_FIX]: "pendingUpstreamFix",
   [EventTypeFilter.PATCHED]: "patched",
 };
-const REVIEW_STATES: readonly ReviewState[] = [ReviewState.PENDING, ReviewState.APPROVED, ReviewState.REQUEST_CHANGES, ReviewState.REJECTED];
+const REVIEW_STATES: readonly ReviewState[] = [
+  ReviewState.PENDING,
+  ReviewState.APPROVED,
+  ReviewState.REQUEST_CHANGES,
+  ReviewState.REJECTED,
+];
 
 /** List filters the store takes as given, by request field and its proto name. */
 const LIST_FILTERS = [
@@ -106,7 +111,11 @@ export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof A
       const hierarchy = hierarchyFilter(req.uidp);
       const filter = advisoryFilter(req);
       const page = await listPage(deps, ctx, req, { hierarchy, filter }, LIST);
-      return { $typeName: "platformapi.vulnerabilities.v2beta1.ListAdvisoriesResponse", advisories: page.items.map(advisoryMessage), ...page.envelope };
+      return {
+        $typeName: "platformapi.vulnerabilities.v2beta1.ListAdvisoriesResponse",
+        advisories: page.items.map(advisoryMessage),
+        ...page.envelope,
+      };
     },
   };
 }

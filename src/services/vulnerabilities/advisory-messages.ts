@@ -1,6 +1,5 @@
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { timestampFromMs } from "../time.js";
 import {
   AdvisoryEventSchema,
   AdvisorySchema,
@@ -9,6 +8,7 @@ import {
   type AdvisoryEvent,
 } from "../../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import type { AdvisoryEventRecord, AdvisoryOrder, AdvisoryRecord } from "../../store/store.js";
+import { timestampFromMs } from "../time.js";
 
 // Stored advisories ↔ their API messages. An event's kind is stored as the
 // AdvisoryEvent "type" oneof case name and the member message as proto3 JSON,
@@ -105,6 +105,7 @@ export function advisoryRecord(a: Advisory, parentUid: string, origin = a.artifa
 
 /** The keyset position of an advisory in a given order. */
 export function advisoryCursor(a: AdvisoryRecord, field: AdvisoryOrder) {
-  const key = field === "advisory_id" ? a.advisoryId : field === "created_at" ? a.createTime : field === "updated_at" ? a.updateTime : a.uid;
+  const key =
+    field === "advisory_id" ? a.advisoryId : field === "created_at" ? a.createTime : field === "updated_at" ? a.updateTime : a.uid;
   return { key, uid: a.uid };
 }

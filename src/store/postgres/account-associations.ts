@@ -1,8 +1,16 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type { AccountAssociationChanges, AccountAssociationFilter, AccountAssociationOrder, AccountAssociationRecord, AccountAssociationStore, ListQuery, ListResult } from "../store.js";
+import { TABLE, toRecord, type AccountAssociationRow } from "../rows/account-associations.js";
+import type {
+  AccountAssociationChanges,
+  AccountAssociationFilter,
+  AccountAssociationOrder,
+  AccountAssociationRecord,
+  AccountAssociationStore,
+  ListQuery,
+  ListResult,
+} from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type AccountAssociationRow } from "../rows/account-associations.js";
 
 // The association's uid is its group's: ordering by "group" is ordering by uid,
 // and parent_uid (the group's parent) makes the hierarchy filters work as elsewhere.
@@ -50,7 +58,12 @@ export class PgAccountAssociationStore implements AccountAssociationStore {
       const row = await one<AccountAssociationRow>(q, `SELECT ${TABLE.select} FROM account_associations WHERE uid = ? FOR UPDATE`, [uid]);
       if (!row) throw new NotFoundError("account association", uid);
       const next: AccountAssociationRecord = { ...toRecord(row), ...changes, updateTime };
-      await updateRow(q, "account_associations", uid, { name: next.name, description: next.description, providers: JSON.stringify(next.providers), update_time: updateTime });
+      await updateRow(q, "account_associations", uid, {
+        name: next.name,
+        description: next.description,
+        providers: JSON.stringify(next.providers),
+        update_time: updateTime,
+      });
       return next;
     });
   }

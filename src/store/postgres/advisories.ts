@@ -1,8 +1,17 @@
 import { NotFoundError } from "../../domain/errors.js";
+import {
+  comparable,
+  containsPattern,
+  EVENT_FILTERS,
+  EXACT_FILTERS,
+  REVIEW_STATE_APPROVED,
+  TABLE,
+  toRecord,
+  type AdvisoryRow,
+} from "../rows/advisories.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, AdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
 import { exists, listRecords, one, type Clause } from "./list.js";
 import type { Runner } from "./tx.js";
-import { comparable, containsPattern, EVENT_FILTERS, EXACT_FILTERS, REVIEW_STATE_APPROVED, TABLE, toRecord, type AdvisoryRow } from "../rows/advisories.js";
 
 /** A list-valued filter as text values; an empty list is treated as absent, as an empty repeated field is. */
 function values(filter: AdvisoryFilter, key: keyof AdvisoryFilter): string[] | null {
@@ -21,15 +30,25 @@ function filterClauses(f: AdvisoryFilter): Clause[] {
   }
   if (f.origin !== undefined) out.push({ sql: "t.origin = ?", params: [f.origin] });
   const aliases = values(f, "aliases");
-  if (aliases !== null) out.push({ sql: "EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.aliases::jsonb) AS a(v) WHERE a.v = ANY(?::text[]))", params: [aliases] });
+  if (aliases !== null)
+    out.push({
+      sql: "EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.aliases::jsonb) AS a(v) WHERE a.v = ANY(?::text[]))",
+      params: [aliases],
+    });
   for (const [key, field] of EVENT_FILTERS) {
     const list = values(f, key);
     if (list === null) continue;
-    out.push({ sql: `EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'${field}' = ANY(?::text[]))`, params: [list] });
+    out.push({
+      sql: `EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'${field}' = ANY(?::text[]))`,
+      params: [list],
+    });
   }
   const excluded = values(f, "excludeEventAuthors");
   if (excluded !== null) {
-    out.push({ sql: "NOT EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'author' = ANY(?::text[]))", params: [excluded] });
+    out.push({
+      sql: "NOT EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'author' = ANY(?::text[]))",
+      params: [excluded],
+    });
   }
   if (f.latestEventType !== undefined) {
     // Events are stored oldest first: among equal times the later one is the latest.
@@ -94,9 +113,24 @@ export class PgAdvisoryStore implements AdvisoryStore {
           continue;
         }
         await q.query(UPSERT, [
-          a.uid, a.parentUid, a.advisoryId, a.legacyAdvisoryId, a.author, a.artifactName, a.artifactType, a.artifactArchitecture,
-          a.componentName, a.componentLocation, a.componentType, a.origin, JSON.stringify(a.aliases), JSON.stringify(a.severities),
-          JSON.stringify(a.events), a.createTime, a.updateTime, a.deleteTime,
+          a.uid,
+          a.parentUid,
+          a.advisoryId,
+          a.legacyAdvisoryId,
+          a.author,
+          a.artifactName,
+          a.artifactType,
+          a.artifactArchitecture,
+          a.componentName,
+          a.componentLocation,
+          a.componentType,
+          a.origin,
+          JSON.stringify(a.aliases),
+          JSON.stringify(a.severities),
+          JSON.stringify(a.events),
+          a.createTime,
+          a.updateTime,
+          a.deleteTime,
         ]);
         outcomes.push(current ? "updated" : "created");
       }

@@ -1,12 +1,15 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, GroupInviteStore, ListQuery, ListResult } from "../store.js";
 import { exact, exists, insertRow, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
 
 // parent_uid is the invite's group: the hierarchy filters work on it as on any table.
 
-/** GroupInviteStore over PostgreSQL; consuming an invite is one conditional DELETE, so exactly one of any number of concurrent redeemers wins. */
+/**
+ * GroupInviteStore over PostgreSQL; consuming an invite is one conditional DELETE, so exactly one of any number of concurrent redeemers
+ * wins.
+ */
 export class PgGroupInviteStore implements GroupInviteStore {
   constructor(private readonly run: Runner) {}
 
@@ -14,9 +17,11 @@ export class PgGroupInviteStore implements GroupInviteStore {
     return this.run.atomically(async (q) => {
       if (!(await exists(q, "SELECT 1 FROM groups WHERE uid = ?", [invite.groupUid]))) throw new NotFoundError("group", invite.groupUid);
       if (!(await exists(q, "SELECT 1 FROM roles WHERE uid = ?", [invite.roleUid]))) throw new NotFoundError("role", invite.roleUid);
-      if (await exists(q, "SELECT 1 FROM group_invites WHERE uid = ?", [invite.uid])) throw new AlreadyExistsError("group invite", invite.uid);
+      if (await exists(q, "SELECT 1 FROM group_invites WHERE uid = ?", [invite.uid]))
+        throw new AlreadyExistsError("group invite", invite.uid);
       // The key id is public (every invite shows it), so naming it in the error reveals nothing.
-      if (await exists(q, "SELECT 1 FROM group_invites WHERE key_id = ?", [invite.keyId])) throw new AlreadyExistsError("group invite key", invite.keyId);
+      if (await exists(q, "SELECT 1 FROM group_invites WHERE key_id = ?", [invite.keyId]))
+        throw new AlreadyExistsError("group invite key", invite.keyId);
       try {
         await insertRow(q, "group_invites", {
           uid: invite.uid,

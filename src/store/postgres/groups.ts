@@ -1,8 +1,8 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type GroupRow } from "../rows/groups.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
 import { exact, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type GroupRow } from "../rows/groups.js";
 
 const SELECT_ONE = `SELECT ${TABLE.select} FROM groups WHERE uid = ?`;
 
@@ -34,7 +34,16 @@ export class PgGroupStore implements GroupStore {
       await this.run.q.query(
         `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-        [group.uid, group.parentUid, group.name, group.description, group.verified, JSON.stringify(group.resourceLimits), group.createTime, group.updateTime],
+        [
+          group.uid,
+          group.parentUid,
+          group.name,
+          group.description,
+          group.verified,
+          JSON.stringify(group.resourceLimits),
+          group.createTime,
+          group.updateTime,
+        ],
       );
     } catch (err) {
       if (sqlState(err) === "23505") throw new AlreadyExistsError("group", group.uid);
@@ -42,7 +51,6 @@ export class PgGroupStore implements GroupStore {
       throw err;
     }
   }
-
 
   async get(uid: string): Promise<GroupRecord | null> {
     const row = await one<GroupRow>(this.run.q, SELECT_ONE, [uid]);
@@ -58,7 +66,12 @@ export class PgGroupStore implements GroupStore {
       const row = await one<GroupRow>(q, `${SELECT_ONE} FOR UPDATE`, [uid]);
       if (!row) throw new NotFoundError("group", uid);
       const next = { ...toRecord(row), ...changes, updateTime };
-      await q.query("UPDATE groups SET name = $2, description = $3, update_time = $4 WHERE uid = $1", [uid, next.name, next.description, updateTime]);
+      await q.query("UPDATE groups SET name = $2, description = $3, update_time = $4 WHERE uid = $1", [
+        uid,
+        next.name,
+        next.description,
+        updateTime,
+      ]);
       return next;
     });
   }
@@ -78,7 +91,9 @@ export class PgGroupStore implements GroupStore {
       } catch (err) {
         // A child committed between the checks and the delete: the foreign key refuses.
         if (sqlState(err) === "23503") {
-          throw new FailedPreconditionError([{ type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the group still has records below it; delete them first" }]);
+          throw new FailedPreconditionError([
+            { type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the group still has records below it; delete them first" },
+          ]);
         }
         throw err;
       }

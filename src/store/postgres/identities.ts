@@ -1,4 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type IdentityRow } from "../rows/identities.js";
 import type {
   IdentityChanges,
   IdentityFilter,
@@ -11,7 +12,6 @@ import type {
 } from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type IdentityRow } from "../rows/identities.js";
 
 function relationshipColumns(r: IdentityRelationship): { relationship_kind: string; relationship: string } {
   return { relationship_kind: r.kind, relationship: JSON.stringify(r.kind === "claimMatch" ? r.claimMatch : r.staticKeys) };

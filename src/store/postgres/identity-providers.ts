@@ -1,8 +1,16 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord, IdentityProviderStore, ListQuery, ListResult } from "../store.js";
+import { TABLE, toRecord, type IdentityProviderRow } from "../rows/identity-providers.js";
+import type {
+  IdentityProviderChanges,
+  IdentityProviderFilter,
+  IdentityProviderOrder,
+  IdentityProviderRecord,
+  IdentityProviderStore,
+  ListQuery,
+  ListResult,
+} from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type IdentityProviderRow } from "../rows/identity-providers.js";
 
 /** IdentityProviderStore over PostgreSQL; the OIDC settings, client secret included, are one JSON column. */
 export class PgIdentityProviderStore implements IdentityProviderStore {
@@ -10,9 +18,12 @@ export class PgIdentityProviderStore implements IdentityProviderStore {
 
   create(provider: IdentityProviderRecord): Promise<void> {
     return this.run.atomically(async (q) => {
-      if (!(await exists(q, "SELECT 1 FROM groups WHERE uid = ?", [provider.parentUid]))) throw new NotFoundError("group", provider.parentUid);
-      if (!(await exists(q, "SELECT 1 FROM roles WHERE uid = ?", [provider.defaultRole]))) throw new NotFoundError("role", provider.defaultRole);
-      if (await exists(q, "SELECT 1 FROM identity_providers WHERE uid = ?", [provider.uid])) throw new AlreadyExistsError("identity provider", provider.uid);
+      if (!(await exists(q, "SELECT 1 FROM groups WHERE uid = ?", [provider.parentUid])))
+        throw new NotFoundError("group", provider.parentUid);
+      if (!(await exists(q, "SELECT 1 FROM roles WHERE uid = ?", [provider.defaultRole])))
+        throw new NotFoundError("role", provider.defaultRole);
+      if (await exists(q, "SELECT 1 FROM identity_providers WHERE uid = ?", [provider.uid]))
+        throw new AlreadyExistsError("identity provider", provider.uid);
       try {
         await insertRow(q, "identity_providers", {
           uid: provider.uid,

@@ -1,23 +1,32 @@
 import pg from "pg";
+import { UnavailableError } from "../../domain/errors.js";
+import { decorateParts } from "../decorate.js";
+import { GROUP_CHILD_KINDS } from "../rows/groups.js";
+import { splitSignal, throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts } from "../store.js";
+import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
 import { PgAccountAssociationStore } from "./account-associations.js";
 import { PgAdvisoryStore } from "./advisories.js";
 import { PgGroupInviteStore } from "./group-invites.js";
-import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { PgGroupStore } from "./groups.js";
 import { PgIdentityStore } from "./identities.js";
 import { PgIdentityProviderStore } from "./identity-providers.js";
 import { PgKeyStore } from "./keys.js";
+import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
 import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
 import { PgTagStore } from "./tags.js";
-import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
-import { UnavailableError } from "../../domain/errors.js";
-import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
-import { decorateParts } from "../decorate.js";
-import { splitSignal, throwIfCancelled } from "../signal.js";
-import { isConnectionError, poolRunner, serializable, serializableThenRead, txRunner, type ClientSource, type PoolClient, type Runner } from "./tx.js";
+import {
+  isConnectionError,
+  poolRunner,
+  serializable,
+  serializableThenRead,
+  txRunner,
+  type ClientSource,
+  type PoolClient,
+  type Runner,
+} from "./tx.js";
 
 /** Each table's version: the sum of its column over the buckets (one read of 64 short rows). */
 const READ_VERSIONS = `SELECT ${VERSIONED_TABLES.map((t) => `sum(${t}) AS ${t}`).join(", ")} FROM version_buckets`;
@@ -39,11 +48,12 @@ export interface PostgresStoreOptions {
   maxConnections?: number;
 }
 
-
 /** int8 (bigint) columns hold milliseconds and counters, well inside a double's exact range. */
 const types = {
   getTypeParser: ((oid: number, format?: "text" | "binary") =>
-    oid === pg.types.builtins.INT8 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+    oid === pg.types.builtins.INT8
+      ? (value: string) => Number(value)
+      : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
 /** How often an unreachable database is probed, to report ready again as soon as it answers. */
@@ -96,12 +106,19 @@ class Reachability {
 /** The pool as the parts see it: every failure to reach the database becomes UnavailableError (HTTP 503). */
 function guardedSource(pool: pg.Pool, reach: Reachability): ClientSource {
   const guard = <R>(q: { query(text: string, params?: unknown[]): Promise<R> }) => ({
-    query: (text: string, params?: unknown[]) => q.query(text, params).then((r) => reach.ok(r), (err: unknown) => reach.fail(err)),
+    query: (text: string, params?: unknown[]) =>
+      q.query(text, params).then(
+        (r) => reach.ok(r),
+        (err: unknown) => reach.fail(err),
+      ),
   });
   return {
     ...(guard(pool) as ClientSource),
     async connect(): Promise<PoolClient> {
-      const client = await pool.connect().then((c) => reach.ok(c), (err: unknown) => reach.fail(err));
+      const client = await pool.connect().then(
+        (c) => reach.ok(c),
+        (err: unknown) => reach.fail(err),
+      );
       return { ...(guard(client) as PoolClient), release: (destroy) => client.release(destroy) };
     },
   };
@@ -180,7 +197,12 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     transaction: (fn, signal) => serializable(source, (client) => fn(partsOver(txRunner(client))), signal),
     // The versions ride with the COMMIT: a write costs no extra round trip to learn what it moved.
     async transactionThenVersions<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]> {
-      const [result, rows] = await serializableThenRead<T, VersionRow>(source, (client) => fn(partsOver(txRunner(client))), READ_VERSIONS, signal);
+      const [result, rows] = await serializableThenRead<T, VersionRow>(
+        source,
+        (client) => fn(partsOver(txRunner(client))),
+        READ_VERSIONS,
+        signal,
+      );
       return [result, versionsOf(rows)];
     },
     ready: () => open && reach.up,

@@ -24,7 +24,9 @@ export class PgKeyStore implements KeyStore {
   }
 
   async signingKeys(): Promise<SigningKeyRecord[]> {
-    const { rows } = await this.run.q.query<SigningKeyRow>("SELECT kid, private_jwk, public_jwk, create_time FROM signing_keys ORDER BY create_time, seq");
+    const { rows } = await this.run.q.query<SigningKeyRow>(
+      "SELECT kid, private_jwk, public_jwk, create_time FROM signing_keys ORDER BY create_time, seq",
+    );
     return rows.map((row) => ({ kid: row.kid, privateJwk: row.private_jwk, publicJwk: row.public_jwk, createTime: row.create_time }));
   }
 

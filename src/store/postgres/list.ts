@@ -1,6 +1,6 @@
 import { ancestorsOf } from "../../domain/uidp.js";
-import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
 import { exact, keysetClause, type Clause } from "../rows/table.js";
+import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
 
 export { exact, type Clause };
 
@@ -59,9 +59,13 @@ export async function listRecords<TOrder extends string, TRow, TRecord>(
   pageParams.push(query.limit + 1, query.offset);
   const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
   const count = async () =>
-    query.knownTotal ?? (await q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${spec.table} AS t WHERE ${base}`), baseParams)).rows[0]!.n;
+    query.knownTotal ??
+    (await q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${spec.table} AS t WHERE ${base}`), baseParams)).rows[0]!.n;
   const [page, totalCount] = await Promise.all([
-    q.query<TRow>(numbered(`SELECT ${spec.select} FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`), pageParams),
+    q.query<TRow>(
+      numbered(`SELECT ${spec.select} FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`),
+      pageParams,
+    ),
     count(),
   ]);
   const rows = page.rows;
@@ -102,7 +106,10 @@ export async function exists(q: Queryable, sql: string, params: unknown[]): Prom
 /** Inserts one row: columns named by the object's keys (snake_case), values in order. */
 export async function insertRow(q: Queryable, table: string, row: Record<string, unknown>): Promise<void> {
   const columns = Object.keys(row);
-  await q.query(`INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(", ")})`, Object.values(row));
+  await q.query(
+    `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map((_, i) => `$${i + 1}`).join(", ")})`,
+    Object.values(row),
+  );
 }
 
 /** Sets the given columns of the row with this uid. */

@@ -1,5 +1,5 @@
-import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import type pg from "pg";
+import { FIRST_VERSIONED_TABLES } from "../versions.js";
 
 /** The key of the advisory lock migrations run under: one process migrates, the others wait and find nothing to do. */
 const MIGRATION_LOCK = 0x706c6174; // "plat"
@@ -306,7 +306,9 @@ export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length)
   try {
     await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
     try {
-      await client.query("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+      await client.query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+      );
       const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
       const current = rows[0]?.v ?? 0;
       if (current > MIGRATIONS.length) {

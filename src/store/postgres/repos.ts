@@ -1,8 +1,8 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type RepoRow } from "../rows/repos.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, RepoStore } from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type RepoRow } from "../rows/repos.js";
 
 /** The changeable columns of a repo. */
 function changeable(repo: RepoRecord) {
@@ -65,7 +65,10 @@ export class PgRepoStore implements RepoStore {
   delete(uid: string): Promise<void> {
     return this.run.atomically(async (q) => {
       if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [uid]))) throw new NotFoundError("repo", uid);
-      const notEmpty = () => new FailedPreconditionError([{ type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the repo still has tags; delete them first" }]);
+      const notEmpty = () =>
+        new FailedPreconditionError([
+          { type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the repo still has tags; delete them first" },
+        ]);
       if (await exists(q, "SELECT 1 FROM tags WHERE parent_uid = ? LIMIT 1", [uid])) throw notEmpty();
       try {
         await q.query("DELETE FROM repos WHERE uid = $1", [uid]);

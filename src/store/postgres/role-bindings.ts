@@ -1,12 +1,14 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
 import type { ListQuery, ListResult, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleBindingStore } from "../store.js";
 import { exact, exists, listRecords, one, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
 
 // parent_uid is the binding's group: the hierarchy filters work on it as on any table.
 
-/** RoleBindingStore over PostgreSQL; references are checked first so a NotFoundError names their kind, and the foreign keys hold regardless. */
+/**
+ * RoleBindingStore over PostgreSQL; references are checked first so a NotFoundError names their kind, and the foreign keys hold regardless.
+ */
 export class PgRoleBindingStore implements RoleBindingStore {
   constructor(private readonly run: Runner) {}
 
@@ -43,7 +45,13 @@ export class PgRoleBindingStore implements RoleBindingStore {
 
   list(query: ListQuery<RoleBindingFilter, RoleBindingOrder>): Promise<ListResult<RoleBindingRecord>> {
     const { identityUid, groupUid, roleUid } = query.filter;
-    return listRecords(this.run.q, TABLE, query, exact({ "t.identity_uid": identityUid, "t.parent_uid": groupUid, "t.role_uid": roleUid }), toRecord);
+    return listRecords(
+      this.run.q,
+      TABLE,
+      query,
+      exact({ "t.identity_uid": identityUid, "t.parent_uid": groupUid, "t.role_uid": roleUid }),
+      toRecord,
+    );
   }
 
   update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): Promise<RoleBindingRecord> {
@@ -64,7 +72,10 @@ export class PgRoleBindingStore implements RoleBindingStore {
   }
 
   async forIdentity(identityUid: string): Promise<RoleBindingRecord[]> {
-    const { rows } = await this.run.q.query<RoleBindingRow>(`SELECT ${TABLE.select} FROM role_bindings WHERE identity_uid = $1 ORDER BY uid`, [identityUid]);
+    const { rows } = await this.run.q.query<RoleBindingRow>(
+      `SELECT ${TABLE.select} FROM role_bindings WHERE identity_uid = $1 ORDER BY uid`,
+      [identityUid],
+    );
     return rows.map(toRecord);
   }
 }

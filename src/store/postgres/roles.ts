@@ -1,8 +1,8 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord, type RoleRow } from "../rows/roles.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type RoleRow } from "../rows/roles.js";
 
 /** Capabilities as stored: each once, ascending. */
 function normalized(capabilities: readonly number[]): number[] {
@@ -12,7 +12,11 @@ function normalized(capabilities: readonly number[]): number[] {
 /** What keeps a role from being deleted. */
 const ROLE_USES: readonly { label: string; existsSql: string; detail: string }[] = [
   { label: "role bindings", existsSql: "SELECT 1 FROM role_bindings WHERE role_uid = ? LIMIT 1", detail: "delete them first" },
-  { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE default_role = ? LIMIT 1", detail: "give them another default role or delete them first" },
+  {
+    label: "identity providers",
+    existsSql: "SELECT 1 FROM identity_providers WHERE default_role = ? LIMIT 1",
+    detail: "give them another default role or delete them first",
+  },
 ];
 
 function inUse(uid: string, label: string, detail: string): FailedPreconditionError {
@@ -62,7 +66,12 @@ export class PgRoleStore implements RoleStore {
       if (!row) throw new NotFoundError("role", uid);
       const next: RoleRecord = { ...toRecord(row), ...changes, updateTime };
       next.capabilities = normalized(next.capabilities);
-      await updateRow(q, "roles", uid, { name: next.name, description: next.description, capabilities: JSON.stringify(next.capabilities), update_time: updateTime });
+      await updateRow(q, "roles", uid, {
+        name: next.name,
+        description: next.description,
+        capabilities: JSON.stringify(next.capabilities),
+        update_time: updateTime,
+      });
       return next;
     });
   }

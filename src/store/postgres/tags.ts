@@ -1,9 +1,9 @@
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
+import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
 import { exists, insertRow, listRecords, one, updateRow, type Clause } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
-import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
 
@@ -14,9 +14,17 @@ export class PgTagStore implements TagStore {
   put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): Promise<{ tag: TagRecord; created: boolean }> {
     return this.run.atomically(async (q) => {
       if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [tag.repoUid]))) throw new NotFoundError("repo", tag.repoUid);
-      const existing = await one<{ uid: string }>(q, "SELECT uid FROM tags WHERE parent_uid = ? AND name = ? FOR UPDATE", [tag.repoUid, tag.name]);
+      const existing = await one<{ uid: string }>(q, "SELECT uid FROM tags WHERE parent_uid = ? AND name = ? FOR UPDATE", [
+        tag.repoUid,
+        tag.name,
+      ]);
       const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
-      const columns = { digest: stored.digest, deprecated: stored.deprecated, bundles: JSON.stringify(stored.bundles), update_time: stored.updateTime };
+      const columns = {
+        digest: stored.digest,
+        deprecated: stored.deprecated,
+        bundles: JSON.stringify(stored.bundles),
+        update_time: stored.updateTime,
+      };
       if (existing) {
         if (opts.mayUpdate === false) throw new PermissionDeniedError();
         await updateRow(q, "tags", existing.uid, columns);

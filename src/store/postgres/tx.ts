@@ -32,8 +32,11 @@ export function isConnectionError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   const message = err instanceof Error ? err.message : "";
   return (
-    (typeof code === "string" && ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"].includes(code)) ||
-    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(message)
+    (typeof code === "string" &&
+      ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"].includes(code)) ||
+    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(
+      message,
+    )
   );
 }
 

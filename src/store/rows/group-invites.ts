@@ -1,5 +1,5 @@
 import type { GroupInviteOrder, GroupInviteRecord } from "../store.js";
-import { type TableSpec, isTrue } from "./table.js";
+import { isTrue, type TableSpec } from "./table.js";
 
 /** The group invites table as both engines read it: its list spec, row and record. */
 export const TABLE: TableSpec<GroupInviteOrder> = {

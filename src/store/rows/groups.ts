@@ -1,5 +1,5 @@
 import type { GroupOrder, GroupRecord } from "../store.js";
-import { type TableSpec, isTrue } from "./table.js";
+import { isTrue, type TableSpec } from "./table.js";
 
 /** The groups table as both engines read it: its list spec, row and record. */
 export const TABLE: TableSpec<GroupOrder> = {

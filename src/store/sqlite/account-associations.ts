@@ -1,8 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type { AccountAssociationChanges, AccountAssociationFilter, AccountAssociationOrder, AccountAssociationRecord, SyncAccountAssociationStore, ListQuery, ListResult } from "../store.js";
-import { exact, type ListRunner } from "./list.js";
 import { TABLE, toRecord } from "../rows/account-associations.js";
+import type {
+  AccountAssociationChanges,
+  AccountAssociationFilter,
+  AccountAssociationOrder,
+  AccountAssociationRecord,
+  ListQuery,
+  ListResult,
+  SyncAccountAssociationStore,
+} from "../store.js";
+import { exact, type ListRunner } from "./list.js";
 
 // The association's uid is its group's: ordering by "group" is ordering by uid,
 // and parent_uid (the group's parent) makes the hierarchy filters work as elsewhere.
@@ -52,19 +60,21 @@ export class SqliteAccountAssociationStore implements SyncAccountAssociationStor
   }
 
   update(uid: string, changes: AccountAssociationChanges, updateTime: number): AccountAssociationRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("account association", uid);
-      const next: AccountAssociationRecord = { ...current, ...changes, updateTime };
-      this.updateStmt.run({
-        uid,
-        name: next.name,
-        description: next.description,
-        providers: JSON.stringify(next.providers),
-        updateTime,
-      });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("account association", uid);
+        const next: AccountAssociationRecord = { ...current, ...changes, updateTime };
+        this.updateStmt.run({
+          uid,
+          name: next.name,
+          description: next.description,
+          providers: JSON.stringify(next.providers),
+          updateTime,
+        });
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): boolean {

@@ -1,8 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { NotFoundError } from "../../domain/errors.js";
-import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, SyncAdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
-import type { Clause, ListRunner, ListableTable } from "./list.js";
-import { comparable, containsPattern, EVENT_FILTERS, EXACT_FILTERS, REVIEW_STATE_APPROVED, TABLE as SHARED_TABLE, toRecord } from "../rows/advisories.js";
+import {
+  comparable,
+  containsPattern,
+  EVENT_FILTERS,
+  EXACT_FILTERS,
+  REVIEW_STATE_APPROVED,
+  TABLE as SHARED_TABLE,
+  toRecord,
+} from "../rows/advisories.js";
+import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, ListQuery, ListResult, SyncAdvisoryStore, UpsertOutcome } from "../store.js";
+import type { Clause, ListableTable, ListRunner } from "./list.js";
 
 const TABLE: ListableTable<AdvisoryOrder> = SHARED_TABLE;
 
@@ -107,24 +115,26 @@ export class SqliteAdvisoryStore implements SyncAdvisoryStore {
   }
 
   upsert(advisories: readonly AdvisoryRecord[]): UpsertOutcome[] {
-    return this.db.transaction(() => {
-      const groups = new Set<string>();
-      const outcomes = advisories.map((advisory): UpsertOutcome => {
-        if (!groups.has(advisory.parentUid)) {
-          if (!this.groupExistsStmt.get(advisory.parentUid)) throw new NotFoundError("group", advisory.parentUid);
-          groups.add(advisory.parentUid);
-        }
-        const current = this.get(advisory.uid);
-        if (current && comparable(current) === comparable(advisory)) return "unchanged";
-        this.upsertStmt.run({
-          ...advisory,
-          aliases: JSON.stringify(advisory.aliases),
-          severities: JSON.stringify(advisory.severities),
-          events: JSON.stringify(advisory.events),
+    return this.db
+      .transaction(() => {
+        const groups = new Set<string>();
+        const outcomes = advisories.map((advisory): UpsertOutcome => {
+          if (!groups.has(advisory.parentUid)) {
+            if (!this.groupExistsStmt.get(advisory.parentUid)) throw new NotFoundError("group", advisory.parentUid);
+            groups.add(advisory.parentUid);
+          }
+          const current = this.get(advisory.uid);
+          if (current && comparable(current) === comparable(advisory)) return "unchanged";
+          this.upsertStmt.run({
+            ...advisory,
+            aliases: JSON.stringify(advisory.aliases),
+            severities: JSON.stringify(advisory.severities),
+            events: JSON.stringify(advisory.events),
+          });
+          return current ? "updated" : "created";
         });
-        return current ? "updated" : "created";
-      });
-      return outcomes;
-    }).immediate();
+        return outcomes;
+      })
+      .immediate();
   }
 }

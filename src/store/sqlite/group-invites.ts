@@ -1,15 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type {
-  GroupInviteFilter,
-  GroupInviteOrder,
-  GroupInviteRecord,
-  SyncGroupInviteStore,
-  ListQuery,
-  ListResult,
-} from "../store.js";
-import { exact, type ListRunner } from "./list.js";
 import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
+import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, ListQuery, ListResult, SyncGroupInviteStore } from "../store.js";
+import { exact, type ListRunner } from "./list.js";
 
 // parent_uid is the invite's group: the hierarchy filters work on it as on any table.
 

@@ -1,8 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, SyncGroupStore, ListQuery, ListResult } from "../store.js";
-import { exact, type ListRunner } from "./list.js";
 import { TABLE, toRecord } from "../rows/groups.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, ListQuery, ListResult, SyncGroupStore } from "../store.js";
+import { exact, type ListRunner } from "./list.js";
 
 /** A kind of record that lives below a group and blocks the group's deletion. */
 export interface ChildKind {
@@ -30,9 +30,7 @@ export class SqliteGroupStore implements SyncGroupStore {
        VALUES (@uid, @parentUid, @name, @description, @verified, @resourceLimits, @createTime, @updateTime)`,
     );
     this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM groups WHERE uid = ?`);
-    this.updateStmt = db.prepare(
-      "UPDATE groups SET name = @name, description = @description, update_time = @updateTime WHERE uid = @uid",
-    );
+    this.updateStmt = db.prepare("UPDATE groups SET name = @name, description = @description, update_time = @updateTime WHERE uid = @uid");
     this.deleteStmt = db.prepare("DELETE FROM groups WHERE uid = ?");
     this.childChecks = [
       { label: "child groups", stmt: db.prepare("SELECT 1 FROM groups WHERE parent_uid = ? LIMIT 1") },
@@ -61,30 +59,34 @@ export class SqliteGroupStore implements SyncGroupStore {
   }
 
   update(uid: string, changes: GroupChanges, updateTime: number): GroupRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("group", uid);
-      const next = { ...current, ...changes, updateTime };
-      this.updateStmt.run({ uid, name: next.name, description: next.description, updateTime });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("group", uid);
+        const next = { ...current, ...changes, updateTime };
+        this.updateStmt.run({ uid, name: next.name, description: next.description, updateTime });
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): void {
-    this.db.transaction(() => {
-      if (!this.getStmt.get(uid)) throw new NotFoundError("group", uid);
-      for (const check of this.childChecks) {
-        if (check.stmt.get(uid)) {
-          throw new FailedPreconditionError([
-            {
-              type: "RESOURCE_NOT_EMPTY",
-              subject: uid,
-              description: `the group still has ${check.label}; delete them first`,
-            },
-          ]);
+    this.db
+      .transaction(() => {
+        if (!this.getStmt.get(uid)) throw new NotFoundError("group", uid);
+        for (const check of this.childChecks) {
+          if (check.stmt.get(uid)) {
+            throw new FailedPreconditionError([
+              {
+                type: "RESOURCE_NOT_EMPTY",
+                subject: uid,
+                description: `the group still has ${check.label}; delete them first`,
+              },
+            ]);
+          }
         }
-      }
-      this.deleteStmt.run(uid);
-    }).immediate();
+        this.deleteStmt.run(uid);
+      })
+      .immediate();
   }
 }

@@ -1,17 +1,17 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord } from "../rows/identities.js";
 import type {
   IdentityChanges,
   IdentityFilter,
   IdentityOrder,
   IdentityRecord,
   IdentityRelationship,
-  SyncIdentityStore,
   ListQuery,
   ListResult,
+  SyncIdentityStore,
 } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
-import { TABLE, toRecord } from "../rows/identities.js";
 
 /** The relationship as its two columns: the kind, and that kind's object as JSON. */
 function relationshipColumns(r: IdentityRelationship): { relationshipKind: string; relationship: string } {
@@ -70,20 +70,22 @@ export class SqliteIdentityStore implements SyncIdentityStore {
   }
 
   update(uid: string, changes: IdentityChanges, updateTime: number): IdentityRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("identity", uid);
-      const next: IdentityRecord = { ...current, ...changes, updateTime };
-      this.updateStmt.run({
-        uid,
-        name: next.name,
-        description: next.description,
-        company: next.company,
-        ...relationshipColumns(next.relationship),
-        updateTime,
-      });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("identity", uid);
+        const next: IdentityRecord = { ...current, ...changes, updateTime };
+        this.updateStmt.run({
+          uid,
+          name: next.name,
+          description: next.description,
+          company: next.company,
+          ...relationshipColumns(next.relationship),
+          updateTime,
+        });
+        return next;
+      })
+      .immediate();
   }
 
   /**
@@ -96,11 +98,13 @@ export class SqliteIdentityStore implements SyncIdentityStore {
   }
 
   delete(uid: string): void {
-    this.db.transaction(() => {
-      if (!this.getStmt.get(uid)) throw new NotFoundError("identity", uid);
-      this.deleteStmt.run(uid);
-      // No foreign key does this since bindings may name a person before sign-up.
-      this.deleteBindingsStmt.run(uid);
-    }).immediate();
+    this.db
+      .transaction(() => {
+        if (!this.getStmt.get(uid)) throw new NotFoundError("identity", uid);
+        this.deleteStmt.run(uid);
+        // No foreign key does this since bindings may name a person before sign-up.
+        this.deleteBindingsStmt.run(uid);
+      })
+      .immediate();
   }
 }

@@ -1,8 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord, SyncIdentityProviderStore, ListQuery, ListResult } from "../store.js";
-import { exact, type ListRunner } from "./list.js";
 import { TABLE, toRecord } from "../rows/identity-providers.js";
+import type {
+  IdentityProviderChanges,
+  IdentityProviderFilter,
+  IdentityProviderOrder,
+  IdentityProviderRecord,
+  ListQuery,
+  ListResult,
+  SyncIdentityProviderStore,
+} from "../store.js";
+import { exact, type ListRunner } from "./list.js";
 
 /**
  * IdentityProviderStore over SQLite. The OIDC settings, client secret
@@ -50,28 +58,32 @@ export class SqliteIdentityProviderStore implements SyncIdentityProviderStore {
   }
 
   update(uid: string, changes: IdentityProviderChanges, updateTime: number): IdentityProviderRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("identity provider", uid);
-      const next: IdentityProviderRecord = { ...current, ...changes, updateTime };
-      this.requireRole(next.defaultRole);
-      this.updateStmt.run({
-        uid,
-        name: next.name,
-        description: next.description,
-        defaultRole: next.defaultRole,
-        oidc: JSON.stringify(next.oidc),
-        updateTime,
-      });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("identity provider", uid);
+        const next: IdentityProviderRecord = { ...current, ...changes, updateTime };
+        this.requireRole(next.defaultRole);
+        this.updateStmt.run({
+          uid,
+          name: next.name,
+          description: next.description,
+          defaultRole: next.defaultRole,
+          oidc: JSON.stringify(next.oidc),
+          updateTime,
+        });
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): void {
-    this.db.transaction(() => {
-      if (!this.getStmt.get(uid)) throw new NotFoundError("identity provider", uid);
-      this.deleteStmt.run(uid);
-    }).immediate();
+    this.db
+      .transaction(() => {
+        if (!this.getStmt.get(uid)) throw new NotFoundError("identity provider", uid);
+        this.deleteStmt.run(uid);
+      })
+      .immediate();
   }
 
   private requireRole(uid: string): void {

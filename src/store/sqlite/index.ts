@@ -1,12 +1,14 @@
 import Database from "better-sqlite3";
+import { GROUP_CHILD_KINDS } from "../rows/groups.js";
+import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts } from "../store.js";
-import { asyncPart, ConnectionGate, direct, type Run } from "./async.js";
-import { GroupCommitter } from "./group-commit.js";
+import { versionsFromRows, type TableVersions } from "../versions.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
+import { asyncPart, ConnectionGate, direct, type Run } from "./async.js";
 import { prepareDataDir } from "./data-dir.js";
+import { GroupCommitter } from "./group-commit.js";
 import { SqliteGroupInviteStore } from "./group-invites.js";
-import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { SqliteGroupStore } from "./groups.js";
 import { SqliteIdentityStore } from "./identities.js";
 import { SqliteIdentityProviderStore } from "./identity-providers.js";
@@ -17,8 +19,6 @@ import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
 import { SqliteTagStore } from "./tags.js";
-import { versionsFromRows, type TableVersions } from "../versions.js";
-import { throwIfCancelled } from "../signal.js";
 
 /** Options for opening the SQLite store. */
 export interface SqliteStoreOptions {
@@ -30,7 +30,6 @@ export interface SqliteStoreOptions {
    */
   checkPermissions?: boolean;
 }
-
 
 /**
  * Opens (creating if needed) the SQLite store: WAL journal, synchronous=FULL so
@@ -49,7 +48,9 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const foreignKeys = db.pragma("foreign_keys", { simple: true });
   if ((file !== ":memory:" && journal !== "wal") || synchronous !== 2 || foreignKeys !== 1) {
     db.close();
-    throw new Error(`SQLite refused the durability settings: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`);
+    throw new Error(
+      `SQLite refused the durability settings: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`,
+    );
   }
   migrate(db);
 
@@ -84,7 +85,10 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     return out as unknown as StoreParts;
   };
   // Reads run as soon as no transaction holds the connection; writes join the next group commit.
-  const parts = partsVia((fn) => gate.shared(fn), (fn) => committer.write(fn));
+  const parts = partsVia(
+    (fn) => gate.shared(fn),
+    (fn) => committer.write(fn),
+  );
   // Inside a transaction the gate is held already: its operations run directly.
   const txParts = partsVia(direct, direct);
   let open = true;
@@ -93,7 +97,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     readVersions: () =>
       gate.shared(() => {
         const now = dataVersion.get() as number;
-        if (known?.dataVersion !== now) known = { versions: versionsFromRows(versions.all() as { name: string; version: number }[]), dataVersion: now };
+        if (known?.dataVersion !== now)
+          known = { versions: versionsFromRows(versions.all() as { name: string; version: number }[]), dataVersion: now };
         return known.versions;
       }),
     version: () => ++calls,

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError } from "../../domain/errors.js";
-import type { SyncKeyStore, SigningKeyRecord } from "../store.js";
+import type { SigningKeyRecord, SyncKeyStore } from "../store.js";
 
 interface SigningKeyRow {
   kid: string;
@@ -21,9 +21,7 @@ export class SqliteKeyStore implements SyncKeyStore {
     this.getStmt = db.prepare("SELECT value FROM secrets WHERE name = ?");
     this.insertStmt = db.prepare("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)");
     // rowid breaks ties between keys created in the same millisecond: insertion order.
-    this.signingKeysStmt = db.prepare(
-      "SELECT kid, private_jwk, public_jwk, create_time FROM signing_keys ORDER BY create_time, rowid",
-    );
+    this.signingKeysStmt = db.prepare("SELECT kid, private_jwk, public_jwk, create_time FROM signing_keys ORDER BY create_time, rowid");
     this.signingKeyExistsStmt = db.prepare("SELECT 1 FROM signing_keys WHERE kid = ?");
     this.insertSigningKeyStmt = db.prepare(
       "INSERT INTO signing_keys (kid, private_jwk, public_jwk, create_time) VALUES (@kid, @privateJwk, @publicJwk, @createTime)",
@@ -31,12 +29,14 @@ export class SqliteKeyStore implements SyncKeyStore {
   }
 
   secret(name: string, make: () => Buffer): Buffer {
-    return this.db.transaction(() => {
-      const row = this.getStmt.get(name) as { value: Buffer } | undefined;
-      if (row) return row.value;
-      this.insertStmt.run(name, make());
-      return (this.getStmt.get(name) as { value: Buffer }).value;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const row = this.getStmt.get(name) as { value: Buffer } | undefined;
+        if (row) return row.value;
+        this.insertStmt.run(name, make());
+        return (this.getStmt.get(name) as { value: Buffer }).value;
+      })
+      .immediate();
   }
 
   signingKeys(): SigningKeyRecord[] {

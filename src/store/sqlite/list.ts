@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
-import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
 import { exact, keysetClause, type Clause } from "../rows/table.js";
+import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
 
 export { exact, type Clause };
 
@@ -63,7 +63,8 @@ export class ListRunner {
     // value it hands to JavaScript, JSON.parse a fraction of that.
     const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
 
-    const totalCount = query.knownTotal ?? (this.prepare(`SELECT count(*) FROM ${spec.table} AS t WHERE ${base}`, true).get(...baseParams) as number);
+    const totalCount =
+      query.knownTotal ?? (this.prepare(`SELECT count(*) FROM ${spec.table} AS t WHERE ${base}`, true).get(...baseParams) as number);
     const texts = this.prepare(sql, true).all(...pageParams) as string[];
     const hasMore = texts.length > query.limit;
     if (hasMore) texts.length = query.limit;
@@ -118,9 +119,7 @@ function hierarchyClauses(h: HierarchyFilter): Clause[] {
 }
 
 function visibilityClause(within: readonly string[], rootsVisible: boolean): Clause {
-  const atOrBelow =
-    "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))";
+  const atOrBelow = "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))";
   const sql = rootsVisible && within.length > 0 ? `t.parent_uid IS NULL OR ${atOrBelow}` : atOrBelow;
   return { sql, params: [JSON.stringify(within)] };
 }
-

@@ -1,5 +1,5 @@
-import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import type { Database } from "better-sqlite3";
+import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import { ADVISORIES_SCHEMA } from "./advisories-schema.js";
 import { REGISTRY_SCHEMA } from "./registry-schema.js";
 
@@ -188,9 +188,7 @@ function versionTriggers(tables: readonly string[]): string {
 export function migrate(db: Database): void {
   const current = db.pragma("user_version", { simple: true }) as number;
   if (current > MIGRATIONS.length) {
-    throw new Error(
-      `database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`,
-    );
+    throw new Error(`database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`);
   }
   for (let v = current; v < MIGRATIONS.length; v++) {
     // IMMEDIATE takes the write lock first; the version is read again under

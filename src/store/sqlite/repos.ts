@@ -1,8 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord } from "../rows/repos.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, SyncRepoStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
-import { TABLE, toRecord } from "../rows/repos.js";
 
 /** The statement parameters of a record: list fields travel as JSON text. */
 function toParams(repo: RepoRecord) {
@@ -48,12 +48,14 @@ export class SqliteRepoStore implements SyncRepoStore {
   }
 
   create(repo: RepoRecord): void {
-    this.db.transaction(() => {
-      if (!this.groupExistsStmt.get(repo.parentUid)) throw new NotFoundError("group", repo.parentUid);
-      if (this.getStmt.get(repo.uid)) throw new AlreadyExistsError("repo", repo.uid);
-      this.requireNameFree(repo.parentUid, repo.name, repo.uid);
-      this.insertStmt.run(toParams(repo));
-    }).immediate();
+    this.db
+      .transaction(() => {
+        if (!this.groupExistsStmt.get(repo.parentUid)) throw new NotFoundError("group", repo.parentUid);
+        if (this.getStmt.get(repo.uid)) throw new AlreadyExistsError("repo", repo.uid);
+        this.requireNameFree(repo.parentUid, repo.name, repo.uid);
+        this.insertStmt.run(toParams(repo));
+      })
+      .immediate();
   }
 
   get(uid: string): RepoRecord | null {
@@ -65,26 +67,30 @@ export class SqliteRepoStore implements SyncRepoStore {
   }
 
   update(uid: string, changes: RepoChanges, updateTime: number): RepoRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("repo", uid);
-      const next: RepoRecord = { ...current, ...changes, updateTime };
-      if (next.name !== current.name) this.requireNameFree(next.parentUid, next.name, uid);
-      this.updateStmt.run(toParams(next));
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("repo", uid);
+        const next: RepoRecord = { ...current, ...changes, updateTime };
+        if (next.name !== current.name) this.requireNameFree(next.parentUid, next.name, uid);
+        this.updateStmt.run(toParams(next));
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): void {
-    this.db.transaction(() => {
-      if (!this.getStmt.get(uid)) throw new NotFoundError("repo", uid);
-      if (this.hasTagsStmt.get(uid)) {
-        throw new FailedPreconditionError([
-          { type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the repo still has tags; delete them first" },
-        ]);
-      }
-      this.deleteStmt.run(uid);
-    }).immediate();
+    this.db
+      .transaction(() => {
+        if (!this.getStmt.get(uid)) throw new NotFoundError("repo", uid);
+        if (this.hasTagsStmt.get(uid)) {
+          throw new FailedPreconditionError([
+            { type: "RESOURCE_NOT_EMPTY", subject: uid, description: "the repo still has tags; delete them first" },
+          ]);
+        }
+        this.deleteStmt.run(uid);
+      })
+      .immediate();
   }
 
   /** Throws AlreadyExistsError naming the other repo of group that holds name. */

@@ -1,15 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import type {
-  ListQuery,
-  ListResult,
-  RoleBindingFilter,
-  RoleBindingOrder,
-  RoleBindingRecord,
-  SyncRoleBindingStore,
-} from "../store.js";
-import { exact, type ListRunner } from "./list.js";
 import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
+import type { ListQuery, ListResult, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, SyncRoleBindingStore } from "../store.js";
+import { exact, type ListRunner } from "./list.js";
 
 // parent_uid is the binding's group: the hierarchy filters work on it as on any table.
 
@@ -43,16 +36,18 @@ export class SqliteRoleBindingStore implements SyncRoleBindingStore {
 
   create(bindings: readonly RoleBindingRecord[]): void {
     if (bindings.length === 0) return;
-    this.db.transaction(() => {
-      for (const b of bindings) {
-        if (!this.groupExistsStmt.get(b.groupUid)) throw new NotFoundError("group", b.groupUid);
-        this.requireIdentity(b.identityUid);
-        this.requireRole(b.roleUid);
-        // Earlier bindings of the batch are already inserted, so a uid repeated in the batch is caught too.
-        if (this.getStmt.get(b.uid)) throw new AlreadyExistsError("role binding", b.uid);
-        this.insertStmt.run(b);
-      }
-    }).immediate();
+    this.db
+      .transaction(() => {
+        for (const b of bindings) {
+          if (!this.groupExistsStmt.get(b.groupUid)) throw new NotFoundError("group", b.groupUid);
+          this.requireIdentity(b.identityUid);
+          this.requireRole(b.roleUid);
+          // Earlier bindings of the batch are already inserted, so a uid repeated in the batch is caught too.
+          if (this.getStmt.get(b.uid)) throw new AlreadyExistsError("role binding", b.uid);
+          this.insertStmt.run(b);
+        }
+      })
+      .immediate();
   }
 
   get(uid: string): RoleBindingRecord | null {
@@ -66,15 +61,17 @@ export class SqliteRoleBindingStore implements SyncRoleBindingStore {
   }
 
   update(uid: string, changes: Partial<Pick<RoleBindingRecord, "identityUid" | "roleUid">>): RoleBindingRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("role binding", uid);
-      const next: RoleBindingRecord = { ...current, ...changes };
-      this.requireIdentity(next.identityUid);
-      this.requireRole(next.roleUid);
-      this.updateStmt.run({ uid, identityUid: next.identityUid, roleUid: next.roleUid });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("role binding", uid);
+        const next: RoleBindingRecord = { ...current, ...changes };
+        this.requireIdentity(next.identityUid);
+        this.requireRole(next.roleUid);
+        this.updateStmt.run({ uid, identityUid: next.identityUid, roleUid: next.roleUid });
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): boolean {

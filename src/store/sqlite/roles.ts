@@ -1,8 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
+import { TABLE, toRecord } from "../rows/roles.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, SyncRoleStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
-import { TABLE, toRecord } from "../rows/roles.js";
 
 /** Capabilities as the record promises them: ascending, without duplicates. */
 function normalized(capabilities: readonly number[]): number[] {
@@ -67,37 +67,41 @@ export class SqliteRoleStore implements SyncRoleStore {
   }
 
   update(uid: string, changes: RoleChanges, updateTime: number): RoleRecord {
-    return this.db.transaction(() => {
-      const current = this.get(uid);
-      if (!current) throw new NotFoundError("role", uid);
-      const next: RoleRecord = { ...current, ...changes, updateTime };
-      next.capabilities = normalized(next.capabilities);
-      this.updateStmt.run({
-        uid,
-        name: next.name,
-        description: next.description,
-        capabilities: JSON.stringify(next.capabilities),
-        updateTime,
-      });
-      return next;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const current = this.get(uid);
+        if (!current) throw new NotFoundError("role", uid);
+        const next: RoleRecord = { ...current, ...changes, updateTime };
+        next.capabilities = normalized(next.capabilities);
+        this.updateStmt.run({
+          uid,
+          name: next.name,
+          description: next.description,
+          capabilities: JSON.stringify(next.capabilities),
+          updateTime,
+        });
+        return next;
+      })
+      .immediate();
   }
 
   delete(uid: string): void {
-    this.db.transaction(() => {
-      if (!this.getStmt.get(uid)) throw new NotFoundError("role", uid);
-      for (const check of this.useChecks) {
-        if (check.stmt.get(uid)) {
-          throw new FailedPreconditionError([
-            {
-              type: "ROLE_IN_USE",
-              subject: uid,
-              description: `the role is used by ${check.label}; ${check.detail}`,
-            },
-          ]);
+    this.db
+      .transaction(() => {
+        if (!this.getStmt.get(uid)) throw new NotFoundError("role", uid);
+        for (const check of this.useChecks) {
+          if (check.stmt.get(uid)) {
+            throw new FailedPreconditionError([
+              {
+                type: "ROLE_IN_USE",
+                subject: uid,
+                description: `the role is used by ${check.label}; ${check.detail}`,
+              },
+            ]);
+          }
         }
-      }
-      this.deleteStmt.run(uid);
-    }).immediate();
+        this.deleteStmt.run(uid);
+      })
+      .immediate();
   }
 }

@@ -1,9 +1,9 @@
 import type { Database, Statement } from "better-sqlite3";
-import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
-import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, SyncTagStore } from "../store.js";
-import type { Clause, ListRunner } from "./list.js";
+import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
 import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
+import type { ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord } from "../store.js";
+import type { Clause, ListRunner } from "./list.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
 
@@ -38,25 +38,27 @@ export class SqliteTagStore implements SyncTagStore {
   }
 
   put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): { tag: TagRecord; created: boolean } {
-    return this.db.transaction(() => {
-      if (!this.repoExistsStmt.get(tag.repoUid)) throw new NotFoundError("repo", tag.repoUid);
-      const existing = this.byNameStmt.get(tag.repoUid, tag.name) as TagRow | undefined;
-      const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
-      const params = { ...stored, deprecated: stored.deprecated ? 1 : 0, bundles: JSON.stringify(stored.bundles) };
-      if (existing) {
-        if (opts.mayUpdate === false) throw new PermissionDeniedError();
-        this.updateStmt.run(params);
-      } else {
-        if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
-        this.insertStmt.run({
-          ...params,
-          isReferrer: isReferrerTag(tag.name) ? 1 : 0,
-          isDated: isDatedTag(tag.name) ? 1 : 0,
-          isEpoch: isEpochTag(tag.name) ? 1 : 0,
-        });
-      }
-      return { tag: stored, created: !existing };
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        if (!this.repoExistsStmt.get(tag.repoUid)) throw new NotFoundError("repo", tag.repoUid);
+        const existing = this.byNameStmt.get(tag.repoUid, tag.name) as TagRow | undefined;
+        const stored: TagRecord = { ...tag, uid: existing?.uid ?? tag.uid };
+        const params = { ...stored, deprecated: stored.deprecated ? 1 : 0, bundles: JSON.stringify(stored.bundles) };
+        if (existing) {
+          if (opts.mayUpdate === false) throw new PermissionDeniedError();
+          this.updateStmt.run(params);
+        } else {
+          if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
+          this.insertStmt.run({
+            ...params,
+            isReferrer: isReferrerTag(tag.name) ? 1 : 0,
+            isDated: isDatedTag(tag.name) ? 1 : 0,
+            isEpoch: isEpochTag(tag.name) ? 1 : 0,
+          });
+        }
+        return { tag: stored, created: !existing };
+      })
+      .immediate();
   }
 
   get(uid: string): TagRecord | null {
