@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["gen/**", "node_modules/**", "data/**", "third_party/**"] },
+  { ignores: ["gen/**", "node_modules/**", "data/**", "third_party/**", "dist/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -34,6 +34,11 @@ export default tseslint.config(
       "@typescript-eslint/await-thenable": "error",
       "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: false }],
     },
+  },
+  {
+    // Plain JavaScript that runs before anything is compiled, with node's globals.
+    files: ["bin/**/*.js", "scripts/**/*.mjs"],
+    languageOptions: { globals: { process: "readonly", URL: "readonly" } },
   },
   {
     files: ["bench/**", "scripts/**", "bin/**"],

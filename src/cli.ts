@@ -1,10 +1,10 @@
-import { readFileSync } from "node:fs";
 import { importAdvisories, ImportInputError } from "./advisories/import.js";
 import { adminSubject } from "./auth/authenticator.js";
 import { addSigningKey, TokenService } from "./auth/tokens.js";
 import { ConfigError, loadConfig, type Config } from "./config.js";
 import { FailedPreconditionError } from "./domain/errors.js";
 import { isUidp } from "./domain/uidp.js";
+import { PACKAGE_VERSION } from "./package-root.js";
 import { prepareStore, startServer } from "./server/app.js";
 import { copyStore } from "./store/copy.js";
 import { openStore as openConfiguredStore, openEngine } from "./store/open.js";
@@ -188,11 +188,6 @@ function importArgs(args: string[]): { group: string; paths: string[] } | string
   return { group, paths };
 }
 
-function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
-  return pkg.version;
-}
-
 function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
@@ -203,7 +198,7 @@ function usage(): string {
 export async function runCli(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === "--version" || first === "-v") {
-    process.stdout.write(`${version()}\n`);
+    process.stdout.write(`${PACKAGE_VERSION}\n`);
     return 0;
   }
   if (first === "--help" || first === "-h" || first === "help") {

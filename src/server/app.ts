@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
@@ -16,6 +15,7 @@ import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField } from "../domain/errors.js";
+import { PACKAGE_VERSION } from "../package-root.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
 import { seedBuiltinRoles } from "../store/seed.js";
@@ -72,8 +72,6 @@ export interface RunningServer {
    */
   close(): Promise<void>;
 }
-
-const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 /**
  * Brings a store to what every server process expects: the built-in roles,
