@@ -1,19 +1,21 @@
 import { importAdvisories, ImportInputError } from "./advisories/import.js";
 import { adminSubject } from "./auth/authenticator.js";
 import { addSigningKey, TokenService } from "./auth/tokens.js";
-import { ConfigError, loadConfig, type Config } from "./config.js";
+import { keygenCommand, signJwtCommand } from "./cli-keys.js";
+import { ConfigError, environmentHelp, loadConfig, type Config } from "./config.js";
 import { FailedPreconditionError } from "./domain/errors.js";
 import { isUidp } from "./domain/uidp.js";
 import { PACKAGE_VERSION } from "./package-root.js";
 import { prepareStore, startServer } from "./server/app.js";
+import { StartupError, systemErrorCode } from "./startup-error.js";
 import { copyStore } from "./store/copy.js";
 import { openStore as openConfiguredStore, openEngine } from "./store/open.js";
-import { DataDirPermissionError } from "./store/sqlite/data-dir.js";
+import { requireDatabase } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
 import type { Store } from "./store/store.js";
 import { isWorker, runPrimary } from "./workers.js";
 
-interface Command {
+export interface Command {
   summary: string;
   help: string;
   run(args: string[]): Promise<number>;
@@ -36,21 +38,42 @@ function config(): Config {
 /**
  * The configured store: PostgreSQL at PLATFORM_DATABASE_URL when set, else
  * SQLite in the data directory, with its permission check unless the
- * operator opted out.
+ * operator opted out. Only `serve` creates a database; every other command
+ * opens the one a server made, or refuses.
  */
-function openStore(cfg: Config): Promise<Store> {
-  return openConfiguredStore({ databaseUrl: cfg.databaseUrl, dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
+function openStore(cfg: Config, create = false): Promise<Store> {
+  return openConfiguredStore({
+    databaseUrl: cfg.databaseUrl,
+    dataDir: cfg.dataDir,
+    checkPermissions: !cfg.skipPermissionCheck,
+    existing: !create,
+  });
+}
+
+/** The listener could not bind: one line naming the address and the cause. */
+function listenError(err: unknown, cfg: Config): unknown {
+  const code = systemErrorCode(err);
+  const where = `${cfg.host}:${cfg.port}`;
+  if (code === "EADDRINUSE")
+    return new StartupError(`port ${cfg.port} is already in use (${where}, EADDRINUSE); stop what holds it or set PORT`);
+  if (code === "EACCES") return new StartupError(`not allowed to listen on ${where} (EACCES); ports below 1024 need privileges: set PORT`);
+  if (code === "EADDRNOTAVAIL")
+    return new StartupError(`cannot listen on ${where}: HOST is not an address of this machine (EADDRNOTAVAIL)`);
+  return err;
 }
 
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: "start the server (the default command)",
-    help: "Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully.",
+    help: `Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully. It creates the database on first start. Start-up problems (an invalid setting, a port in use, an unusable data directory or database) print one line and exit 2.
+
+environment (name=default):
+${environmentHelp()}`,
     async run() {
       const cfg = config();
       if (cfg.workers > 1 && !isWorker()) {
         // The schema is migrated and the keys made once, here, before the workers start, so they never race to.
-        const store = await openStore(cfg);
+        const store = await openStore(cfg, true);
         try {
           await prepareStore(store, Date.now());
         } finally {
@@ -58,7 +81,11 @@ const COMMANDS: Record<string, Command> = {
         }
         return runPrimary(cfg.workers);
       }
-      const server = await startServer({ config: cfg, store: await openStore(cfg) });
+      const store = await openStore(cfg, true);
+      const server = await startServer({ config: cfg, store }).catch(async (err: unknown) => {
+        await store.close().catch(() => {});
+        throw listenError(err, cfg);
+      });
       const stop = (signal: string) => {
         server.app.log.info({ signal }, "shutting down");
         server.close().then(
@@ -76,7 +103,7 @@ const COMMANDS: Record<string, Command> = {
   },
   "admin-token": {
     summary: "print an API token for the built-in administrator",
-    help: `Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the key in PLATFORM_DATA_DIR. ${ENVIRONMENT}\n\n  TOKEN=$(npx platform-api admin-token)`,
+    help: `Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the key in PLATFORM_DATA_DIR. Refuses (exit 2, creating nothing) when no server has made a database there. ${ENVIRONMENT}\n\n  TOKEN=$(platform-api admin-token)`,
     async run() {
       const cfg = config();
       const store = await openStore(cfg);
@@ -116,6 +143,7 @@ Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identitie
         process.stderr.write("PLATFORM_DATABASE_URL must name the target PostgreSQL database\n");
         return 2;
       }
+      requireDatabase(cfg.dataDir);
       const source = openSqliteStore({ dataDir: cfg.dataDir, checkPermissions: !cfg.skipPermissionCheck });
       try {
         const target = await openEngine({ databaseUrl: cfg.databaseUrl, dataDir: cfg.dataDir });
@@ -169,6 +197,8 @@ Reads OSV JSON records (each file given, and every *.json below each directory g
       }
     },
   },
+  keygen: keygenCommand,
+  "sign-jwt": signJwtCommand,
 };
 
 /** The arguments of import-advisories, or what is wrong with them. */
@@ -218,8 +248,8 @@ export async function runCli(argv: string[]): Promise<number> {
   try {
     return await command.run(rest);
   } catch (err) {
-    // A data directory we must not use is the operator's to fix: one line, no stack.
-    if (!(err instanceof DataDirPermissionError)) throw err;
+    // What the operator must fix (a data directory we must not use, a port in use…): one line, no stack.
+    if (!(err instanceof StartupError)) throw err;
     process.stderr.write(`platform-api: ${err.message}\n`);
     return 2;
   }

@@ -60,6 +60,34 @@ export interface Config {
   workers: number;
 }
 
+/** Every environment variable the server reads, with its default: `serve --help` prints them (README has the same table). */
+export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; meaning: string }[] = [
+  { name: "PORT", default: "8080", meaning: "the one TCP port for every protocol (0 picks a free one)" },
+  { name: "HOST", default: "0.0.0.0", meaning: "interface to listen on" },
+  { name: "PLATFORM_DATA_DIR", default: "./data", meaning: "directory of the SQLite database (platform.db); created if missing" },
+  { name: "PLATFORM_DATABASE_URL", default: "none", meaning: "postgres://…: store everything in PostgreSQL instead of SQLite" },
+  { name: "PLATFORM_BASE_URL", default: "http://localhost:<PORT>", meaning: "the API's own address (audience of issued tokens)" },
+  { name: "PLATFORM_AUTH_URL", default: "the base URL", meaning: "issuer of API tokens; serves discovery, JWKS and /sts/exchange" },
+  { name: "PLATFORM_USER_ISSUERS", default: "none", meaning: "comma-separated OIDC issuers whose ID tokens sign people in" },
+  { name: "PLATFORM_USER_AUDIENCES", default: "the auth URL", meaning: "audiences a sign-in ID token must carry one of" },
+  { name: "PLATFORM_CORS_ORIGINS", default: "none", meaning: "comma-separated browser origins allowed to call the API (* for any)" },
+  { name: "LOG_LEVEL", default: "info", meaning: "fatal, error, warn, info, debug, trace or silent" },
+  { name: "PLATFORM_SHUTDOWN_GRACE_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for calls in flight" },
+  { name: "PLATFORM_MAX_MESSAGE_BYTES", default: "4194304", meaning: "largest request message on every protocol, after decompression" },
+  { name: "PLATFORM_ALLOW_LOOPBACK_ISSUERS", default: "false", meaning: "development and tests: allow issuers on loopback" },
+  { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
+  { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
+  { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
+  { name: "PLATFORM_WORKERS", default: "1", meaning: "worker processes serving the one port (auto: one per core)" },
+  { name: "PLATFORM_SKIP_PERMISSION_CHECK", default: "false", meaning: "start even when the data directory is group- or world-accessible" },
+];
+
+/** The variables as aligned lines for a help text. */
+export function environmentHelp(): string {
+  const width = Math.max(...ENVIRONMENT_VARIABLES.map((v) => `${v.name}=${v.default}`.length));
+  return ENVIRONMENT_VARIABLES.map((v) => `  ${`${v.name}=${v.default}`.padEnd(width)}  ${v.meaning}`).join("\n");
+}
+
 /** Thrown when the environment holds invalid settings; lists every problem. */
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {

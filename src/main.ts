@@ -1,3 +1,5 @@
 import { runCli } from "./cli.js";
 
-process.exitCode = await runCli(process.argv.slice(2));
+const code = await runCli(process.argv.slice(2));
+// A failed command exits now: in a worker process the cluster channel would otherwise keep it alive.
+if (code !== 0) process.exit(code);

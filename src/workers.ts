@@ -1,5 +1,8 @@
 import cluster, { type Worker } from "node:cluster";
 
+/** The exit code of a start-up error the operator must fix (the command line's, for configuration too). */
+const START_UP_FAILED = 2;
+
 /** How long a worker that died is given before it is started again, at most. */
 const MAX_RESTART_DELAY_MS = 10_000;
 
@@ -15,20 +18,30 @@ function note(level: "info" | "warn" | "error", msg: string, fields: Record<stri
  * Runs `count` worker processes of this same command on the one port
  * (node:cluster hands each incoming connection to one of them), restarts a
  * worker that dies, and on SIGTERM/SIGINT passes the signal on and exits 0
- * once every worker has shut down gracefully. Resolves with the exit code.
+ * once every worker has shut down gracefully. A worker that fails to start with
+ * exit code 2 (a start-up error, already printed) stops them all with code 2.
+ * Resolves with the exit code.
  */
 export function runPrimary(count: number): Promise<number> {
   return new Promise<number>((resolve) => {
     let stopping = false;
     let failures = 0;
+    let exitCode = 0;
     const live = new Set<Worker>();
     const start = () => {
       const worker = cluster.fork();
       live.add(worker);
+      let listened = false;
       worker.on("exit", (code, signal) => {
         live.delete(worker);
         if (stopping) {
-          if (live.size === 0) resolve(0);
+          if (live.size === 0) resolve(exitCode);
+          return;
+        }
+        if (code === START_UP_FAILED && !listened) {
+          // The worker printed what the operator must fix (port in use, unusable data): another would fail alike.
+          exitCode = START_UP_FAILED;
+          stop("SIGTERM");
           return;
         }
         failures++;
@@ -39,6 +52,7 @@ export function runPrimary(count: number): Promise<number> {
         }, delay).unref();
       });
       worker.on("listening", () => {
+        listened = true;
         failures = 0;
       });
     };
@@ -48,7 +62,7 @@ export function runPrimary(count: number): Promise<number> {
       if (stopping) return;
       stopping = true;
       note("info", "shutting down", { signal });
-      if (live.size === 0) resolve(0);
+      if (live.size === 0) resolve(exitCode);
       for (const worker of live) worker.process.kill(signal);
     };
     process.once("SIGTERM", () => stop("SIGTERM"));

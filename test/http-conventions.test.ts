@@ -179,10 +179,15 @@ describe("401: WWW-Authenticate and a message that says what is wrong", () => {
     return rest(server.url, "GET", "/auth/v1/ok", undefined, { authorization: token === undefined ? "" : `Bearer ${token}` });
   }
 
-  async function signed(key: Parameters<SignJWT["sign"]>[0], kid: string, audience: string): Promise<string> {
+  async function signed(
+    key: Parameters<SignJWT["sign"]>[0],
+    kid: string,
+    audience: string,
+    issuer = server.tokens.issuer,
+  ): Promise<string> {
     return new SignJWT({})
       .setProtectedHeader({ alg: "ES256", kid, typ: "at+jwt" })
-      .setIssuer(server.tokens.issuer)
+      .setIssuer(issuer)
       .setAudience(audience)
       .setSubject(server.adminSubject)
       .setIssuedAt(Math.floor(clock / 1000))
@@ -214,6 +219,13 @@ describe("401: WWW-Authenticate and a message that says what is wrong", () => {
         token: () => signed(ours.privateKey, ours.kid, "https://elsewhere.example"),
         message: /another audience/,
         logged: /JWTClaimValidationFailed.*aud/,
+      },
+      {
+        // What `admin-token` run with another PORT mints: our key, another address.
+        name: "another issuer",
+        token: () => signed(ours.privateKey, ours.kid, server.tokens.audience, "http://localhost:8080"),
+        message: /issued by another address.*PLATFORM_AUTH_URL/,
+        logged: /JWTClaimValidationFailed.*iss/,
       },
       {
         name: "an unknown key",

@@ -20,6 +20,7 @@ import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as 
 import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { within } from "./support/assertions.js";
+import { seedDataDir } from "./support/seed-data-dir.js";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
@@ -99,7 +100,7 @@ function logLines(cli: Cli): { msg: string; [k: string]: unknown }[] {
     .map((l) => JSON.parse(l) as { msg: string });
 }
 
-/** Starts `serve` and waits for its "Server listening at …" line; returns the port. */
+/** Starts `serve` and waits for its start-up line ("platform-api … listening on http://…"); returns the port. */
 async function startServe(dataDir: string, extra: Record<string, string> = {}): Promise<Cli & { port: number }> {
   const cli = startCli(["serve"], serverEnv(dataDir, extra));
   const port = await within(
@@ -107,7 +108,7 @@ async function startServe(dataDir: string, extra: Record<string, string> = {}): 
     new Promise<number>((resolve, reject) => {
       const look = () => {
         for (const line of logLines(cli)) {
-          const m = /^Server listening at http:\/\/127\.0\.0\.1:(\d+)$/.exec(line.msg);
+          const m = /^platform-api \S+ listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(line.msg);
           if (m) return resolve(Number(m[1]));
         }
       };
@@ -285,8 +286,8 @@ async function adminToken(dataDir: string): Promise<string> {
  */
 async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, grpcCalls: number): Promise<void> {
   const dataDir = tempDir();
-  const token = await adminToken(dataDir);
   const srv = await startServe(dataDir, { PLATFORM_SHUTDOWN_GRACE_MS: "30000" });
+  const token = await adminToken(dataDir);
   const health = watchHealth(srv.port);
   try {
     await within(10_000, health.next(ServingStatus.SERVING), "health watch says SERVING");
@@ -460,6 +461,7 @@ describe("command line", () => {
 
   test("rotate-key adds a signing key; tokens from admin-token keep working on a server started afterwards", async () => {
     const dataDir = tempDir();
+    await seedDataDir(dataDir);
     const before = await adminToken(dataDir);
     const rotated = await runCli(["rotate-key"], serverEnv(dataDir));
     assert.equal(rotated.code, 0, rotated.stderr);
@@ -502,14 +504,14 @@ describe("command line", () => {
           30_000,
           new Promise<number>((resolve) => {
             child.stdout.on("data", () => {
-              // e.g. "[05:39:25.873] INFO (16596): Server listening at http://127.0.0.1:41917", with colours
+              // e.g. "[05:39:25.873] INFO (16596): platform-api 0.1.0 listening on http://127.0.0.1:41917 …", with colours
               // eslint-disable-next-line no-control-regex
               const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
-              const m = /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): Server listening at http:\/\/127\.0\.0\.1:\d+/m.exec(plain);
+              const m = /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): platform-api \S+ listening on http:\/\/127\.0\.0\.1:\d+/m.exec(plain);
               if (m) resolve(Number(m[1]));
             });
           }),
-          "a pretty 'Server listening' line",
+          "a pretty start-up line",
         );
         assert.ok(!out.trimStart().startsWith("{"), "not JSON");
         process.kill(pid, "SIGTERM");

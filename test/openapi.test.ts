@@ -143,6 +143,17 @@ test("the error body is described fully, and every secured operation says so", a
   assert.equal(doc.paths["/sts/exchange"].get.responses["401"], undefined);
 });
 
+test("the exchange's POST describes its form body, the fields of its query", async () => {
+  const doc = await documentOf();
+  const post = doc.paths["/sts/exchange"].post;
+  const form = post.requestBody.content["application/x-www-form-urlencoded"].schema;
+  assert.equal(post.requestBody.required, false);
+  assert.equal(post.requestBody.content["application/json"], undefined, "no JSON body is read");
+  assert.deepEqual(form.properties.aud.type, "array");
+  assert.equal(form.properties.identity.type, "string");
+  assert.deepEqual(Object.keys(form.properties).sort(), post.parameters.map((p: { name: string }) => p.name).sort());
+});
+
 test("live responses have every property their schema requires", async () => {
   const doc = await documentOf();
   const org = await rest(srv.url, "POST", "/iam/v2beta1/groups", { name: "schema org" });

@@ -6,6 +6,7 @@ import { after, before, test } from "node:test";
 import { DataDirPermissionError } from "../src/store/sqlite/data-dir.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { platformCli } from "./support/platform-cli.js";
+import { seedDataDir } from "./support/seed-data-dir.js";
 import { createGroup, startTestServer } from "./support/server.js";
 
 // The data directory holds the private signing key and the administrator
@@ -23,6 +24,7 @@ after(() => rmSync(root, { recursive: true, force: true }));
 
 test("a fresh data directory is created 0700 and every database file 0600, WAL and SHM included", async () => {
   const dir = join(root, "fresh", "data");
+  await seedDataDir(dir);
   const minted = await platformCli(dir, ["admin-token"]);
   assert.equal(minted.code, 0, minted.stderr);
   assert.equal(modeOf(dir), 0o700);
@@ -43,6 +45,7 @@ test("a fresh data directory is created 0700 and every database file 0600, WAL a
 
 test("a group- or world-accessible directory or database is refused with one line, exit 2, nothing changed", async (t) => {
   const dir = join(root, "loosened");
+  await seedDataDir(dir);
   const first = await platformCli(dir, ["admin-token"]);
   assert.equal(first.code, 0, first.stderr);
   const db = join(dir, "platform.db");
@@ -79,6 +82,7 @@ test("a group- or world-accessible directory or database is refused with one lin
 
 test("PLATFORM_SKIP_PERMISSION_CHECK=true lets operators who manage permissions themselves start", async () => {
   const dir = join(root, "managed");
+  await seedDataDir(dir);
   assert.equal((await platformCli(dir, ["admin-token"])).code, 0);
   chmodSync(dir, 0o750);
   chmodSync(join(dir, "platform.db"), 0o640);

@@ -11,7 +11,7 @@ export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
  */
 const BASE_URL = "http://platform-api.scripts.invalid";
 
-/** How long a server may take to print "Server listening at …" before the script gives up. */
+/** How long a server may take to print its start-up line before the script gives up. */
 const START_TIMEOUT_MS = 60_000;
 
 /** The environment of every command the scripts run over dataDir. */
@@ -68,7 +68,7 @@ function killLeftoversOnExit(): void {
 
 /**
  * Starts `node bin/platform-api.js serve` over dataDir on a free port and
- * resolves once its JSON log says "Server listening at …". wrapper, if given,
+ * resolves once its JSON log says "platform-api … listening on http://…". wrapper, if given,
  * is a command line the server runs under (e.g. strace and its options).
  */
 export function startServerProcess(
@@ -123,7 +123,7 @@ export function startServerProcess(
   });
 }
 
-/** The address and pid in a "Server listening at http://…" JSON log line, if it is one. */
+/** The address and pid in the JSON start-up line ("platform-api … listening on http://…"), if it is one. */
 function listeningAddress(line: string): { url: string; port: number; pid: number } | undefined {
   let entry: { msg?: unknown; pid?: unknown };
   try {
@@ -131,7 +131,7 @@ function listeningAddress(line: string): { url: string; port: number; pid: numbe
   } catch {
     return undefined;
   }
-  const m = typeof entry.msg === "string" ? /^Server listening at (http:\/\/[^\s]+)$/.exec(entry.msg) : null;
+  const m = typeof entry.msg === "string" ? /^platform-api \S+ listening on (http:\/\/[^\s]+) /.exec(entry.msg) : null;
   if (!m || typeof entry.pid !== "number") return undefined;
   const url = m[1]!;
   return { url, port: Number(new URL(url).port), pid: entry.pid };

@@ -71,11 +71,25 @@ function rejection(err: unknown): TokenRejectedError {
   const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   if (err instanceof errors.JWTExpired)
     return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
+  // The likely cause of each, for an operator who minted a token with another environment: nothing secret.
   if (err instanceof errors.JWTClaimValidationFailed && err.claim === "aud") {
-    return new TokenRejectedError("Unauthenticated: the API token was issued for another audience, not this server", detail);
+    return new TokenRejectedError(
+      "Unauthenticated: the API token was issued for another audience, not this server (mint it with this server's PLATFORM_BASE_URL and PORT)",
+      detail,
+    );
   }
-  if (err instanceof UnknownKeyError)
-    return new TokenRejectedError("Unauthenticated: the API token is signed by a key this server does not know", detail);
+  if (err instanceof errors.JWTClaimValidationFailed && err.claim === "iss") {
+    return new TokenRejectedError(
+      "Unauthenticated: the API token was issued by another address, not this server's (mint it with this server's PLATFORM_AUTH_URL and PORT)",
+      detail,
+    );
+  }
+  if (err instanceof UnknownKeyError) {
+    return new TokenRejectedError(
+      "Unauthenticated: the API token is signed by a key this server does not know (mint it with this server's PLATFORM_DATA_DIR or database)",
+      detail,
+    );
+  }
   return new TokenRejectedError(NOT_OURS, detail);
 }
 

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
@@ -18,7 +19,9 @@ import { ApiError, invalidField } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
+import { redactedUrl } from "../store/postgres/url.js";
 import { seedBuiltinRoles } from "../store/seed.js";
+import { DATABASE_FILE } from "../store/sqlite/data-dir.js";
 import type { Store } from "../store/store.js";
 import { connectPlugin } from "./connect/plugin.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
@@ -192,6 +195,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     reply.header("x-request-id", req.id);
     done();
   });
+  // Objects the routes send (errors, health, discovery) are JSON ending with a newline, like the REST bodies.
+  app.setReplySerializer((payload) => `${JSON.stringify(payload)}\n`);
   installCors(app, config.corsOrigins);
   installResponseCompression(app, isRpcRequest);
   installRest(app, transcoder, config.maxMessageBytes);
@@ -241,8 +246,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
   });
 
-  await app.listen({ port: config.port, host: config.host });
+  // fastify would log one "listening" line per interface; ours is the single start-up line below.
+  const level = app.log.level;
+  app.log.level = "warn";
+  try {
+    await app.listen({ port: config.port, host: config.host });
+  } finally {
+    app.log.level = level;
+  }
   const port = (app.server.address() as AddressInfo).port;
+  app.log.info(startupFacts(config, port), startupLine(config, port));
   let closing: Promise<void> | undefined;
   return {
     port,
@@ -254,6 +267,25 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     adminSubject: admin,
     close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, calls, config.shutdownGraceMs)),
   };
+}
+
+/** What the start-up line says, as fields: version, where it listens, the backend and its data, the docs. */
+function startupFacts(config: Config, port: number) {
+  // With PORT=0 the default base URL names port 0; the address to browse is the one actually bound.
+  const base = config.baseUrl === `http://localhost:${config.port}` ? `http://localhost:${port}` : config.baseUrl;
+  return {
+    version: PACKAGE_VERSION,
+    listen: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
+    backend: config.databaseUrl !== "" ? "postgresql" : "sqlite",
+    data: config.databaseUrl !== "" ? redactedUrl(config.databaseUrl) : join(config.dataDir, DATABASE_FILE),
+    docs: `${base}/docs`,
+  };
+}
+
+function startupLine(config: Config, port: number): string {
+  const f = startupFacts(config, port);
+  const backend = f.backend === "postgresql" ? "PostgreSQL" : "SQLite";
+  return `platform-api ${f.version} listening on ${f.listen} (REST, gRPC, Connect, gRPC-Web) · ${backend} ${f.data} · docs ${f.docs}`;
 }
 
 async function shutdown(
@@ -286,6 +318,7 @@ async function shutdown(
   // handler may still be writing: the store closes after it (or the grace).
   await calls.settled(deadline - Date.now());
   await store.close();
+  app.log.info({ durationMs: Date.now() - (deadline - graceMs) }, "platform-api stopped");
 }
 
 /** How many calls are being handled, and a wait for none. */

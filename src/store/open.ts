@@ -1,4 +1,5 @@
 import { createCachingStore } from "./caching.js";
+import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
 import type { Store } from "./store.js";
 
@@ -12,6 +13,11 @@ export interface StoreLocation {
   checkPermissions?: boolean;
   /** PostgreSQL connections this process keeps at most. */
   maxConnections?: number;
+  /**
+   * Open only data a server has set up; a data directory without its database, or a PostgreSQL database
+   * without the schema, is refused with StartupError and nothing is created (every command but `serve`).
+   */
+  existing?: boolean;
 }
 
 /** The bare engine: PostgreSQL when a URL is given, else SQLite. */
@@ -19,8 +25,9 @@ export async function openEngine(at: StoreLocation): Promise<Store> {
   if (at.databaseUrl !== "") {
     // Loaded only when used: the embedded default never loads the driver.
     const { openPostgresStore } = await import("./postgres/index.js");
-    return openPostgresStore({ url: at.databaseUrl, maxConnections: at.maxConnections });
+    return openPostgresStore({ url: at.databaseUrl, maxConnections: at.maxConnections, existing: at.existing });
   }
+  if (at.existing && at.dataDir !== ":memory:") requireDatabase(at.dataDir);
   return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true });
 }
 

@@ -20,7 +20,7 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   if (err.code === "ECONNRESET" || socket.destroyed) return;
   const [status, code, reason, message] = classify(err.code);
   const { body } = restErrorBody(toConnectError(new ApiError(code, reason, message), DEFAULT_ERROR_DOMAIN));
-  const text = JSON.stringify(body);
+  const text = `${JSON.stringify(body)}\n`;
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,

@@ -78,11 +78,14 @@ export function installDocs(app: FastifyInstance, document: object, apiUrl: stri
     });
     installPages(docs, files);
   });
-  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(json));
+  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(`${json}\n`));
 }
 
 function installPages(app: FastifyInstance, files: Map<string, { type: string; bytes: Buffer }>): void {
   app.get("/docs", async (_req, reply) => reply.type("text/html; charset=utf-8").send(PAGE));
+  // Where people look first: the bare address and the slash-ended spelling both lead to the page.
+  app.get("/", async (_req, reply) => reply.redirect("/docs", 302));
+  app.get("/docs/", async (_req, reply) => reply.redirect("/docs", 301));
   app.get("/docs/init.js", async (_req, reply) => reply.type("text/javascript; charset=utf-8").send(INIT));
   app.get("/docs/:file", async (req, reply) => {
     const file = files.get((req.params as { file: string }).file);

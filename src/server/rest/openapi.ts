@@ -99,9 +99,11 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
             ...(v.multiSegment ? { "x-multi-segment": true } : {}),
           };
         });
+      const formFields: Record<string, Schema> = {};
       for (const q of op.queryParams) {
         const f = fieldAt(op.descriptor.input, q);
         if (!f) continue;
+        formFields[q] = { ...schemas.describe(`${f.parent.typeName}.${f.name}`), ...schemas.query(f) };
         parameters.push({
           name: q,
           in: "query",
@@ -135,6 +137,15 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
         description: description.filter((t) => t !== undefined).join("\n\n"),
         ...(parameters.length > 0 ? { parameters } : {}),
         ...(requestSchema ? { requestBody: { required: true, content: { "application/json": { schema: requestSchema } } } } : {}),
+        // A POST that maps no body takes its query parameters as a form body too (OAuth-style token requests).
+        ...(!requestSchema && op.method === "POST" && Object.keys(formFields).length > 0
+          ? {
+              requestBody: {
+                required: false,
+                content: { "application/x-www-form-urlencoded": { schema: { type: "object", properties: formFields } } },
+              },
+            }
+          : {}),
         responses: {
           "200": { description: "OK", content: { "application/json": { schema: schemas.message(op.descriptor.output, "output") } } },
           "400": errorRef("BadRequest"),

@@ -353,7 +353,8 @@ export class RestTranscoder {
         .set(clientAddressKey, req.clientAddress ?? ""),
     });
     const result = await route.handler(request, ctx);
-    return { status: 200, body: responseJson(route.method.output, result, this.registry), headers: ctx.setResponseHeaders() };
+    // A body ends with a newline, like any text a shell prints.
+    return { status: 200, body: `${responseJson(route.method.output, result, this.registry)}\n`, headers: ctx.setResponseHeaders() };
   }
 
   private requestJson(route: Route, groups: string[], rawQuery: string, body: unknown): JsonObject {

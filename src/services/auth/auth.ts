@@ -28,6 +28,9 @@ export function capabilityHumanName(c: number): string {
   return value ? getOption(value, capabilityNameOption) || value.name : String(c);
 }
 
+/** Every capability's human name, in enum order (UNKNOWN left out). */
+const ALL_CAPABILITY_NAMES = CapabilitySchema.values.filter((v) => v.number !== 0).map((v) => capabilityHumanName(v.number));
+
 function v1Group(g: GroupRecord) {
   return { id: g.uid, name: g.name, description: g.description, resourceLimits: g.resourceLimits, verified: g.verified };
 }
@@ -100,6 +103,8 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     async validate(_req, ctx) {
       const principal = principalOf(ctx);
       const capabilities: GroupCapabilities[] = [];
+      // The administrator holds every capability everywhere, without a binding: one entry for the whole hierarchy.
+      if (principal.admin) capabilities.push(create(GroupCapabilitiesSchema, { capabilities: ALL_CAPABILITY_NAMES }));
       for (const binding of await store.roleBindings.forIdentity(principal.subject)) {
         const group = await store.groups.get(binding.groupUid);
         const role = await store.roles.get(binding.roleUid);

@@ -1,5 +1,6 @@
 import pg from "pg";
 import { UnavailableError } from "../../domain/errors.js";
+import { describeSystemError, StartupError, systemErrorCode } from "../../startup-error.js";
 import { decorateParts } from "../decorate.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
@@ -27,6 +28,7 @@ import {
   type PoolClient,
   type Runner,
 } from "./tx.js";
+import { redactedUrl } from "./url.js";
 
 /** Each table's version: the sum of its column over the buckets (one read of 64 short rows). */
 const READ_VERSIONS = `SELECT ${VERSIONED_TABLES.map((t) => `sum(${t}) AS ${t}`).join(", ")} FROM version_buckets`;
@@ -46,6 +48,26 @@ export interface PostgresStoreOptions {
   url: string;
   /** Connections this process keeps at most (default 10); keep processes × this below max_connections. */
   maxConnections?: number;
+  /**
+   * Only a database a server has already set up (the schema migrated): every command but `serve` refuses a
+   * fresh one with StartupError rather than creating the schema and a signing key no server uses.
+   */
+  existing?: boolean;
+}
+
+/**
+ * Errors that mean the database cannot be used at all (unreachable, refused login, no such database, not
+ * allowed): the operator's to fix, as one line. SQLSTATE classes 08 (connection), 28 (authorization), 3D
+ * (catalog name), 42501 (insufficient privilege).
+ */
+function unusable(err: unknown, url: string): StartupError | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  const system = systemErrorCode(err);
+  const sqlState = typeof code === "string" && (/^(08|28|3D)/.test(code) || code === "42501");
+  const lost = err instanceof Error && /connection (timeout|terminated)|timeout expired/i.test(err.message);
+  if (system === undefined && !sqlState && !lost) return undefined;
+  const reason = system !== undefined ? describeSystemError(err) : err instanceof Error ? err.message : String(code);
+  return new StartupError(`cannot use PostgreSQL at ${redactedUrl(url)}: ${reason}`);
 }
 
 /** int8 (bigint) columns hold milliseconds and counters, well inside a double's exact range. */
@@ -153,6 +175,12 @@ function partsOver(run: Runner): StoreParts {
   };
 }
 
+/** True when a server has migrated this database (it has our schema_migrations table). */
+async function hasSchema(pool: pg.Pool): Promise<boolean> {
+  const { rows } = await pool.query<{ found: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS found");
+  return rows[0]?.found === true;
+}
+
 /**
  * Opens the PostgreSQL store: a pool, the schema migrated (under an advisory
  * lock, so several processes may start at once). Every write transaction is
@@ -168,16 +196,24 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
     types,
+    // Each connection claims a version bucket of its own before its first user gets it (awaited: pg 8.23
+    // deprecates queueing a query behind another on one client).
+    onConnect: async (client) => {
+      await client.query(CLAIM_VERSION_BUCKET).catch(() => {});
+    },
   });
   // An idle client losing its connection (a database restart) must not crash the process.
   pool.on("error", () => {});
-  // Each connection claims a version bucket of its own (queued before any query of its first user).
-  pool.on("connect", (client) => void client.query(CLAIM_VERSION_BUCKET).catch(() => {}));
   try {
+    if (opts.existing && !(await hasSchema(pool))) {
+      throw new StartupError(
+        `no platform-api schema in the PostgreSQL database at ${redactedUrl(opts.url)}; start the server first, or set PLATFORM_DATABASE_URL to the server's database`,
+      );
+    }
     await migratePostgres(pool);
   } catch (err) {
     await pool.end();
-    throw err;
+    throw unusable(err, opts.url) ?? err;
   }
   const reach = new Reachability(pool);
   const source = guardedSource(pool, reach);

@@ -1,4 +1,5 @@
 import Database from "better-sqlite3";
+import { StartupError } from "../../startup-error.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts } from "../store.js";
@@ -32,27 +33,42 @@ export interface SqliteStoreOptions {
 }
 
 /**
+ * The database with the durability settings and the schema migrated. A file SQLite cannot open or read (a
+ * directory, another file format, a disk error) is the operator's to fix: StartupError, naming the file.
+ */
+function openDatabase(file: string): Database.Database {
+  let db: Database.Database | undefined;
+  try {
+    db = new Database(file);
+    const journal = db.pragma("journal_mode = WAL", { simple: true });
+    db.pragma("synchronous = FULL");
+    db.pragma("foreign_keys = ON");
+    db.pragma("busy_timeout = 5000");
+    // Refuse to run with weaker guarantees than acknowledged-means-durable.
+    const synchronous = db.pragma("synchronous", { simple: true });
+    const foreignKeys = db.pragma("foreign_keys", { simple: true });
+    if ((file !== ":memory:" && journal !== "wal") || synchronous !== 2 || foreignKeys !== 1) {
+      throw new StartupError(
+        `SQLite refused the durability settings for ${file}: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`,
+      );
+    }
+    migrate(db);
+    return db;
+  } catch (err) {
+    db?.close();
+    if (err instanceof Database.SqliteError) throw new StartupError(`cannot open database ${file}: ${err.message} (${err.code})`);
+    throw err;
+  }
+}
+
+/**
  * Opens (creating if needed) the SQLite store: WAL journal, synchronous=FULL so
  * an acknowledged commit survives power loss, foreign keys on, migrations run.
  */
 export function openSqliteStore(opts: SqliteStoreOptions): Store {
   let file = ":memory:";
   if (opts.dataDir !== ":memory:") file = prepareDataDir(opts.dataDir, opts.checkPermissions ?? true);
-  const db = new Database(file);
-  const journal = db.pragma("journal_mode = WAL", { simple: true });
-  db.pragma("synchronous = FULL");
-  db.pragma("foreign_keys = ON");
-  db.pragma("busy_timeout = 5000");
-  // Refuse to run with weaker guarantees than acknowledged-means-durable.
-  const synchronous = db.pragma("synchronous", { simple: true });
-  const foreignKeys = db.pragma("foreign_keys", { simple: true });
-  if ((file !== ":memory:" && journal !== "wal") || synchronous !== 2 || foreignKeys !== 1) {
-    db.close();
-    throw new Error(
-      `SQLite refused the durability settings: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`,
-    );
-  }
-  migrate(db);
+  const db = openDatabase(file);
 
   const lists = new ListRunner(db);
   const sync = {

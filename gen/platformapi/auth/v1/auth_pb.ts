@@ -82,7 +82,9 @@ export type WhoAmI = Message<"platformapi.auth.v1.WhoAmI"> & {
   issuedAt?: Timestamp | undefined;
 
   /**
-   * One entry per group the caller holds capabilities in.
+   * One entry per group the caller holds capabilities in. The built-in
+   * administrator, who holds every capability everywhere, gets one entry with
+   * no group (the whole hierarchy) and every capability name.
    *
    * @generated from field: repeated platformapi.auth.v1.GroupCapabilities capabilities = 101;
    */
@@ -110,6 +112,9 @@ export const WhoAmISchema: GenMessage<WhoAmI> = /*@__PURE__*/
  */
 export type GroupCapabilities = Message<"platformapi.auth.v1.GroupCapabilities"> & {
   /**
+   * The group, with everything below it; unset for the administrator's entry,
+   * which covers the whole hierarchy.
+   *
    * @generated from field: platformapi.iam.v1.Group group = 1;
    */
   group?: Group | undefined;
