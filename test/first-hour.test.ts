@@ -18,6 +18,7 @@ import pg from "pg";
 import { ENVIRONMENT_VARIABLES } from "../src/config.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { platformCli } from "./support/platform-cli.js";
+import { cleanEnv } from "./support/serve-process.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const BIN = join(ROOT, "bin/platform-api.js");
@@ -29,13 +30,8 @@ let dirs = 0;
 /** A fresh path under the scratch directory (not created). */
 const freshPath = (name: string) => join(scratch, `${name}-${++dirs}`);
 
-/** Our environment without anything the server or the test runner reads, plus env. */
-function env(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const out: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env))
-    if (!/^(PORT|HOST|LOG_LEVEL|PLATFORM_.*|NODE_TEST_CONTEXT|NODE_OPTIONS)$/.test(k)) out[k] = v;
-  return { ...out, HOST: "127.0.0.1", ...extra };
-}
+/** A clean environment for a child server or command, on loopback, plus extra. */
+const env = (extra: Record<string, string>) => cleanEnv({ HOST: "127.0.0.1", ...extra });
 
 interface Serve {
   child: ChildProcess;
