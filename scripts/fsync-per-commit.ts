@@ -73,11 +73,11 @@ async function main(): Promise<number> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-fsync-"));
   const trace = join(dataDir, "strace.log");
   try {
-    // Minting first creates the database and the signing key outside the trace.
-    const token = await mintAdminToken(dataDir);
+    // The server creates the database and the signing key at start, before either measured window.
     const server: ServerProcess = await startServerProcess(dataDir, {
       wrapper: ["strace", "-f", "-ttt", "-e", "trace=fsync,fdatasync", "-o", trace],
     });
+    const token = await mintAdminToken(dataDir);
     // A first write outside the windows: the WAL file is created on it.
     const org = await restCreateGroup(server.url, token, null, "fsync org");
     const uids: string[] = [];
