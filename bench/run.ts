@@ -3,17 +3,22 @@
  * in one run. Every figure is a ratio to a bare fastify route returning the
  * same bytes (the ceiling for this stack on this machine), so runs on
  * different or busy machines stay comparable. Targets run in child processes.
+ * The API server runs as users run it (`npm start`): `node bin/platform-api.js
+ * serve`, compiled, at the default LOG_LEVEL, its stdout (one JSON line per
+ * RPC) appended to a file; a second one at LOG_LEVEL=silent serves the
+ * restGetSilent row, so the cost of logging is a ratio of the same run.
  *
  * Environment: BENCH_ROUNDS (5), BENCH_DURATION seconds per row (4),
  * BENCH_GROUPS (100000), BENCH_ONLY=<scenario key substring>,
  * BENCH_CPU_PROF=<dir> for one V8 CPU profile of the server per scenario,
+ * BENCH_LOG_LEVEL (the measured server's LOG_LEVEL, default info),
  * and BENCH_BACKEND=postgres (`npm run bench:postgres`): the same rows on a
- * throwaway PostgreSQL cluster with fsync on, served by `platform-api serve`
- * with 1 and then 2 worker processes.
+ * throwaway PostgreSQL cluster with fsync on, served with 1 and then 2 worker
+ * processes.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import * as Net from "node:net";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -32,11 +37,13 @@ const DURATION = Number(process.env.BENCH_DURATION ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
-/** BENCH_CPU_PROF=<dir>: the server target writes one V8 CPU profile per scenario there, <n>.cpuprofile (open in Chrome DevTools). */
+/** BENCH_CPU_PROF=<dir>: the measured server writes one V8 CPU profile per scenario there, <pid>-<n>.cpuprofile (open in Chrome DevTools). */
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF;
-/** BENCH_ONLY=<substring>: run only the rows whose name contains it (the ceiling always runs). */
+/** BENCH_ONLY=<substring>: run only the rows whose key contains it (the ceilings always run); "restGet" runs both REST Get rows. */
 const ONLY = process.env.BENCH_ONLY?.toLowerCase();
 const POSTGRES = process.env.BENCH_BACKEND === "postgres";
+/** BENCH_LOG_LEVEL: the measured server's LOG_LEVEL; by default the server's own default, as users run it. */
+const LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? "info";
 /** The administrator's bearer token, set once the data directory is seeded. */
 let authHeaders: Record<string, string> = {};
 
@@ -59,8 +66,9 @@ function cpuMillis(pid: number): number | null {
   }
 }
 
-function startTarget(args: string[], nodeFlags: string[] = []): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, [...nodeFlags, "--import", "tsx", join(import.meta.dirname, "targets.ts"), ...args], {
+/** A bare fastify route returning the bytes of bytesFile (targets.ts), in its own process. */
+function startCeiling(bytesFile: string): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "targets.ts"), "ceiling", bytesFile], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   return new Promise((resolve, reject) => {
@@ -69,12 +77,31 @@ function startTarget(args: string[], nodeFlags: string[] = []): Promise<{ child:
       const m = /^PORT (\d+)$/.exec(line);
       if (m) resolve({ child, port: Number(m[1]) });
     });
-    child.once("exit", (code) => reject(new Error(`target ${args[0]} exited with ${code}`)));
+    child.once("exit", (code) => reject(new Error(`the ceiling target exited with ${code}`)));
   });
 }
 
-/** `platform-api serve` as users run it, on PostgreSQL with `workers` processes; resolves once /readyz answers 200. */
-async function startCliServer(databaseUrl: string, dataDir: string, workers: number): Promise<{ child: ChildProcess; port: number }> {
+/** The server's start-up, once per process: the log level and where its stdout goes differ between the two. */
+interface ServerTarget {
+  child: ChildProcess;
+  port: number;
+  /** The file the server's stdout (its log) goes to. */
+  logFile: string;
+}
+
+/**
+ * `platform-api serve` as users run it (`npm start`): the compiled bin under
+ * plain node, LOG_LEVEL=logLevel, stdout appended to logFile; on PostgreSQL
+ * with `workers` processes when databaseUrl is set, else SQLite in dataDir.
+ * Resolves once /readyz answers 200.
+ */
+async function startServer(opts: {
+  dataDir: string;
+  databaseUrl: string;
+  workers: number;
+  logLevel: string;
+  logFile: string;
+}): Promise<ServerTarget> {
   const probe = Net.createServer();
   await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
   const port = (probe.address() as { port: number }).port;
@@ -83,30 +110,49 @@ async function startCliServer(databaseUrl: string, dataDir: string, workers: num
     ...process.env,
     PORT: String(port),
     HOST: "127.0.0.1",
-    PLATFORM_DATABASE_URL: databaseUrl,
-    PLATFORM_DATA_DIR: dataDir,
-    PLATFORM_WORKERS: String(workers),
+    PLATFORM_DATABASE_URL: opts.databaseUrl,
+    PLATFORM_DATA_DIR: opts.dataDir,
+    PLATFORM_WORKERS: String(opts.workers),
     PLATFORM_BASE_URL: "http://bench.local",
     PLATFORM_AUTH_URL: "http://bench.local",
-    // BENCH_LOG_LEVEL=error: the server's error lines on this process's stdout.
-    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "silent",
+    LOG_LEVEL: opts.logLevel,
   };
-  // BENCH_CPU_PROF: each process writes one profile of its whole run when it exits.
-  const profile = CPU_PROF_DIR ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR] : [];
-  const child = spawn(process.execPath, [...profile, "--import", "tsx", join(import.meta.dirname, "..", "src", "main.ts"), "serve"], {
+  // BENCH_CPU_PROF: on SQLite, one profile per scenario (SIGUSR2, see profile-on-signal.mjs); on PostgreSQL,
+  // each process writes one profile of its whole run when it exits.
+  const profile = !CPU_PROF_DIR
+    ? []
+    : POSTGRES
+      ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR]
+      : ["--import", join(import.meta.dirname, "profile-on-signal.mjs")];
+  const stdout = openSync(opts.logFile, "a");
+  const child = spawn(process.execPath, [...profile, join(import.meta.dirname, "..", "bin", "platform-api.js"), "serve"], {
     env,
-    stdio: ["ignore", process.env.BENCH_LOG_LEVEL ? "inherit" : "ignore", "inherit"],
+    stdio: ["ignore", stdout, "inherit"],
   });
-  for (let i = 0; i < 300; i++) {
+  closeSync(stdout);
+  for (let i = 0; i < 300 && child.exitCode === null; i++) {
     const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
       (r) => r.ok,
       () => false,
     );
-    if (ready) return { child, port };
+    if (ready) return { child, port, logFile: opts.logFile };
     await new Promise((r) => setTimeout(r, 100));
   }
   child.kill("SIGKILL");
-  throw new Error("the server did not become ready");
+  throw new Error(`the server (LOG_LEVEL=${opts.logLevel}) did not become ready; its log: ${opts.logFile}`);
+}
+
+/** Stops a server as an operator would (SIGTERM) and waits for it to exit. */
+async function stopServer(server: ServerTarget): Promise<void> {
+  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
+  const exited = new Promise((r) => server.child.once("exit", r));
+  server.child.kill("SIGTERM");
+  await exited;
+}
+
+/** Whether the row with this key runs: BENCH_ONLY selects rows by key; the ceilings always run. */
+function selected(key: string): boolean {
+  return key.startsWith("ceiling") || !ONLY || key.toLowerCase().includes(ONLY);
 }
 
 async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
@@ -260,13 +306,19 @@ async function main(): Promise<void> {
       `single-row commits of a bare table, same engine and disk: ${Math.round(commitRate)}/s${POSTGRES ? " (10 connections)" : ""}`,
     );
     for (const processes of POSTGRES ? [1, 2] : [1]) {
-      const server = POSTGRES ? await startCliServer(databaseUrl, dataDir, processes) : await startTarget(["server", dataDir]);
+      const start = (logLevel: string, logFile: string) => startServer({ dataDir, databaseUrl, workers: processes, logLevel, logFile });
+      // As users run it: the default level, one JSON line per RPC appended to a file.
+      const server = await start(LOG_LEVEL, join(dataDir, `server-${processes}.log`));
+      let silent: ServerTarget | undefined;
       try {
-        await measure(server, seeded, dataDir, commitRate, processes);
+        // The same server with logging off, for the cost of logging in the same run.
+        if (selected("restGetSilent")) silent = await start("silent", join(dataDir, `server-${processes}-silent.log`));
+        await measure(server, silent, seeded, dataDir, commitRate, processes);
       } finally {
-        server.child.kill("SIGTERM");
-        await new Promise((r) => server.child.once("exit", r));
+        await Promise.all([stopServer(server), silent && stopServer(silent)]);
       }
+      const size = statSync(server.logFile).size;
+      console.log(`(the LOG_LEVEL=${LOG_LEVEL} server wrote ${(size / 2 ** 20).toFixed(1)} MiB of log to its stdout file)`);
     }
   } finally {
     cluster?.destroy();
@@ -276,7 +328,8 @@ async function main(): Promise<void> {
 
 /** Every row against one running server, in rounds, then the table and the budget. */
 async function measure(
-  server: { child: ChildProcess; port: number },
+  server: ServerTarget,
+  silent: ServerTarget | undefined,
   seeded: { uid: string; orgUid: string; token: string },
   dataDir: string,
   commitRate: number,
@@ -290,11 +343,11 @@ async function measure(
     const getBody = await (await fetch(base + getPath, { headers })).text();
     const bytesFile = join(dataDir, "ceiling.json");
     writeFileSync(bytesFile, getBody);
-    const ceilingTarget = await startTarget(["ceiling", bytesFile]);
+    const ceilingTarget = await startCeiling(bytesFile);
     children.push(ceilingTarget.child);
     const listBytesFile = join(dataDir, "ceiling-list.json");
     writeFileSync(listBytesFile, await (await fetch(`${base}/iam/v2beta1/groups?page_size=50`, { headers })).text());
-    const listCeilingTarget = await startTarget(["ceiling", listBytesFile]);
+    const listCeilingTarget = await startCeiling(listBytesFile);
     children.push(listCeilingTarget.child);
 
     const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`, { headers })).json();
@@ -314,14 +367,25 @@ async function measure(
     }
     let nextPage = 0;
 
-    const scenarios: { key: string; run: () => Promise<Row> }[] = [
-      { key: "ceiling", run: () => load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`) },
+    // Every row but the ceilings and restGetSilent measures `server`; `target` is the process whose CPU is counted.
+    const scenarios: { key: string; target?: ChildProcess; run: () => Promise<Row> }[] = [
+      {
+        key: "ceiling",
+        target: ceilingTarget.child,
+        run: () => load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`),
+      },
       {
         key: "ceilingList",
+        target: listCeilingTarget.child,
         run: () =>
           load("ceiling: bare fastify, list page bytes", `http://127.0.0.1:${listCeilingTarget.port}/iam/v2beta1/groups?page_size=50`),
       },
-      { key: "restGet", run: () => load("REST Get group (with auth)", base + getPath) },
+      { key: "restGet", run: () => load(`REST Get group (with auth), LOG_LEVEL=${LOG_LEVEL}`, base + getPath) },
+      {
+        key: "restGetSilent",
+        target: silent?.child,
+        run: () => load("REST Get group (with auth), LOG_LEVEL=silent", `http://127.0.0.1:${silent!.port}${getPath}`),
+      },
       { key: "listFirst", run: () => load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`) },
       { key: "listDeep", run: () => load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath) },
       {
@@ -349,27 +413,26 @@ async function measure(
       },
     ];
     // The gRPC row checks its answers against one process's /metrics: one process only.
-    const selected = scenarios
-      .filter((s) => s.key === "ceiling" || s.key === "ceilingList" || !ONLY || s.key.toLowerCase().includes(ONLY))
-      .filter((s) => s.key !== "grpcGet" || processes === 1);
+    const rows = scenarios.filter((s) => selected(s.key) && (s.key !== "grpcGet" || processes === 1));
     // Rounds alternate the scenarios, so a slow spell of a shared machine hits
     // every row alike; each figure is the median over rounds, and each ratio the
     // median of ratios taken within a round.
-    const samples = new Map<string, Row[]>(selected.map((s) => [s.key, []]));
-    let profiles = 0;
+    const samples = new Map<string, Row[]>(rows.map((s) => [s.key, []]));
+    const profiles = new Map<number, number>();
     for (let round = 0; round < ROUNDS; round++) {
-      for (const s of selected) {
-        const pid = (s.key === "ceiling" ? ceilingTarget : s.key === "ceilingList" ? listCeilingTarget : server).child.pid!;
-        const before = cpuMillis(pid);
+      for (const s of rows) {
+        const target = s.target ?? server.child;
+        const before = cpuMillis(target.pid!);
         const profiled = CPU_PROF_DIR !== undefined && !POSTGRES && round === 0 && !s.key.startsWith("ceiling");
-        if (profiled) server.child.kill("SIGUSR2");
+        if (profiled) target.kill("SIGUSR2");
         const row = await s.run();
         if (profiled) {
-          server.child.kill("SIGUSR2");
-          console.error(`profile of ${s.key}: ${join(CPU_PROF_DIR!, `${++profiles}.cpuprofile`)}`);
+          target.kill("SIGUSR2");
+          profiles.set(target.pid!, (profiles.get(target.pid!) ?? 0) + 1);
+          console.error(`profile of ${s.key}: ${join(CPU_PROF_DIR!, `${target.pid}-${profiles.get(target.pid!)}.cpuprofile`)}`);
           await new Promise((r) => setTimeout(r, 500)); // written before the next scenario starts
         }
-        const after = cpuMillis(pid);
+        const after = cpuMillis(target.pid!);
         if (before !== null && after !== null && processes === 1) row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
         samples.get(s.key)!.push(row);
       }
@@ -379,10 +442,10 @@ async function measure(
       const mid = Math.floor(sorted.length / 2);
       return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
     };
-    const rows = new Map<string, Row>();
+    const figures = new Map<string, Row>();
     for (const [key, runs] of samples) {
       const cpu = runs.map((r) => r.cpuPerRequest).filter((c): c is number => c !== undefined);
-      rows.set(key, {
+      figures.set(key, {
         name: runs[0]!.name,
         rps: median(runs.map((r) => r.rps)),
         p50: median(runs.map((r) => r.p50)),
@@ -399,22 +462,28 @@ async function measure(
     );
     console.log("| scenario | req/s | p50 ms | p99 ms | server CPU µs/req | vs ceiling |");
     console.log("|---|---:|---:|---:|---:|---:|");
-    for (const [key, r] of rows) {
+    for (const [key, r] of figures) {
       const cpu = r.cpuPerRequest === undefined ? "–" : Math.round(r.cpuPerRequest);
       console.log(`| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${cpu} | ${ratio(key, "ceiling").toFixed(1)}% |`);
     }
     const budget = (label: string, keys: string[], value: () => number, target: number, unit = "%") => {
-      if (!keys.every((k) => rows.has(k))) return;
+      if (!keys.every((k) => figures.has(k))) return;
       const v = value();
       console.log(`${v >= target ? "meets" : "MISSES"}  ${label}: ${v.toFixed(1)}${unit} (budget ≥ ${target}${unit})`);
     };
     console.log("\nBudget (DESIGN.md):");
     budget("REST Get with auth / ceiling", ["restGet"], () => ratio("restGet", "ceiling"), 30);
+    budget(
+      `logging: REST Get at LOG_LEVEL=${LOG_LEVEL} / at silent`,
+      ["restGet", "restGetSilent"],
+      () => ratio("restGet", "restGetSilent"),
+      95,
+    );
     budget("gRPC Get / REST Get", ["grpcGet", "restGet"], () => ratio("grpcGet", "restGet"), 70);
-    budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => rows.get("listFirst")!.rps, 3000, " req/s");
+    budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => figures.get("listFirst")!.rps, 3000, " req/s");
     budget("deep page / first page", ["listDeep", "listFirst"], () => ratio("listDeep", "listFirst"), 90);
-    budget("creates / single-row commits of the same engine", ["create"], () => (rows.get("create")!.rps / commitRate) * 100, 50);
-    if (rows.has("listFirst")) {
+    budget("creates / single-row commits of the same engine", ["create"], () => (figures.get("create")!.rps / commitRate) * 100, 50);
+    if (figures.has("listFirst")) {
       console.log(`        (List first page / bare fastify serving the same list bytes: ${ratio("listFirst", "ceilingList").toFixed(1)}%)`);
     }
   } finally {

@@ -351,6 +351,23 @@ test("an invite code created over REST and presented back never reaches the logs
   for (const secret of secrets) assert.ok(!raw.join("").includes(secret), "no secret in the logs so far");
 });
 
+test("the rpc line, formatted by the server rather than pino, is laid out as pino lays out its own lines", async () => {
+  const res = await rest(srv.url, "GET", `/iam/v2beta1/groups/${MISSING}`, undefined, { "x-request-id": "logs-layout-1" });
+  assert.equal(res.status, 404);
+  const line = await rpcLine("logs-layout-1");
+  // A line pino wrote itself (the start-up line, or any other that is not an rpc line).
+  const pinos = lines().filter((l) => l.msg !== "rpc");
+  assert.ok(pinos.length > 0, "pino wrote lines of its own");
+  const pinoLine = pinos[0]!;
+  const keys = Object.keys(line);
+  assert.deepEqual(keys, ["level", "time", "pid", "hostname", "reqId", "principal", "rpc", "protocol", "code", "durationMs", "msg"]);
+  assert.deepEqual(Object.keys(pinoLine).slice(0, 4), keys.slice(0, 4), "pino's own lines start the same way");
+  assert.equal(Object.keys(pinoLine).at(-1), "msg", "and end with msg");
+  assert.equal(line.pid, pinoLine.pid);
+  assert.equal(line.hostname, pinoLine.hostname);
+  assert.ok(Math.abs((line.time as number) - Date.now()) < 60_000, "time is epoch milliseconds, as pino writes it");
+});
+
 test("every line is JSON with a level and time; every rpc line has a request id", async () => {
   const all = lines();
   assert.ok(all.length >= 10);
@@ -404,4 +421,44 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
   const text = chunks.join("");
   assert.ok(text.split("\n").filter((l) => l !== "").length >= 6, "the calls were logged");
   for (const secret of mine) assert.ok(!text.includes(secret), `a secret (${secret.slice(0, 12)}…) appears in the trace logs`);
+});
+
+test("at LOG_LEVEL=warn, calls write no rpc line; a failing one still writes its error", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "platform-logs-warn-"));
+  const chunks: string[] = [];
+  const logStream = new PassThrough();
+  logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dir,
+    LOG_LEVEL: "warn",
+    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+  });
+  const quiet = await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir: dir })), logStream });
+  try {
+    const auth = { authorization: `Bearer ${await mintAdminToken(quiet)}` };
+    assert.equal((await rest(quiet.url, "GET", `/iam/v2beta1/groups/${MISSING}`, undefined, auth)).status, 404);
+    assert.equal(
+      (await rest(quiet.url, "GET", `/iam/v2beta1/groups/${BROKEN}`, undefined, { ...auth, "x-request-id": "logs-warn-1" })).status,
+      500,
+    );
+  } finally {
+    await quiet.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const written = chunks
+    .join("")
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as LogLine);
+  assert.deepEqual(
+    written.filter((l) => l.msg === "rpc"),
+    [],
+    "no rpc line below info",
+  );
+  assert.deepEqual(
+    written.filter((l) => l.level >= 50).map((l) => [l.msg, l.reqId]),
+    [["internal error", "logs-warn-1"]],
+  );
 });

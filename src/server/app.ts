@@ -35,7 +35,7 @@ import { HeaderView } from "./http/header-view.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
 import { nextRequestId, requestIdFrom } from "./http/request-id.js";
 import { bearerChallenge } from "./http/www-authenticate.js";
-import { loggerOptions } from "./observe/logging.js";
+import { serverLogging } from "./observe/logging.js";
 import { instrumentStore, Metrics, metricsTokenMatches } from "./observe/metrics.js";
 import { installDocs } from "./rest/docs.js";
 import { openApiDocument } from "./rest/openapi.js";
@@ -129,6 +129,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
+  const logging = serverLogging(config.logLevel, opts.logStream);
   const calls = new CallsInFlight();
   const observer: CallObserver = {
     started(protocol) {
@@ -140,17 +141,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       metrics.inFlight.add(-1, call.protocol);
       metrics.requests.inc(call.service, call.method, call.protocol, call.code);
       metrics.latency.observe(call.durationMs / 1000, call.service, call.method, call.protocol);
-      app.log.info(
-        {
-          reqId: call.requestId,
-          principal: call.principal,
-          rpc: `${call.service}/${call.method}`,
-          protocol: call.protocol,
-          code: call.code,
-          durationMs: Math.round(call.durationMs * 100) / 100,
-        },
-        "rpc",
-      );
+      logging.rpc(app.log, {
+        reqId: call.requestId,
+        principal: call.principal,
+        rpc: `${call.service}/${call.method}`,
+        protocol: call.protocol,
+        code: call.code,
+        durationMs: Math.round(call.durationMs * 100) / 100,
+      });
     },
   };
   const wrapped = createServiceBindings(deps).map((b) =>
@@ -173,7 +171,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 
   let front: OnePortServer | undefined;
   const app: FastifyInstance = Fastify({
-    logger: loggerOptions(config.logLevel, opts.logStream),
+    logger: logging.options,
     // Calls are logged once each, by the wrapper, on every protocol.
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
@@ -265,7 +263,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     restOperations: transcoder.operations,
     tokens,
     adminSubject: admin,
-    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, calls, config.shutdownGraceMs)),
+    // The log lines of every call answered are written before close() resolves (and the process exits).
+    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, calls, config.shutdownGraceMs).finally(logging.flush)),
   };
 }
 

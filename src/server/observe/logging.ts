@@ -1,15 +1,157 @@
-import type { FastifyServerOptions } from "fastify";
-
-/** Headers and fields that carry secrets: never written to a log line. */
-export const REDACTED = ["req.headers.authorization", "req.headers.cookie", 'req.headers["proxy-authorization"]', "headers.authorization"];
+import { writeSync } from "node:fs";
+import { hostname } from "node:os";
+import { isatty } from "node:tty";
+import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
 
 /**
- * pino options: JSON lines at LOG_LEVEL, secrets redacted; human-readable
- * (pino-pretty) when stdout is a terminal; or into a given stream (tests).
+ * Headers and fields that carry secrets: never written to a log line. pino
+ * applies these only to lines with a `req` or `headers` field, so the per-RPC
+ * line (which has neither, and no secret) pays nothing for them.
  */
-export function loggerOptions(level: string, stream?: NodeJS.WritableStream): FastifyServerOptions["logger"] {
+export const REDACTED = ["req.headers.authorization", "req.headers.cookie", 'req.headers["proxy-authorization"]', "headers.authorization"];
+
+/** The fields of the line each RPC writes, at info level, with msg "rpc". */
+export interface RpcFields {
+  reqId: string;
+  principal: string;
+  rpc: string;
+  protocol: string;
+  code: string;
+  durationMs: number;
+}
+
+/** How a server logs: pino options for fastify, the per-RPC line, and a flush for its shutdown. */
+export interface ServerLogging {
+  options: FastifyServerOptions["logger"];
+  /** Logs the line of one finished call through `log` (the server's root logger), as `log.info(fields, "rpc")` would. */
+  rpc(log: FastifyBaseLogger, fields: RpcFields): void;
+  /** Writes every line logged so far, synchronously: a stopping server calls it last. */
+  flush(): void;
+}
+
+/** Levels at which info lines are written (no custom levels are configured). */
+const INFO_ENABLED = new Set(["trace", "debug", "info"]);
+
+/**
+ * pino at LOG_LEVEL, secrets redacted: into a given stream (tests); else
+ * human-readable (pino-pretty) when stdout is a terminal; else JSON lines to
+ * stdout, written in batches (BatchedLineWriter).
+ *
+ * Where the lines are JSON, the per-RPC line is formatted here rather than by
+ * pino's generic serializer, which cost a busy server about 4 µs a line (twice
+ * this): the same keys in the same order as pino writes them (level, time, and
+ * pino's base pid and hostname first, msg last), which test/logs.test.ts checks
+ * against pino's own lines.
+ */
+export function serverLogging(level: string, stream?: NodeJS.WritableStream): ServerLogging {
   const base = { level, redact: { paths: REDACTED, censor: "[redacted]" } };
-  if (stream) return { ...base, stream };
-  if (process.stdout.isTTY) return { ...base, transport: { target: "pino-pretty", options: { translateTime: "SYS:HH:MM:ss.l" } } };
-  return base;
+  // isatty(1), not process.stdout.isTTY: creating process.stdout would make a piped fd 1 non-blocking.
+  if (!stream && isatty(1)) {
+    return {
+      options: { ...base, transport: { target: "pino-pretty", options: { translateTime: "SYS:HH:MM:ss.l" } } },
+      rpc: (log, fields) => log.info(fields, "rpc"),
+      flush: () => {},
+    };
+  }
+  const out = stream ?? stdoutLines();
+  const bindings = `,"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`;
+  return {
+    options: { ...base, stream: out },
+    rpc(log, f) {
+      if (!INFO_ENABLED.has(log.level)) return;
+      const duration = Number.isFinite(f.durationMs) ? f.durationMs : null;
+      out.write(
+        `{"level":30,"time":${Date.now()}${bindings},"reqId":${JSON.stringify(f.reqId)},"principal":${JSON.stringify(f.principal)},` +
+          `"rpc":${JSON.stringify(f.rpc)},"protocol":${JSON.stringify(f.protocol)},"code":${JSON.stringify(f.code)},"durationMs":${duration},"msg":"rpc"}\n`,
+      );
+    },
+    flush: () => (out instanceof BatchedLineWriter ? out.flushSync() : undefined),
+  };
+}
+
+let stdout: BatchedLineWriter | undefined;
+
+/** The one writer of fd 1 in this process; whatever it holds is written when the process exits, however it exits. */
+function stdoutLines(): BatchedLineWriter {
+  if (!stdout) {
+    const writer = new BatchedLineWriter(1);
+    // "exit" also runs on process.exit() and after an uncaught exception: the lines logged just before are kept.
+    process.once("exit", () => writer.flushSync());
+    stdout = writer;
+  }
+  return stdout;
+}
+
+/** Bytes of lines held before they are written within the turn: a burst cannot grow the buffer. */
+const BUFFER_BYTES = 64 * 1024;
+
+/**
+ * Log lines to a file descriptor in batches. A write(2) per line cost a busy
+ * server more than formatting the line: here each line is copied into one
+ * buffer as it is logged (while pino's freshly built string is still in the
+ * cache) and the buffer is written once the event-loop turn's I/O is done
+ * (setImmediate), or at once when it is full. The writes themselves stay
+ * synchronous, so no write is ever in flight: flushSync() at exit writes
+ * everything, in order, exactly once.
+ */
+export class BatchedLineWriter {
+  private readonly buffer = Buffer.allocUnsafe(BUFFER_BYTES);
+  private used = 0;
+  private scheduled = false;
+  /** Set once the reader has gone (EPIPE): lines are dropped from then on. */
+  private broken = false;
+  private readonly flushLater = () => {
+    this.scheduled = false;
+    this.flushSync();
+  };
+
+  constructor(private readonly fd: number) {}
+
+  /** pino's DestinationStream: one line, with its newline. */
+  write(line: string): void {
+    if (this.broken) return;
+    // UTF-8 takes at most 3 bytes per UTF-16 unit: with that much room, the whole line fits.
+    if (this.used + 3 * line.length > BUFFER_BYTES) {
+      this.flushSync();
+      if (3 * line.length > BUFFER_BYTES) return this.writeAll(Buffer.from(line));
+    }
+    this.used += this.buffer.write(line, this.used);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flushLater);
+    }
+  }
+
+  /** pino's logger.flush(cb). */
+  flush(cb?: (err?: Error) => void): void {
+    this.flushSync();
+    cb?.();
+  }
+
+  /** Writes every line held, now. */
+  flushSync(): void {
+    if (this.used === 0) return;
+    const held = this.buffer.subarray(0, this.used);
+    this.used = 0;
+    this.writeAll(held);
+  }
+
+  private writeAll(bytes: Buffer): void {
+    while (bytes.length > 0 && !this.broken) {
+      try {
+        // One write where the descriptor takes it all; a pipe may take part.
+        bytes = bytes.subarray(writeSync(this.fd, bytes));
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        // A full pipe that someone made non-blocking: wait for the reader, as a blocking write would.
+        if (code === "EAGAIN") Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+        // Logging never takes the API down: a broken pipe stops it, any other failure (a full disk) loses these lines.
+        else {
+          if (code === "EPIPE") this.broken = true;
+          else process.stderr.write(`platform-api: ${bytes.length} bytes of log lines lost: ${String(err)}\n`);
+          return;
+        }
+      }
+    }
+  }
 }
