@@ -1,4 +1,4 @@
-import { writeSync } from "node:fs";
+import { fstatSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { isatty } from "node:tty";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
@@ -88,6 +88,19 @@ const FLUSH_DELAY_MS = 25;
 /** Bytes of lines held before they are written: a burst cannot grow the buffer. */
 const BUFFER_BYTES = 64 * 1024;
 
+/** The most a write to a pipe may carry and stay whole (POSIX PIPE_BUF on Linux). */
+const PIPE_BUF = 4096;
+
+/** Whether fd is something other than a pipe or socket; unknown (a closed descriptor) counts as a pipe, the safe side. */
+function isRegularOrDevice(fd: number): boolean {
+  try {
+    const st = fstatSync(fd);
+    return !st.isFIFO() && !st.isSocket();
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Log lines to a file descriptor in batches. A write(2) per line cost a busy
  * server more than formatting the line: here each line is copied into one
@@ -96,7 +109,9 @@ const BUFFER_BYTES = 64 * 1024;
  * write per event-loop turn still cost a busy server ~5% of REST Get; one per
  * 25 ms costs ~2%), or at once when it is full. The writes themselves stay
  * synchronous, so no write is ever in flight: flushSync() at exit writes
- * everything, in order, exactly once.
+ * everything, in order, exactly once. To a pipe, each write carries whole
+ * lines and at most PIPE_BUF bytes, so the lines of several worker processes
+ * sharing it never interleave mid-line (to a file, each write is whole).
  */
 export class BatchedLineWriter {
   private readonly buffer = Buffer.allocUnsafe(BUFFER_BYTES);
@@ -109,7 +124,12 @@ export class BatchedLineWriter {
     this.flushSync();
   };
 
-  constructor(private readonly fd: number) {}
+  /** The largest write that stays whole on this descriptor. */
+  private readonly maxWrite: number;
+
+  constructor(private readonly fd: number) {
+    this.maxWrite = isRegularOrDevice(fd) ? Infinity : PIPE_BUF;
+  }
 
   /** pino's DestinationStream: one line, with its newline. */
   write(line: string): void {
@@ -134,10 +154,21 @@ export class BatchedLineWriter {
 
   /** Writes every line held, now. */
   flushSync(): void {
-    if (this.used === 0) return;
-    const held = this.buffer.subarray(0, this.used);
+    let held = this.buffer.subarray(0, this.used);
     this.used = 0;
-    this.writeAll(held);
+    while (held.length > 0) {
+      const end = held.length <= this.maxWrite ? held.length : this.lineEnd(held);
+      this.writeAll(held.subarray(0, end));
+      held = held.subarray(end);
+    }
+  }
+
+  /** Where the next write of held ends: after its last whole line within maxWrite, or after its first line if that alone is longer. */
+  private lineEnd(held: Buffer): number {
+    const within = held.lastIndexOf(0x0a, this.maxWrite - 1);
+    if (within >= 0) return within + 1;
+    const first = held.indexOf(0x0a);
+    return first >= 0 ? first + 1 : held.length;
   }
 
   private writeAll(bytes: Buffer): void {
