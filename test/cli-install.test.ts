@@ -13,9 +13,10 @@ import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { PACKAGE_VERSION } from "../src/package-root.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
+const VERSION = PACKAGE_VERSION;
 
 /** Our environment without npm's own settings (npm test exports npm_config_*), with npm's global prefix at prefix. */
 function npmEnv(prefix: string): NodeJS.ProcessEnv {

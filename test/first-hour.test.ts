@@ -16,6 +16,7 @@ import { after, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { ENVIRONMENT_VARIABLES } from "../src/config.js";
+import { PACKAGE_VERSION } from "../src/package-root.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { platformCli } from "./support/platform-cli.js";
 import { cleanEnv } from "./support/serve-process.js";
@@ -46,26 +47,31 @@ after(() => {
   for (const child of running) child.kill("SIGKILL");
 });
 
+/** `serve` as a child process: its output so far and its exit code once it has exited (and its output is read). */
+function spawnServe(extra: Record<string, string>, options: { uid?: number; gid?: number } = {}) {
+  const child = spawn(process.execPath, [BIN, "serve"], { cwd: ROOT, env: env(extra), stdio: ["ignore", "pipe", "pipe"], ...options });
+  running.add(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
+  child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
+  const exit = once(child, "close").then(([code]) => {
+    running.delete(child);
+    return code as number | null;
+  });
+  return { child, exit, stdout: () => stdout, stderr: () => stderr };
+}
+
 /** Starts `serve` on a free port and waits for its start-up line. */
 async function serve(extra: Record<string, string>): Promise<Serve> {
-  const child = spawn(process.execPath, [BIN, "serve"], {
-    cwd: ROOT,
-    env: env({ PORT: "0", ...extra }),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  running.add(child);
-  let out = "";
-  let err = "";
-  child.stdout!.setEncoding("utf8").on("data", (s: string) => (out += s));
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err += s));
-  const exit = once(child, "exit").then(([code]) => code as number | null);
+  const { child, exit, stdout, stderr } = spawnServe({ PORT: "0", ...extra });
   const lines = () =>
-    out
+    stdout()
       .split("\n")
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as { msg?: string; [key: string]: unknown });
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no start-up line in 30 s:\n${out}${err}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`no start-up line in 30 s:\n${stdout()}${stderr()}`)), 30_000);
     const look = () => {
       for (const line of lines()) {
         const m = /listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(line.msg ?? "");
@@ -75,10 +81,10 @@ async function serve(extra: Record<string, string>): Promise<Serve> {
         }
       }
     };
-    child.stdout!.on("data", look);
+    child.stdout.on("data", look);
     void exit.then((code) => {
       clearTimeout(timer);
-      reject(new Error(`serve exited with ${code}:\n${out}${err}`));
+      reject(new Error(`serve exited with ${code}:\n${stdout()}${stderr()}`));
     });
   });
   return {
@@ -87,32 +93,19 @@ async function serve(extra: Record<string, string>): Promise<Serve> {
     lines,
     stop: async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-      const code = await exit;
-      running.delete(child);
-      return code;
+      return exit;
     },
   };
 }
 
 /** Runs `serve` that is expected to fail at start; resolves with its exit code and output. */
-function failingServe(extra: Record<string, string>, options: { uid?: number; gid?: number } = {}) {
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "serve"], { cwd: ROOT, env: env(extra), stdio: ["ignore", "pipe", "pipe"], ...options });
-    running.add(child);
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
-    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`serve did not exit within 30 s:\n${stdout}${stderr}`));
-    }, 30_000);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      running.delete(child);
-      resolve({ code, stdout, stderr });
-    });
-  });
+async function failingServe(extra: Record<string, string>, options: { uid?: number; gid?: number } = {}) {
+  const { child, exit, stdout, stderr } = spawnServe(extra, options);
+  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  const code = await exit;
+  clearTimeout(timer);
+  if (code === null) throw new Error(`serve did not exit within 30 s:\n${stdout()}${stderr()}`);
+  return { code, stdout: stdout(), stderr: stderr() };
 }
 
 /** One line on stderr, no stack trace, exit code 2. */
@@ -246,7 +239,7 @@ describe("a running server", () => {
 
   test("says in one line what it is, where it listens, where its data and docs are", async () => {
     a = await serve({ PLATFORM_DATA_DIR: dataDir, PLATFORM_BASE_URL: baseUrl });
-    const version = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
+    const version = PACKAGE_VERSION;
     const start = a.lines().filter((l) => /listening/i.test(l.msg ?? ""));
     assert.equal(start.length, 1, "exactly one start-up line");
     const line = start[0]!;

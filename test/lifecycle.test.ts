@@ -18,13 +18,15 @@ import * as grpc from "@grpc/grpc-js";
 import Database from "better-sqlite3";
 import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { PACKAGE_VERSION } from "../src/package-root.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { within } from "./support/assertions.js";
 import { seedDataDir } from "./support/seed-data-dir.js";
+import { cleanEnv } from "./support/serve-process.js";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
-const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
+const VERSION = PACKAGE_VERSION;
 /** The commands every build has, and import-advisories where src/cli.ts defines it. */
 const COMMANDS = [
   "serve",
@@ -49,14 +51,7 @@ function tempDir(): string {
 }
 
 /** The environment of a child: ours without any setting the server reads, plus `env`. */
-function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
-  const out: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (/^(PORT|HOST|LOG_LEVEL|PLATFORM_.*|NODE_TEST_CONTEXT|NODE_OPTIONS)$/.test(k)) continue;
-    out[k] = v;
-  }
-  return { ...out, ...env };
-}
+const childEnv = cleanEnv;
 
 /** A started `platform-api` child: its output so far and how it ended. */
 interface Cli {

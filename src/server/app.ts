@@ -253,7 +253,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     app.log.level = level;
   }
   const port = (app.server.address() as AddressInfo).port;
-  app.log.info(startupFacts(config, port), startupLine(config, port));
+  const facts = startupFacts(config, port);
+  app.log.info(facts, startupLine(facts));
   let closing: Promise<void> | undefined;
   return {
     port,
@@ -281,8 +282,7 @@ function startupFacts(config: Config, port: number) {
   };
 }
 
-function startupLine(config: Config, port: number): string {
-  const f = startupFacts(config, port);
+function startupLine(f: ReturnType<typeof startupFacts>): string {
   const backend = f.backend === "postgresql" ? "PostgreSQL" : "SQLite";
   return `platform-api ${f.version} listening on ${f.listen} (REST, gRPC, Connect, gRPC-Web) · ${backend} ${f.data} · docs ${f.docs}`;
 }

@@ -69,7 +69,7 @@ function contentSecurityPolicy(apiUrl: string): string {
 export function installDocs(app: FastifyInstance, document: object, apiUrl: string): void {
   const root = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
   const files = new Map(Object.entries(ASSETS).map(([name, type]) => [name, { type, bytes: readFileSync(join(root, name)) }]));
-  const json = JSON.stringify(document);
+  const json = `${JSON.stringify(document)}\n`;
   const csp = contentSecurityPolicy(apiUrl);
   app.register(async (docs) => {
     docs.addHook("onSend", async (_req, reply, payload) => {
@@ -78,7 +78,7 @@ export function installDocs(app: FastifyInstance, document: object, apiUrl: stri
     });
     installPages(docs, files);
   });
-  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(`${json}\n`));
+  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(json));
 }
 
 function installPages(app: FastifyInstance, files: Map<string, { type: string; bytes: Buffer }>): void {
