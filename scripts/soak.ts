@@ -9,7 +9,9 @@
  * ListGroups page walks that follow nextPageToken, Validate = GET
  * /auth/v1/ok), 30% writes (CreateGroup, UpdateGroup, DeleteGroup of the
  * worker's own groups). Every call's latency and outcome is recorded; the
- * server's VmRSS is read every second.
+ * server's VmRSS is read every second, and in the middle of the run and at
+ * its end the server's inspector (started with --inspect on loopback) runs a
+ * full garbage collection before its live heap and RSS are read.
  *
  * At the end of --seconds, with the workers still running at full rate, the
  * server gets SIGTERM. Every call settled after the signal (the ones in
@@ -20,10 +22,12 @@
  * broken under a sent request, or a refusal of a call the server did run.
  * The server must then exit 0.
  *
- *   npx tsx scripts/soak.ts [--seconds 180] [--concurrency 32] [--quick]
+ *   npm run soak -- [--seconds 180] [--concurrency 32] [--quick]
  *
- * --quick is --seconds 10 --concurrency 8. Exits 1 on any error, any reset,
- * an exit other than 0, or RSS growth beyond the bound below.
+ * (node --experimental-websocket --import tsx scripts/soak.ts on Node 20.)
+ * --quick is --seconds 30 --concurrency 8: long enough for the caches to fill
+ * before the middle of the run. Exits 1 on any error, any reset, an exit
+ * other than 0, or memory growth beyond the bounds below.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -31,8 +35,9 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { mintAdminToken, startServerProcess, type ServerProcess } from "./support/cli-server.js";
+import { connectHeapProbe, type HeapProbe } from "./support/heap-probe.js";
 import { restCreateGroup } from "./support/groups-client.js";
-import { cpuSeconds, sampleRss, watchAccessLog, type RssSample } from "./support/server-watch.js";
+import { cpuSeconds, residentKib, sampleRss, watchAccessLog, type RssSample } from "./support/server-watch.js";
 import { CallFailedError, grpcSoakApi, restSoakApi, type Protocol, type SoakApi } from "./support/soak-api.js";
 import { count, FailureTally, LatencyLog, mib, ms } from "./support/soak-stats.js";
 
@@ -43,10 +48,16 @@ const PAGE_SIZE = 20;
 const WALK_PAGES = 5;
 /** Groups a worker keeps of its own: below the first it does not delete, at the second it does not create. */
 const OWN_GROUPS = [5, 40] as const;
-/** RSS is compared from this share of the run (after warm-up) to the end. */
-const WARM_UP_SHARE = 0.1;
-/** Growth fails the soak only beyond both bounds: generous, to catch a leak and not the JIT or SQLite's cache. */
-const RSS_GROWTH_LIMIT = { percent: 50, mib: 64 };
+/**
+ * Memory is read twice, each time right after a full garbage collection: in
+ * the middle of the run and at its end. Growth before the middle is warm-up
+ * (the caches fill to their budgets, V8 sizes its heap to the allocation rate
+ * and may let the old generation grow to several times the live data, so raw
+ * RSS says little); a leak keeps growing in the second half.
+ */
+const CHECKPOINT_SHARE = 0.5;
+/** Growth from the middle to the end fails the soak beyond both bounds: the live JS heap, and RSS for native memory. */
+const GROWTH_LIMITS = { heap: { percent: 20, mib: 12 }, rss: { percent: 50, mib: 64 } } as const;
 /** The access log is read from this long before the signal, to cover every call in flight at it. */
 const LOG_LEAD_MS = 5_000;
 
@@ -69,7 +80,7 @@ const { values: args } = parseArgs({
     quick: { type: "boolean", default: false },
   },
 });
-const seconds = positive("seconds", args.seconds ?? (args.quick ? "10" : "180"));
+const seconds = positive("seconds", args.seconds ?? (args.quick ? "30" : "180"));
 const concurrency = positive("concurrency", args.concurrency ?? (args.quick ? "8" : "32"));
 /** Workers 0 … restWorkers-1 call over REST, the others over gRPC. */
 const restWorkers = Math.ceil(concurrency / 2);
@@ -230,31 +241,41 @@ function judgeDrain(run: Run, ranOnServer: ReadonlySet<string>) {
   return { before, after, refusals, resets, errors };
 }
 
-/**
- * The RSS figures. RSS swings by tens of MiB with each major GC, so "after
- * warm-up" is the median of the samples from 10% to 20% of the run and "end"
- * the median of the last 10%; tenths are the median of each tenth, to show
- * the trend.
- */
-function rssFigures(samples: readonly RssSample[], soakMs: number) {
+/** RSS samples for the trend: the median of each tenth of the run, and the peak. */
+function rssTrend(samples: readonly RssSample[], soakMs: number) {
   const median = (from: number, to: number): number | undefined => {
     const kib = samples.filter((s) => s.atMs >= from * soakMs && s.atMs < to * soakMs).map((s) => s.kib);
     kib.sort((a, b) => a - b);
     return kib.length === 0 ? undefined : kib[Math.floor((kib.length - 1) / 2)];
   };
-  const warm = median(WARM_UP_SHARE, 2 * WARM_UP_SHARE) ?? samples[0]!.kib;
-  const end = median(1 - WARM_UP_SHARE, 2) ?? samples[samples.length - 1]!.kib;
   const tenths = Array.from({ length: 10 }, (_, i) => median(i / 10, (i + 1) / 10));
-  const growthKib = end - warm;
-  const percent = (growthKib / warm) * 100;
-  const peak = Math.max(...samples.map((s) => s.kib));
-  const exceeded = percent > RSS_GROWTH_LIMIT.percent && growthKib / 1024 > RSS_GROWTH_LIMIT.mib;
-  return { warm, end, tenths, growthKib, percent, peak, exceeded };
+  return { tenths, peak: Math.max(...samples.map((s) => s.kib)) };
+}
+
+/** One memory figure from the middle of the run to its end, judged against its limit. */
+function growth(midKib: number, endKib: number, limit: { percent: number; mib: number }) {
+  const kib = endKib - midKib;
+  const percent = (kib / midKib) * 100;
+  const exceeded = percent > limit.percent && kib / 1024 > limit.mib;
+  const text = `${mib(midKib)} → ${mib(endKib)} (${kib >= 0 ? "+" : ""}${mib(kib)}, ${percent.toFixed(1)}%)`;
+  return { text, exceeded, limit: `fails beyond +${limit.percent}% and +${limit.mib} MiB` };
 }
 
 function machine(): string {
   const cpu = os.cpus()[0]?.model.trim() ?? "unknown CPU";
   return `${os.availableParallelism()} cores (${cpu}), ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.type()} ${os.release()}, Node ${process.version}; client and server share the cores`;
+}
+
+/** The server's memory right after a full GC. */
+interface MemoryReading {
+  heapKib: number;
+  rssKib: number;
+}
+
+/** Collects garbage in the server, then reads its live heap and its RSS. */
+async function readMemory(probe: HeapProbe, pid: number): Promise<MemoryReading> {
+  const heapKib = (await probe.liveBytes()) / 1024;
+  return { heapKib, rssKib: residentKib(pid) ?? Number.NaN };
 }
 
 /** What the soak and the drain measured, before judgement. */
@@ -265,6 +286,8 @@ interface Outcome {
   /** Percent of one core over the soak. */
   cpu: { server: number; client: number };
   rss: RssSample[];
+  /** Right after a full GC, in the middle of the run and at its end. */
+  memory: { mid: MemoryReading; end: MemoryReading };
   exit: { code: number | null; signal: NodeJS.Signals | null };
   exitMs: number;
   /** Request ids in the server's access log from shortly before the signal to its exit. */
@@ -272,7 +295,7 @@ interface Outcome {
 }
 
 /** Runs the workers for --seconds, then sends SIGTERM under full load and waits for the server to exit. */
-async function soakThenSignal(server: ServerProcess, token: string, seeded: Seeded): Promise<Outcome> {
+async function soakThenSignal(server: ServerProcess, token: string, seeded: Seeded, probe: HeapProbe): Promise<Outcome> {
   const accessLog = watchAccessLog(server);
   const apis = { rest: restSoakApi(server.url, token), grpc: grpcSoakApi(server.port, token) };
   const run: Run = {
@@ -301,12 +324,15 @@ async function soakThenSignal(server: ServerProcess, token: string, seeded: Seed
   );
 
   const leadMs = Math.min(LOG_LEAD_MS, (seconds * 1000) / 2);
+  const memoryMid = sleep(seconds * 1000 * CHECKPOINT_SHARE).then(() => readMemory(probe, server.pid));
   await sleep(seconds * 1000 - leadMs);
   accessLog.start();
   await sleep(leadMs);
   clearInterval(progress);
   rss.stop();
   const soakMs = performance.now() - started;
+  const memory = { mid: await memoryMid, end: await readMemory(probe, server.pid) };
+  await probe.close();
   const inFlightAtSignal = { ...run.inFlight };
   const clientUsed = process.cpuUsage(clientCpu);
   const cpu = {
@@ -322,14 +348,16 @@ async function soakThenSignal(server: ServerProcess, token: string, seeded: Seed
   await Promise.all(workers);
   apis.grpc.close();
   await Promise.race([accessLog.ended, sleep(10_000)]);
-  return { run, soakMs, inFlightAtSignal, cpu, rss: rss.samples, exit, exitMs, ranOnServer: accessLog.ran };
+  return { run, soakMs, inFlightAtSignal, cpu, rss: rss.samples, memory, exit, exitMs, ranOnServer: accessLog.ran };
 }
 
 /** Prints the summary and its figure line; returns the problems found. */
 function report(o: Outcome, server: ServerProcess): string[] {
   const { run, soakMs, exit } = o;
   const drain = judgeDrain(run, o.ranOnServer);
-  const memory = rssFigures(o.rss, soakMs);
+  const trend = rssTrend(o.rss, soakMs);
+  const heap = growth(o.memory.mid.heapKib, o.memory.end.heapKib, GROWTH_LIMITS.heap);
+  const rss = growth(o.memory.mid.rssKib, o.memory.end.rssKib, GROWTH_LIMITS.rss);
   const total = run.calls.rest + run.calls.grpc;
   const errors = run.failures.total + drain.before.errors + drain.after.errors;
   const resets = drain.before.resets + drain.after.resets;
@@ -359,13 +387,9 @@ function report(o: Outcome, server: ServerProcess): string[] {
       `  ${key.padEnd(17)} ${count(s.calls).padStart(9)} calls  p50 ${ms(s.p50).padStart(8)}  p99 ${ms(s.p99).padStart(8)}  max ${ms(s.max).padStart(8)}`,
     );
   }
+  console.log(`memory after a full GC, mid-run → end: live heap ${heap.text}, ${heap.limit}; RSS ${rss.text}, ${rss.limit}`);
   console.log(
-    `rss: ${mib(memory.warm)} after warm-up (median of 10-20% of the run), ${mib(memory.end)} at the end (median of the last 10%), ` +
-      `growth ${mib(memory.growthKib)} (${memory.percent.toFixed(1)}%), peak ${mib(memory.peak)}, ${o.rss.length} samples; ` +
-      `fails beyond +${RSS_GROWTH_LIMIT.percent}% and +${RSS_GROWTH_LIMIT.mib} MiB`,
-  );
-  console.log(
-    `rss by tenth of the run (MiB): ${memory.tenths.map((kib) => (kib === undefined ? "-" : (kib / 1024).toFixed(0))).join(" ")}`,
+    `rss by tenth of the run (MiB): ${trend.tenths.map((kib) => (kib === undefined ? "-" : (kib / 1024).toFixed(0))).join(" ")}; peak ${mib(trend.peak)}`,
   );
   console.log(
     `cpu: server ${o.cpu.server.toFixed(0)}% of one core, soak client ${o.cpu.client.toFixed(0)}% of one core (${os.availableParallelism()} cores)`,
@@ -379,10 +403,9 @@ function report(o: Outcome, server: ServerProcess): string[] {
   console.log(`server exit: ${exitStatus}, ${Math.round(o.exitMs)} ms after SIGTERM`);
   console.log(`errors: ${errors}`);
   console.log(`resets: ${resets}`);
-  const growth = `${memory.growthKib >= 0 ? "+" : ""}${mib(memory.growthKib)}, ${memory.percent.toFixed(1)}%`;
   console.log(
     `figure: ${seconds} s soak, ${concurrency} workers, ${count(total)} calls (REST ${perSecond(run.calls.rest)} req/s p99 ${ms(rs.p99)}, ` +
-      `gRPC ${perSecond(run.calls.grpc)} req/s p99 ${ms(gs.p99)}), ${errors} errors, RSS ${mib(memory.warm)} → ${mib(memory.end)} (${growth}), ` +
+      `gRPC ${perSecond(run.calls.grpc)} req/s p99 ${ms(gs.p99)}), ${errors} errors, live heap ${heap.text}, RSS ${rss.text} (mid-run → end, after a full GC), ` +
       `SIGTERM with ${inFlight} in flight: ${resets} resets, exit ${exitStatus}`,
   );
 
@@ -391,21 +414,24 @@ function report(o: Outcome, server: ServerProcess): string[] {
     ...drain.errors.slice(0, 10).map((e) => `error after the signal: ${e}`),
     ...drain.resets.slice(0, 20).map((r) => `reset: ${r}`),
     ...(exit.code === 0 ? [] : [`the server exited ${exitStatus} on SIGTERM:\n${server.logTail()}`]),
-    ...(memory.exceeded ? [`RSS grew ${mib(memory.growthKib)} (${memory.percent.toFixed(1)}%)`] : []),
+    ...(heap.exceeded ? [`the live heap grew: ${heap.text}`] : []),
+    ...(rss.exceeded ? [`RSS grew: ${rss.text}`] : []),
     ...(inFlight === 0 ? ["no call was in flight at the signal: the drain was not exercised"] : []),
   ];
 }
 
 async function main(): Promise<number> {
   const dataDir = mkdtempSync(join(os.tmpdir(), "platform-soak-"));
-  const server = await startServerProcess(dataDir);
+  const server = await startServerProcess(dataDir, { inspect: true });
+  if (server.inspectorUrl === undefined) throw new Error(`the server printed no inspector URL:\n${server.logTail()}`);
+  const probe = await connectHeapProbe(server.inspectorUrl);
   const token = await mintAdminToken(dataDir);
   const seeded = await seed(server.url, token);
   console.log(
     `soak: ${seconds} s, ${concurrency} workers (${restWorkers} REST, ${concurrency - restWorkers} gRPC), server pid ${server.pid}, data in ${dataDir}`,
   );
   console.log(`machine: ${machine()}`);
-  const problems = report(await soakThenSignal(server, token, seeded), server);
+  const problems = report(await soakThenSignal(server, token, seeded, probe), server);
   if (problems.length > 0) {
     console.log(`\n${problems.length} problem(s):\n  ${problems.join("\n  ")}`);
     console.log(`data kept in ${dataDir}`);

@@ -5,14 +5,14 @@ import { fileURLToPath } from "node:url";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-/** A liveness bound for the quick soak: ~10 s of load plus the server's start and stop. */
+/** A liveness bound for the quick soak: ~30 s of load plus the server's start and stop. */
 const SCRIPT_TIMEOUT_MS = 120_000;
 
-/** Runs scripts/soak.ts with tsx from the repository root; resolves with its exit code and output. */
+/** Runs scripts/soak.ts with tsx from the repository root (WebSocket for its heap probe); resolves with its exit code and output. */
 function runSoak(args: readonly string[]): Promise<{ code: number; output: string }> {
   return new Promise((resolve, reject) => {
     // SIGTERM before the test's own bound, so the script stops the server it started.
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/soak.ts", ...args], {
+    const child = spawn(process.execPath, ["--experimental-websocket", "--import", "tsx", "scripts/soak.ts", ...args], {
       cwd: ROOT,
       stdio: ["ignore", "pipe", "pipe"],
       timeout: SCRIPT_TIMEOUT_MS - 10_000,
@@ -27,7 +27,7 @@ function runSoak(args: readonly string[]): Promise<{ code: number; output: strin
 }
 
 test(
-  "mixed REST and gRPC load: no errors, bounded RSS, and SIGTERM under load drains without resets",
+  "mixed REST and gRPC load: no errors, no memory growth once warm, and SIGTERM under load drains without resets",
   { timeout: SCRIPT_TIMEOUT_MS },
   async () => {
     const run = await runSoak(["--quick"]);

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { inspectorUrl } from "./heap-probe.js";
 
 /** The repository root: the scripts run the real command from there, as a user would. */
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -44,6 +45,8 @@ export interface ServerProcess {
   exited: Promise<ServerExit>;
   /** The last lines the process printed, for error reports. */
   logTail(): string;
+  /** The inspector's WebSocket URL, when started with `inspect`. */
+  inspectorUrl?: string;
 }
 
 /** Pids of the servers (and their wrappers) still running, killed if the script ends first. */
@@ -69,13 +72,15 @@ function killLeftoversOnExit(): void {
 /**
  * Starts `node bin/platform-api.js serve` over dataDir on a free port and
  * resolves once its JSON log says "platform-api … listening on http://…". wrapper, if given,
- * is a command line the server runs under (e.g. strace and its options).
+ * is a command line the server runs under (e.g. strace and its options); inspect starts
+ * node's inspector on a free loopback port (see heap-probe.ts).
  */
 export function startServerProcess(
   dataDir: string,
-  opts: { wrapper?: string[]; env?: Record<string, string> } = {},
+  opts: { wrapper?: string[]; env?: Record<string, string>; inspect?: boolean } = {},
 ): Promise<ServerProcess> {
-  const argv = [...(opts.wrapper ?? []), process.execPath, "bin/platform-api.js", "serve"];
+  const node = opts.inspect ? [process.execPath, "--inspect=127.0.0.1:0"] : [process.execPath];
+  const argv = [...(opts.wrapper ?? []), ...node, "bin/platform-api.js", "serve"];
   const env = { ...environment(dataDir, "info"), ...opts.env };
   const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
   const tail: string[] = [];
@@ -94,7 +99,11 @@ export function startServerProcess(
       resolve({ code, signal });
     }),
   );
-  createInterface({ input: child.stderr! }).on("line", remember);
+  let inspector: string | undefined;
+  createInterface({ input: child.stderr! }).on("line", (line) => {
+    inspector ??= inspectorUrl(line);
+    remember(line);
+  });
   const lines = createInterface({ input: child.stdout! });
 
   return new Promise((resolve, reject) => {
@@ -118,7 +127,7 @@ export function startServerProcess(
       clearTimeout(timer);
       pids.push(address.pid);
       running.add(address.pid);
-      resolve({ ...address, child, exited, logTail });
+      resolve({ ...address, child, exited, logTail, ...(inspector === undefined ? {} : { inspectorUrl: inspector }) });
     });
   });
 }
