@@ -24,7 +24,6 @@ import { cleanEnv } from "./support/serve-process.js";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const BIN = join(ROOT, "bin/platform-api.js");
 const scratch = mkdtempSync(join(tmpdir(), "first-hour-"));
-chmodSync(scratch, 0o755);
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
 let dirs = 0;
@@ -47,9 +46,13 @@ after(() => {
   for (const child of running) child.kill("SIGKILL");
 });
 
-/** `serve` as a child process: its output so far and its exit code once it has exited (and its output is read). */
-function spawnServe(extra: Record<string, string>, options: { uid?: number; gid?: number } = {}) {
-  const child = spawn(process.execPath, [BIN, "serve"], { cwd: ROOT, env: env(extra), stdio: ["ignore", "pipe", "pipe"], ...options });
+/**
+ * `serve` as a child process, under the command line `wrapper` if given: its output so far and its exit code once it has
+ * exited (and its output is read).
+ */
+function spawnServe(extra: Record<string, string>, wrapper: readonly string[] = []) {
+  const argv = [...wrapper, process.execPath, BIN, "serve"];
+  const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: env(extra), stdio: ["ignore", "pipe", "pipe"] });
   running.add(child);
   let stdout = "";
   let stderr = "";
@@ -99,8 +102,8 @@ async function serve(extra: Record<string, string>): Promise<Serve> {
 }
 
 /** Runs `serve` that is expected to fail at start; resolves with its exit code and output. */
-async function failingServe(extra: Record<string, string>, options: { uid?: number; gid?: number } = {}) {
-  const { child, exit, stdout, stderr } = spawnServe(extra, options);
+async function failingServe(extra: Record<string, string>, wrapper: readonly string[] = []) {
+  const { child, exit, stdout, stderr } = spawnServe(extra, wrapper);
   const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
   const code = await exit;
   clearTimeout(timer);
@@ -192,10 +195,11 @@ describe("start-up failures are one line and exit code 2", () => {
   test("the data directory is not writable by the server's user", async () => {
     const dir = freshPath("read-only");
     mkdirSync(dir, { mode: 0o700 });
-    // As root every directory is writable: run the server as nobody instead, over a root-owned directory.
-    const asNobody = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : {};
-    if (process.getuid?.() !== 0) chmodSync(dir, 0o500);
-    const run = await failingServe({ PORT: "0", PLATFORM_DATA_DIR: dir, HOME: scratch }, asNobody);
+    chmodSync(dir, 0o500);
+    // Root writes anywhere through CAP_DAC_OVERRIDE: as root, the server runs without capabilities (still uid 0, so it
+    // reads the checkout wherever it is cloned), and the directory's owner bits apply to it as to anyone.
+    const withoutCapabilities = process.getuid?.() === 0 ? ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"] : [];
+    const run = await failingServe({ PORT: "0", PLATFORM_DATA_DIR: dir }, withoutCapabilities);
     assertOneLine(run, new RegExp(`cannot use data directory ${dir}: permission denied \\(EACCES\\)`));
   });
 
