@@ -405,6 +405,24 @@ async function measure(
         run: () => load("REST Get, logging pair: LOG_LEVEL=silent", `http://127.0.0.1:${pair!.silent.port}${getPath}`),
       },
       { key: "listFirst", run: () => load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`) },
+      {
+        key: "listFirstBrotli",
+        run: () =>
+          load(`REST List 50 of ${GROUPS} (first page, Accept-Encoding as fetch sends it: br)`, `${base}/iam/v2beta1/groups?page_size=50`, {
+            headers: { "accept-encoding": "gzip, deflate, br" },
+          }),
+      },
+      {
+        key: "listFirstGzip",
+        run: () =>
+          load(
+            `REST List 50 of ${GROUPS} (first page, Accept-Encoding: gzip as curl --compressed)`,
+            `${base}/iam/v2beta1/groups?page_size=50`,
+            {
+              headers: { "accept-encoding": "gzip" },
+            },
+          ),
+      },
       { key: "listDeep", run: () => load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath) },
       {
         key: "listWalk",

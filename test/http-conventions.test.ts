@@ -320,6 +320,11 @@ describe("compression", () => {
     assert.equal(list.status, 200);
     assert.equal(list.headers["content-encoding"], "gzip");
     assert.equal((JSON.parse(zlib.gunzipSync(list.body).toString()) as { groups: unknown[] }).groups.length, 12);
+    const brList = await rawRequest(`${srv.url}/iam/v2beta1/groups?uidp.children_of=${org.uid}`, {
+      headers: { ...headers, "accept-encoding": "br" },
+    });
+    assert.equal(brList.headers["content-encoding"], "br");
+    assert.deepEqual(zlib.brotliDecompressSync(brList.body), zlib.gunzipSync(list.body), "the same body in either coding");
     const one = await rawRequest(`${srv.url}/iam/v2beta1/groups/${org.uid}`, { headers });
     assert.equal(one.status, 200);
     assert.equal(one.headers["content-encoding"], undefined);

@@ -19,9 +19,25 @@ const MIN_COMPRESS_BYTES = 1024;
 /** Text-like types; images and archives are compressed already. */
 const COMPRESSIBLE = /^(application\/(json|javascript|openmetrics-text)|text\/|image\/svg\+xml)/i;
 /** Quality 4 is about as fast as gzip -6 and still smaller. */
-const BROTLI = { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4 } };
+const BROTLI_QUALITY = 4;
+/** Bodies up to this size are compressed on the event loop: a trip to the thread pool costs more. */
+const SYNC_COMPRESS_BYTES = 64 * 1024;
 const gzip = promisify(zlib.gzip);
 const brotli = promisify(zlib.brotliCompress);
+
+/** Window and size hint fitted to the body, so a small reply does not allocate brotli's 4 MiB default window. */
+function brotliOptions(bytes: number): zlib.BrotliOptions {
+  const lgwin = Math.min(zlib.constants.BROTLI_MAX_WINDOW_BITS, Math.max(zlib.constants.BROTLI_MIN_WINDOW_BITS, Math.ceil(Math.log2(bytes + 1))));
+  const { BROTLI_PARAM_QUALITY, BROTLI_PARAM_LGWIN, BROTLI_PARAM_SIZE_HINT } = zlib.constants;
+  return { params: { [BROTLI_PARAM_QUALITY]: BROTLI_QUALITY, [BROTLI_PARAM_LGWIN]: lgwin, [BROTLI_PARAM_SIZE_HINT]: bytes } };
+}
+
+/** The body in `coding`: on the event loop when small, in the thread pool otherwise. */
+function compress(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | Promise<Buffer> {
+  const small = bytes <= SYNC_COMPRESS_BYTES;
+  if (coding === "br") return small ? zlib.brotliCompressSync(payload, brotliOptions(bytes)) : brotli(payload, brotliOptions(bytes));
+  return small ? zlib.gzipSync(payload) : gzip(payload);
+}
 
 /**
  * The request coding a Content-Encoding header names: null for none (or
@@ -93,7 +109,7 @@ export function installResponseCompression(app: FastifyInstance, skip: (req: Fas
     const bytes = Buffer.byteLength(payload);
     const coding = bytes >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
     if (coding === null) return payload;
-    const body = coding === "br" ? await brotli(payload, BROTLI) : await gzip(payload);
+    const body = await compress(payload, bytes, coding);
     reply.header("content-encoding", coding).removeHeader("content-length");
     return body;
   });
