@@ -438,6 +438,15 @@ async function measure(
           (await grpcLoad("gRPC Get group (grpc-js client, client-bound)", server.port, seeded.uid, seeded.token)),
       },
       {
+        key: "connectGet",
+        run: () =>
+          load("Connect Get group (protobuf POST, as connect-web sends it)", `${base}/platformapi.iam.v2beta1.GroupsService/GetGroup`, {
+            method: "POST",
+            headers: { "content-type": "application/proto" },
+            body: Buffer.from(toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: seeded.uid }))),
+          }),
+      },
+      {
         key: "create",
         run: () =>
           load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {

@@ -13,6 +13,7 @@ import { compressionGzip, createConnectTransport } from "@connectrpc/connect-nod
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { CreateGroupRequestSchema, GetGroupRequestSchema, GroupSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { frame, parseFrames } from "./support/grpc-web-frames.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "/platformapi.iam.v2beta1.GroupsService";
@@ -52,37 +53,6 @@ function grpcWebHeaderStatus(res: Response) {
   const info = status.details.find((d) => d.typeUrl.endsWith("google.rpc.ErrorInfo"));
   assert.ok(info, "an ErrorInfo detail");
   return { grpcStatus: Number(res.headers.get("grpc-status")), info: fromBinary(ErrorInfoSchema, info.value) };
-}
-
-/** One gRPC-Web frame: flags, big-endian length, payload. */
-function frame(flags: number, payload: Uint8Array): Buffer {
-  const prefix = Buffer.alloc(5);
-  prefix.writeUInt8(flags, 0);
-  prefix.writeUInt32BE(payload.byteLength, 1);
-  return Buffer.concat([prefix, payload]);
-}
-
-/** Splits a gRPC-Web body into its data messages and its trailers. */
-function parseFrames(body: Buffer): { messages: Buffer[]; trailers: Map<string, string> } {
-  const messages: Buffer[] = [];
-  const trailers = new Map<string, string>();
-  let at = 0;
-  while (at < body.byteLength) {
-    const flags = body.readUInt8(at);
-    const length = body.readUInt32BE(at + 1);
-    const payload = body.subarray(at + 5, at + 5 + length);
-    assert.equal(payload.byteLength, length, "a whole frame");
-    at += 5 + length;
-    if ((flags & 0x80) === 0) {
-      messages.push(payload);
-      continue;
-    }
-    for (const line of payload.toString("utf8").split("\r\n")) {
-      const colon = line.indexOf(":");
-      if (colon > 0) trailers.set(line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim());
-    }
-  }
-  return { messages, trailers };
 }
 
 /** A unary call in gRPC-Web text mode, as Google's grpc-web client makes it. */

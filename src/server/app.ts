@@ -206,6 +206,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         .set(clientAddressKey, req.socket.remoteAddress ?? ""),
     shutdownTimeoutMs: config.shutdownGraceMs,
     maxMessageBytes: config.maxMessageBytes,
+    registry,
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
   app.get("/metrics", async (req, reply) => {

@@ -1,4 +1,4 @@
-import { create, createRegistry, toBinary, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { create, createRegistry, toBinary, toJson, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
 import { anyPack, AnySchema, type Any } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -8,7 +8,7 @@ import {
   PreconditionFailureSchema,
 } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema, type Status } from "../../gen/google/rpc/status_pb.js";
-import { ApiError } from "../domain/errors.js";
+import { ApiError, invalidField, type InvalidArgumentError } from "../domain/errors.js";
 
 /** A detail as ConnectError accepts it: a message descriptor and its value. */
 type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
@@ -23,6 +23,11 @@ const detailRegistry = createRegistry(file_google_rpc_error_details);
  * whichever layer refused it. The README lists the domains and reasons.
  */
 export const DEFAULT_ERROR_DOMAIN = "platform.api";
+
+/** What every protocol answers for a request that is not its type's protobuf encoding. */
+export function undecodableRequest(schema: DescMessage): InvalidArgumentError {
+  return invalidField("request", `is not a valid protobuf encoding of ${schema.typeName}`);
+}
 
 /** ErrorInfo.domain of a service's errors: "iam.platform.api" for platformapi.iam.v2beta1.*; other packages (health) get the default. */
 export function areaErrorDomain(serviceTypeName: string): string {

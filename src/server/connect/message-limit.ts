@@ -44,6 +44,9 @@ export function boundedCompressions(limit: number, domain = DEFAULT_ERROR_DOMAIN
 /** Enveloped bodies (gRPC-Web, Connect streaming) carry length-prefixed messages; other Connect bodies are one message. */
 const ENVELOPED = /^application\/(grpc|connect\+)/i;
 
+/** Whether a body of this Content-Type is length-prefixed messages rather than one message. */
+export const isEnveloped = (contentType: string | undefined): boolean => ENVELOPED.test(contentType ?? "");
+
 /**
  * The request body for connect-node, refused with MESSAGE_TOO_LARGE as soon
  * as it is known to hold a message over `limit`: from Content-Length before
@@ -58,7 +61,7 @@ export function limitedBody(
   /** Turns the bytes on the wire into the body connect-node reads (gRPC-Web text mode's base64). */
   decode?: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>,
 ): AsyncIterable<Uint8Array> {
-  const enveloped = ENVELOPED.test(req.headers["content-type"] ?? "");
+  const enveloped = isEnveloped(req.headers["content-type"]);
   const declared = Number(req.headers["content-length"] ?? 0);
   const inspect = enveloped ? envelopeInspector(limit, domain) : byteCounter(limit, domain);
   return checkedChunks(

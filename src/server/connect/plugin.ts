@@ -1,3 +1,4 @@
+import type { Registry } from "@bufbuild/protobuf";
 import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ContextValues } from "@connectrpc/connect";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import * as connectProtocol from "@connectrpc/connect/protocol-connect";
@@ -8,7 +9,8 @@ import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
-import { boundedCompressions, limitedBody, oversizedGetMessage } from "./message-limit.js";
+import { boundedCompressions, isEnveloped, limitedBody, oversizedGetMessage } from "./message-limit.js";
+import { checkedUnaryBody, checkGetMessage, requestMessageCheck } from "./request-check.js";
 import { GRPC_WEB_TEXT, rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */
@@ -19,6 +21,8 @@ export interface ConnectPluginOptions {
   shutdownTimeoutMs: number;
   /** The largest request message, counted after decompression. */
   maxMessageBytes: number;
+  /** Resolves the types inside JSON request messages (google.protobuf.Any). */
+  registry: Registry;
 }
 
 /**
@@ -56,6 +60,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   addNoopContentTypeParsers(app);
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
+    const compressions = boundedCompressions(limit, domain);
     app.all(handler.requestPath, async (req, reply) => {
       // A Connect GET carries its message (and its compression) in the query.
       const query = req.method === "GET" ? new URL(req.url, "http://localhost").searchParams : undefined;
@@ -63,11 +68,25 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
       if (coding !== undefined && !COMPRESSIONS.includes(coding)) return sendRpcError(reply, unsupportedCoding(reply, coding, domain));
       const oversized = query && oversizedGetMessage(query, limit, domain);
       if (oversized) return sendRpcError(reply, oversized);
-      const text = GRPC_WEB_TEXT.test(req.headers["content-type"] ?? "");
+      const contentType = req.headers["content-type"];
+      const text = GRPC_WEB_TEXT.test(contentType ?? "");
       const decode = text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined;
+      let body = limitedBody(req.raw, limit, domain, decode);
+      if (handler.method.methodKind === "unary") {
+        const json = query ? query.get("encoding") === "json" : /[/+]json\s*(;|$)/i.test(contentType ?? "");
+        const compression = compressions.find((c) => c.name === coding);
+        const check = requestMessageCheck(handler.method.input, { json, compression }, { registry: opts.registry, domain, limit });
+        if (query) {
+          try {
+            await checkGetMessage(query, check);
+          } catch (err) {
+            return sendRpcError(reply, ConnectError.from(err));
+          }
+        } else body = checkedUnaryBody(body, isEnveloped(contentType), check);
+      }
       const uReq = {
         ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)),
-        body: limitedBody(req.raw, limit, domain, decode),
+        body,
       };
       // limitedBody checks Content-Length itself, with an ErrorInfo and without destroying the request.
       uReq.header.delete("content-length");

@@ -11,10 +11,9 @@ import {
 import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { clientAddressKey } from "../../auth/principal.js";
-import { invalidField } from "../../domain/errors.js";
 import { encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
-import { areaErrorDomain, grpcStatusDetails, toConnectError, type InternalErrorSink } from "../errors.js";
+import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
 import { HeaderView } from "../http/header-view.js";
 import { requestIdFrom } from "../http/request-id.js";
 import { requestIdKey, type WrappedService } from "../wrap.js";
@@ -94,7 +93,7 @@ export function grpcService(
         callback(grpcError(toConnectError(err, domain, onInternal)));
       };
       if (call.request === UNDECODABLE) {
-        fail(invalidField("request", "is not a valid protobuf encoding of " + method.input.typeName));
+        fail(undecodableRequest(method.input));
         return;
       }
       const requestId = requestIdFrom(call.metadata.get("x-request-id")[0] as string | undefined);

@@ -1,5 +1,4 @@
 import {
-  fromJson,
   getOption,
   ScalarType,
   type DescField,
@@ -15,13 +14,13 @@ import { http } from "../../../gen/google/api/annotations_pb.js";
 import { field_behavior, FieldBehavior } from "../../../gen/google/api/field_behavior_pb.js";
 import type { HttpRule } from "../../../gen/google/api/http_pb.js";
 import { clientAddressKey } from "../../auth/principal.js";
-import { InvalidArgumentError, invalidField } from "../../domain/errors.js";
+import { invalidField } from "../../domain/errors.js";
 import { responseJson } from "../codec/json.js";
+import { messageFromJson } from "../codec/request-json.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 import { requestIdKey, type UnaryHandler, type WrappedService } from "../wrap.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
-import { checkKnownFields } from "./unknown-fields.js";
 
 /** How one query parameter maps onto the request message. */
 interface QueryField {
@@ -327,15 +326,8 @@ export class RestTranscoder {
     let request;
     try {
       const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
-      // Named violations first: fromJson's own refusals of unknown keys and enum names say only the message type.
       const bodyField = route.body !== "" && route.body !== "*" ? route.body : "";
-      checkKnownFields(route.method.input, json, bodyField);
-      checkEnumNames(route.method.input, json, bodyField);
-      try {
-        request = fromJson(route.method.input, json, { registry: this.registry });
-      } catch (err) {
-        throw decodeError(err);
-      }
+      request = messageFromJson(route.method.input, json, { bodyField, registry: this.registry });
     } catch (err) {
       // Decoding failures belong to the method's service, like its own errors.
       throw toConnectError(err, areaErrorDomain(route.service.typeName));
@@ -448,50 +440,4 @@ function inferredMask(resource: DescMessage, body: unknown): string {
     paths.push(field.jsonName);
   }
   return paths.join(",");
-}
-
-/** A fromJson failure as INVALID_ARGUMENT naming the field when the message says which. */
-function decodeError(err: unknown): InvalidArgumentError {
-  const text = err instanceof Error ? err.message : String(err);
-  const m = /cannot decode (?:field|message) ([\w.]+)(?: from JSON)?: (.*)$/s.exec(text);
-  const field = m ? m[1]!.split(".").pop()! : "body";
-  const reason = m ? m[2]!.slice(0, 200) : "is malformed";
-  return new InvalidArgumentError([{ field, description: reason }]);
-}
-
-/**
- * Throws INVALID_ARGUMENT naming the field when a JSON enum value is a name
- * the enum does not define. bodyField is dropped from violation paths, so a
- * field of the resource is named as the resource's own ("catalog_tier").
- */
-function checkEnumNames(schema: DescMessage, json: JsonValue, bodyField: string, prefix = "", depth = 0): void {
-  if (depth > 8 || json === null || typeof json !== "object" || Array.isArray(json)) return;
-  for (const field of schema.fields) {
-    const value = (json as JsonObject)[field.jsonName] ?? (json as JsonObject)[field.name];
-    if (value === undefined || value === null) continue;
-    const path = prefix === "" && field.name === bodyField ? "" : `${prefix}${field.name}`;
-    const next = path === "" ? "" : `${path}.`;
-    const enumOf =
-      field.fieldKind === "enum"
-        ? field.enum
-        : field.fieldKind === "list" && field.listKind === "enum"
-          ? field.enum
-          : field.fieldKind === "map" && field.mapKind === "enum"
-            ? field.enum
-            : undefined;
-    if (enumOf) {
-      const values = field.fieldKind === "map" ? Object.values(value as JsonObject) : Array.isArray(value) ? value : [value];
-      for (const v of values) {
-        if (typeof v === "string" && !enumOf.values.some((e) => e.name === v)) {
-          throw invalidField(path || field.name, `${JSON.stringify(v).slice(0, 80)} is not a value of ${enumOf.typeName}`);
-        }
-      }
-    } else if (field.fieldKind === "message") {
-      checkEnumNames(field.message, value, bodyField, next, depth + 1);
-    } else if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(value)) {
-      for (const item of value) checkEnumNames(field.message, item, bodyField, next, depth + 1);
-    } else if (field.fieldKind === "map" && field.mapKind === "message" && typeof value === "object" && !Array.isArray(value)) {
-      for (const item of Object.values(value as JsonObject)) checkEnumNames(field.message, item, bodyField, next, depth + 1);
-    }
-  }
 }
