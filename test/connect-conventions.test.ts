@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { compressionGzip, createConnectTransport } from "@connectrpc/connect-node";
@@ -151,6 +152,50 @@ describe("an unsupported compression is UNIMPLEMENTED with the accepted list", (
     const client = createClient(GroupsService, transport);
     const group = await client.createGroup({ group: { name: "gzipped" } });
     assert.equal((await client.getGroup({ uid: group.uid })).name, "gzipped");
+  });
+});
+
+describe("a plain Connect POST (served without connect-node) answers exactly as connect-node does", () => {
+  test("the same bytes and Content-Type as a gzip-compressed request, which connect-node serves, in JSON and protobuf", async () => {
+    const created = await post(
+      `${GROUPS}/CreateGroup`,
+      { "content-type": "application/proto" },
+      Buffer.from(toBinary(CreateGroupRequestSchema, create(CreateGroupRequestSchema, { group: { name: "parity" } }))),
+    );
+    assert.equal(created.status, 200);
+    assert.equal(created.headers.get("content-type"), "application/proto");
+    const uid = fromBinary(GroupSchema, new Uint8Array(await created.arrayBuffer())).uid;
+    const bodies = {
+      "application/json": Buffer.from(JSON.stringify({ uid })),
+      "application/proto": Buffer.from(toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid }))),
+    };
+    for (const [type, body] of Object.entries(bodies)) {
+      const plain = await post(`${GROUPS}/GetGroup`, { "content-type": type }, body);
+      const viaConnectNode = await post(`${GROUPS}/GetGroup`, { "content-type": type, "content-encoding": "gzip" }, gzipSync(body));
+      for (const res of [plain, viaConnectNode]) assert.equal(res.status, 200);
+      assert.equal(plain.headers.get("content-type"), viaConnectNode.headers.get("content-type"));
+      assert.equal(plain.headers.get("content-type"), type);
+      assert.deepEqual(Buffer.from(await plain.arrayBuffer()), Buffer.from(await viaConnectNode.arrayBuffer()), type);
+    }
+  });
+
+  test("errors, a deadline and a protocol version other than 1", async () => {
+    const missing = await post(`${GROUPS}/GetGroup`, { "content-type": "application/json" }, JSON.stringify({ uid: MISSING }));
+    assert.equal(missing.status, 404);
+    assert.deepEqual(Object.values(await connectErrorInfo(missing)).slice(0, 1), ["not_found"]);
+    const timed = await post(
+      `${GROUPS}/GetGroup`,
+      { "content-type": "application/json", "connect-timeout-ms": "60000" },
+      JSON.stringify({ uid: MISSING }),
+    );
+    assert.equal(timed.status, 404);
+    const v2 = await post(
+      `${GROUPS}/GetGroup`,
+      { "content-type": "application/json", "connect-protocol-version": "2" },
+      JSON.stringify({ uid: MISSING }),
+    );
+    assert.equal(v2.status, 404, "left to connect-node, which answers the same");
+    assert.equal((await connectErrorInfo(v2)).reason, "NOT_FOUND");
   });
 });
 

@@ -8,6 +8,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
+import type { UnaryHandler } from "../wrap.js";
+import { connectUnary } from "./connect-unary.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, isEnveloped, limitedBody, oversizedGetMessage } from "./message-limit.js";
 import { checkedUnaryBody, checkGetMessage, requestMessageCheck } from "./request-check.js";
@@ -23,6 +25,8 @@ export interface ConnectPluginOptions {
   maxMessageBytes: number;
   /** Resolves the types inside JSON request messages (google.protobuf.Any). */
   registry: Registry;
+  /** The wrapped handler of a unary method, served without connect-node for plain Connect POSTs (connect-unary.ts). */
+  unaryHandler(service: string, method: string): UnaryHandler | undefined;
 }
 
 /**
@@ -61,7 +65,12 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
     const compressions = boundedCompressions(limit, domain);
+    const unary = opts.unaryHandler(handler.service.typeName, handler.method.name);
+    const fast =
+      unary && connectUnary(handler.method, unary, { limit, domain, registry: opts.registry, contextValues: opts.contextValues });
     app.all(handler.requestPath, async (req, reply) => {
+      const served = fast?.(req, reply);
+      if (served) return served;
       // A Connect GET carries its message (and its compression) in the query.
       const query = req.method === "GET" ? new URL(req.url, "http://localhost").searchParams : undefined;
       const coding = messageCoding(req, query);

@@ -1,4 +1,4 @@
-import { fromBinary, type DescMessage, type JsonObject, type Registry } from "@bufbuild/protobuf";
+import { fromBinary, type DescMessage, type JsonObject, type MessageShape, type Registry } from "@bufbuild/protobuf";
 import type { Compression } from "@connectrpc/connect/protocol";
 import { invalidField } from "../../domain/errors.js";
 import { messageFromJson } from "../codec/request-json.js";
@@ -33,8 +33,7 @@ export function requestMessageCheck(
     try {
       // The bounded decompressor throws MESSAGE_TOO_LARGE or INVALID_ARGUMENT itself.
       const message = compressed && encoding.compression ? await encoding.compression.decompress(bytes, opts.limit) : bytes;
-      if (encoding.json) checkJson(schema, message, opts.registry);
-      else checkBinary(schema, message);
+      decodeRequest(schema, message, encoding.json, opts.registry);
     } catch (err) {
       throw toConnectError(err, opts.domain);
     }
@@ -43,23 +42,28 @@ export function requestMessageCheck(
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
-function checkJson(schema: DescMessage, bytes: Uint8Array, registry: Registry): void {
-  let json: unknown;
+/** A request message from its bytes in the protocol's JSON or protobuf form; throws INVALID_ARGUMENT naming the field. */
+export function decodeRequest<Desc extends DescMessage>(
+  schema: Desc,
+  bytes: Uint8Array,
+  json: boolean,
+  registry: Registry,
+): MessageShape<Desc> {
+  if (!json) {
+    try {
+      return fromBinary(schema, bytes);
+    } catch {
+      throw undecodableRequest(schema);
+    }
+  }
+  let value: unknown;
   try {
-    json = JSON.parse(utf8.decode(bytes));
+    value = JSON.parse(utf8.decode(bytes));
   } catch {
     throw invalidField("request", "is not valid JSON");
   }
-  if (typeof json !== "object" || json === null || Array.isArray(json)) throw invalidField("request", "must be a JSON object");
-  messageFromJson(schema, json as JsonObject, { wholeField: "request", registry });
-}
-
-function checkBinary(schema: DescMessage, bytes: Uint8Array): void {
-  try {
-    fromBinary(schema, bytes);
-  } catch {
-    throw undecodableRequest(schema);
-  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw invalidField("request", "must be a JSON object");
+  return messageFromJson(schema, value as JsonObject, { wholeField: "request", registry });
 }
 
 /** A frame's flag for a compressed payload, and for an end-of-stream frame (which requests do not carry). */
