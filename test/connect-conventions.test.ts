@@ -179,6 +179,37 @@ describe("a plain Connect POST (served without connect-node) answers exactly as 
     }
   });
 
+  test("an answer of 1 KiB or more is compressed in a coding the client accepts, as connect-node does", async () => {
+    const parent = fromBinary(
+      GroupSchema,
+      new Uint8Array(
+        await (
+          await post(
+            `${GROUPS}/CreateGroup`,
+            { "content-type": "application/proto" },
+            Buffer.from(toBinary(CreateGroupRequestSchema, create(CreateGroupRequestSchema, { group: { name: "compressed parent" } }))),
+          )
+        ).arrayBuffer(),
+      ),
+    );
+    for (let i = 0; i < 12; i++) {
+      const body = JSON.stringify({ parent: parent.uid, group: { name: `child ${i}`, description: "x".repeat(60) } });
+      assert.equal((await post(`${GROUPS}/CreateGroup`, { "content-type": "application/json" }, body)).status, 200);
+    }
+    const list = JSON.stringify({ uidp: { childrenOf: parent.uid } });
+    const small = JSON.stringify({ uid: parent.uid });
+    for (const [coding, accept] of [
+      ["gzip", "gzip"],
+      ["br", "gzip, br"],
+    ]) {
+      const listed = await post(`${GROUPS}/ListGroups`, { "content-type": "application/json", "accept-encoding": accept! }, list);
+      assert.equal(listed.headers.get("content-encoding"), coding);
+      assert.equal(((await listed.json()) as { groups: unknown[] }).groups.length, 12, "fetch inflates it");
+      const got = await post(`${GROUPS}/GetGroup`, { "content-type": "application/json", "accept-encoding": accept! }, small);
+      assert.equal(got.headers.get("content-encoding"), null, "a small answer goes as it is");
+    }
+  });
+
   test("errors, a deadline and a protocol version other than 1", async () => {
     const missing = await post(`${GROUPS}/GetGroup`, { "content-type": "application/json" }, JSON.stringify({ uid: MISSING }));
     assert.equal(missing.status, 404);

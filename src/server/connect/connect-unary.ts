@@ -4,6 +4,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
 import { toConnectError } from "../errors.js";
+import { compress, MIN_COMPRESS_BYTES, responseCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import type { UnaryHandler } from "../wrap.js";
@@ -90,9 +91,14 @@ async function serve(
     reply.code(200).header("content-type", json ? "application/json" : "application/proto");
     const answer = asMessage(method.output, result);
     // JSON as connect-node writes it (protobuf-es's; REST's own writer adds the fields left at their defaults).
-    return reply.send(
-      Buffer.from(json ? toJsonString(method.output, answer, { registry: opts.registry }) : encodeMessage(method.output, answer)),
+    const body = Buffer.from(
+      json ? toJsonString(method.output, answer, { registry: opts.registry }) : encodeMessage(method.output, answer),
     );
+    // Compressed as connect-node would: at 1 KiB and over, in a coding the client accepts.
+    const coding = body.byteLength >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
+    if (coding === null) return reply.send(body);
+    const compressed = await compress(body, body.byteLength, coding);
+    return reply.header("content-encoding", coding).send(compressed);
   } catch (err) {
     const rpcError = toConnectError(err, opts.domain, (e) => req.log.error({ err: e }, "internal error"));
     // A Connect unary 401 is an HTTP 401: it carries the RFC 6750 challenge, as REST's does.

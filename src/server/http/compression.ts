@@ -15,7 +15,7 @@ export const REQUEST_CODINGS = ["gzip", "br"] as const;
 type RequestCoding = (typeof REQUEST_CODINGS)[number];
 
 /** Smaller bodies go as they are: a coding would save less than it costs. */
-const MIN_COMPRESS_BYTES = 1024;
+export const MIN_COMPRESS_BYTES = 1024;
 /** Text-like types; images and archives are compressed already. */
 const COMPRESSIBLE = /^(application\/(json|javascript|openmetrics-text)|text\/|image\/svg\+xml)/i;
 /** Quality 4 is about as fast as gzip -6 and still smaller. */
@@ -36,7 +36,7 @@ function brotliOptions(bytes: number): zlib.BrotliOptions {
 }
 
 /** The body in `coding`: on the event loop when small, in the thread pool otherwise. */
-function compress(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | Promise<Buffer> {
+export function compress(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | Promise<Buffer> {
   const small = bytes <= SYNC_COMPRESS_BYTES;
   if (coding === "br") return small ? zlib.brotliCompressSync(payload, brotliOptions(bytes)) : brotli(payload, brotliOptions(bytes));
   return small ? zlib.gzipSync(payload) : gzip(payload);
