@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { ServiceError } from "@grpc/grpc-js";
@@ -11,6 +10,7 @@ import { assertRestError } from "./support/assertions.js";
 import { decode } from "./support/forge.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";
+import { freePort } from "./support/serve-process.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -22,15 +22,6 @@ let idp: OidcIssuer;
 /** The server's configured URLs: here the real loopback address, so its jwks_uri can be fetched. */
 let BASE: string;
 let AUTH: string;
-
-/** A port that was free a moment ago, so the base URL can name the real address. */
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
-}
 
 before(async () => {
   idp = await OidcIssuer.start("people");

@@ -9,12 +9,13 @@
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync } from "node:fs";
 import http from "node:http";
-import net, { type AddressInfo } from "node:net";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { build } from "esbuild";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { freePort } from "./support/serve-process.js";
 import { createGroup, startTestServer, type TestServer } from "./support/server.js";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -122,15 +123,6 @@ async function startPageServer(script: string) {
     },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-/** A port that was free a moment ago (the docs page needs the server's own URL as its base URL). */
-async function freePort(): Promise<number> {
-  const probe = net.createServer().listen(0, "127.0.0.1");
-  await new Promise((resolve) => probe.once("listening", resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
 }
 
 interface ClientResult {

@@ -8,13 +8,13 @@ import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { within } from "./support/assertions.js";
 import { platformCli } from "./support/platform-cli.js";
+import { cleanEnv, freePort } from "./support/serve-process.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const BASE_URL = "http://logs-on-exit.invalid";
@@ -31,26 +31,10 @@ function tempDir(): string {
   return dir;
 }
 
-/** Our environment without what the server or the test runner reads, plus env. */
-function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
-  const out: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env))
-    if (!/^(PORT|HOST|LOG_LEVEL|PLATFORM_.*|NODE_TEST_CONTEXT|NODE_OPTIONS)$/.test(k)) out[k] = v;
-  return { ...out, ...env };
-}
-
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
-}
-
 /** Runs node with args from the repository root, stdout appended to logFile; resolves with the exit and what it wrote on stderr. */
 function run(args: string[], env: Record<string, string>, logFile: string) {
   const fd = openSync(logFile, "a");
-  const child = spawn(process.execPath, args, { cwd: ROOT, env: childEnv(env), stdio: ["ignore", fd, "pipe"] });
+  const child = spawn(process.execPath, args, { cwd: ROOT, env: cleanEnv(env), stdio: ["ignore", fd, "pipe"] });
   closeSync(fd);
   children.add(child);
   let stderr = "";

@@ -92,18 +92,23 @@ function withBrokenGroup(store: Store): Store {
   return { ...store, groups };
 }
 
-before(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), "platform-logs-"));
+/** A server logging at `level` into chunks, over a fresh data directory; its groups store fails on BROKEN. */
+async function startLoggedServer(level: string, chunks: string[]): Promise<{ server: RunningServer; dataDir: string }> {
+  const dir = mkdtempSync(join(tmpdir(), `platform-logs-${level}-`));
   const logStream = new PassThrough();
-  logStream.on("data", (chunk: Buffer) => raw.push(chunk.toString("utf8")));
+  logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
   const config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dataDir,
-    LOG_LEVEL: "info",
+    PLATFORM_DATA_DIR: dir,
+    LOG_LEVEL: level,
     PLATFORM_SHUTDOWN_GRACE_MS: "2000",
   });
-  server = await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir })), logStream });
+  return { server: await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir: dir })), logStream }), dataDir: dir };
+}
+
+before(async () => {
+  ({ server, dataDir } = await startLoggedServer("info", raw));
   adminToken = await mintAdminToken(server);
   secrets.push(adminToken);
   setDefaultToken(server.port, adminToken);
@@ -382,18 +387,8 @@ test("every line is JSON with a level and time; every rpc line has a request id"
 });
 
 test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "platform-logs-trace-"));
   const chunks: string[] = [];
-  const logStream = new PassThrough();
-  logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dir,
-    LOG_LEVEL: "trace",
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  });
-  const traced = await startServer({ config, store: openSqliteStore({ dataDir: dir }), logStream });
+  const { server: traced, dataDir: dir } = await startLoggedServer("trace", chunks);
   const token = await mintAdminToken(traced);
   const forged = `${token.slice(0, -12)}${"D".repeat(12)}`;
   const mine: string[] = [token, forged];
@@ -424,18 +419,8 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
 });
 
 test("at LOG_LEVEL=warn, calls write no rpc line; a failing one still writes its error", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "platform-logs-warn-"));
   const chunks: string[] = [];
-  const logStream = new PassThrough();
-  logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dir,
-    LOG_LEVEL: "warn",
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  });
-  const quiet = await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir: dir })), logStream });
+  const { server: quiet, dataDir: dir } = await startLoggedServer("warn", chunks);
   try {
     const auth = { authorization: `Bearer ${await mintAdminToken(quiet)}` };
     assert.equal((await rest(quiet.url, "GET", `/iam/v2beta1/groups/${MISSING}`, undefined, auth)).status, 404);

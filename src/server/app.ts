@@ -198,10 +198,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   installCors(app, config.corsOrigins);
   installResponseCompression(app, isRpcRequest);
   installRest(app, transcoder, config.maxMessageBytes);
-  // By "package.Service/Method": what the Connect side serves without connect-node (connect/connect-unary.ts).
-  const unaryHandlers = new Map(
-    wrapped.flatMap((w) => w.service.methods.map((m) => [`${w.service.typeName}/${m.name}`, w.handlers[m.localName]!])),
-  );
   await app.register(connectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
     contextValues: (req) =>
@@ -211,7 +207,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     shutdownTimeoutMs: config.shutdownGraceMs,
     maxMessageBytes: config.maxMessageBytes,
     registry,
-    unaryHandler: (service, method) => unaryHandlers.get(`${service}/${method}`),
+    unaryHandlers: new Map(
+      wrapped.flatMap((w) => w.service.methods.map((m) => [`/${w.service.typeName}/${m.name}`, w.handlers[m.localName]!])),
+    ),
   });
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
   app.get("/metrics", async (req, reply) => {

@@ -9,7 +9,7 @@ import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import type { UnaryHandler } from "../wrap.js";
 import { limitedBody } from "./message-limit.js";
-import { decodeRequest } from "./request-check.js";
+import { decodeRequest, readAll } from "./request-check.js";
 import { sendRpcError } from "./rpc-errors.js";
 
 /**
@@ -66,9 +66,7 @@ async function serve(
 ): Promise<FastifyReply> {
   let finished = false;
   try {
-    const chunks: Uint8Array[] = [];
-    for await (const chunk of limitedBody(req.raw, opts.limit, opts.domain)) chunks.push(chunk);
-    const request = decodeRequest(method.input, Buffer.concat(chunks), json, opts.registry);
+    const request = decodeRequest(method.input, await readAll(limitedBody(req.raw, opts.limit, opts.domain)), json, opts.registry);
     const ctx = lightContext({
       service: method.parent,
       method,

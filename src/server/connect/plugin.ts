@@ -25,8 +25,8 @@ export interface ConnectPluginOptions {
   maxMessageBytes: number;
   /** Resolves the types inside JSON request messages (google.protobuf.Any). */
   registry: Registry;
-  /** The wrapped handler of a unary method, served without connect-node for plain Connect POSTs (connect-unary.ts). */
-  unaryHandler(service: string, method: string): UnaryHandler | undefined;
+  /** Wrapped unary handlers by request path ("/package.Service/Method"), served without connect-node for plain Connect POSTs (connect-unary.ts). */
+  unaryHandlers: ReadonlyMap<string, UnaryHandler>;
 }
 
 /**
@@ -65,7 +65,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
     const compressions = boundedCompressions(limit, domain);
-    const unary = opts.unaryHandler(handler.service.typeName, handler.method.name);
+    const unary = opts.unaryHandlers.get(handler.requestPath);
     const fast =
       unary && connectUnary(handler.method, unary, { limit, domain, registry: opts.registry, contextValues: opts.contextValues });
     app.all(handler.requestPath, async (req, reply) => {

@@ -82,9 +82,7 @@ export async function* checkedUnaryBody(
   enveloped: boolean,
   check: MessageCheck,
 ): AsyncGenerator<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  for await (const chunk of body) chunks.push(chunk);
-  const whole = Buffer.concat(chunks);
+  const whole = await readAll(body);
   if (!enveloped) await check(whole, true);
   else {
     for (let at = 0; at + 5 <= whole.byteLength; ) {
@@ -96,6 +94,13 @@ export async function* checkedUnaryBody(
     }
   }
   yield whole;
+}
+
+/** Every byte of body, as one buffer. */
+export async function readAll(body: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of body) chunks.push(chunk);
+  return Buffer.concat(chunks);
 }
 
 /** The message of a Connect GET (its `message` query parameter), checked like a body. */

@@ -88,6 +88,9 @@ const FLUSH_DELAY_MS = 25;
 /** Bytes of lines held before they are written: a burst cannot grow the buffer. */
 const BUFFER_BYTES = 64 * 1024;
 
+/** Nothing ever wakes it: Atomics.wait on it is a synchronous 1 ms sleep. */
+const SLEEP_CELL = new Int32Array(new SharedArrayBuffer(4));
+
 /** The most a write to a pipe may carry and stay whole (POSIX PIPE_BUF on Linux). */
 const PIPE_BUF = 4096;
 
@@ -179,7 +182,7 @@ export class BatchedLineWriter {
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
         // A full pipe that someone made non-blocking: wait for the reader, as a blocking write would.
-        if (code === "EAGAIN") Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+        if (code === "EAGAIN") Atomics.wait(SLEEP_CELL, 0, 0, 1);
         // Logging never takes the API down: a broken pipe stops it, any other failure (a full disk) loses these lines.
         else {
           if (code === "EPIPE") this.broken = true;
