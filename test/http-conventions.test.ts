@@ -12,11 +12,10 @@ import { PassThrough } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import zlib from "node:zlib";
 import { SignJWT } from "jose";
-import { loadConfig } from "../src/config.js";
-import { startServer, type RunningServer } from "../src/server/app.js";
+import type { RunningServer } from "../src/server/app.js";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
 import { readServerKey } from "./support/forge.js";
-import { createGroup, freshStorage, rest, startTestServer, type TestServer, type TestStorage } from "./support/server.js";
+import { createGroup, rest, startTestServer, type TestServer } from "./support/server.js";
 
 /** A raw HTTP/1.1 exchange: the bytes as they came, no decoding of Content-Encoding (fetch would undo it). */
 function rawRequest(url: string, opts: { method?: string; headers?: Record<string, string>; body?: Buffer } = {}) {
@@ -155,25 +154,21 @@ describe("HEAD on GET routes", () => {
 });
 
 describe("401: WWW-Authenticate and a message that says what is wrong", () => {
-  let storage: TestStorage;
+  let storage: TestServer;
   let server: RunningServer;
   let clock = Date.now();
   const logs: string[] = [];
   before(async () => {
-    storage = await freshStorage();
     const logStream = new PassThrough();
     logStream.on("data", (chunk: Buffer) => logs.push(chunk.toString("utf8")));
-    const config = loadConfig({
-      PORT: "0",
-      HOST: "127.0.0.1",
-      PLATFORM_DATA_DIR: storage.dataDir,
-      LOG_LEVEL: "debug",
-      PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-      PLATFORM_METRICS_TOKEN: "m".repeat(32),
+    storage = await startTestServer({
+      env: { LOG_LEVEL: "debug", PLATFORM_METRICS_TOKEN: "m".repeat(32) },
+      logStream,
+      now: () => clock,
     });
-    server = await startServer({ config, store: await storage.openStore(), logStream, now: () => clock });
+    server = storage.server;
   });
-  after(() => server.close());
+  after(() => storage.close());
 
   async function authOk(token: string | undefined) {
     return rest(server.url, "GET", "/auth/v1/ok", undefined, { authorization: token === undefined ? "" : `Bearer ${token}` });

@@ -5,23 +5,18 @@
  * line, whatever the call.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { loadConfig } from "../src/config.js";
-import { startServer, type RunningServer } from "../src/server/app.js";
+import type { RunningServer } from "../src/server/app.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type { Store } from "../src/store/store.js";
 import { testTransport } from "./support/connect.js";
 import { builtinRole } from "./support/principals.js";
-import { createGroup, mintAdminToken, rest, setDefaultToken, type TestServer } from "./support/server.js";
+import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
 /** Asking the store for this group uid throws, as a broken disk would. */
@@ -43,7 +38,6 @@ interface LogLine {
 
 let server: RunningServer;
 let srv: TestServer;
-let dataDir: string;
 const raw: string[] = [];
 let adminToken: string;
 /** Every secret the test handed to or got from the server: none may be logged. */
@@ -92,40 +86,21 @@ function withBrokenGroup(store: Store): Store {
   return { ...store, groups };
 }
 
-/** A server logging at `level` into chunks, over a fresh data directory; its groups store fails on BROKEN. */
-async function startLoggedServer(level: string, chunks: string[]): Promise<{ server: RunningServer; dataDir: string }> {
-  const dir = mkdtempSync(join(tmpdir(), `platform-logs-${level}-`));
+/** A server logging at `level` into chunks, over a fresh SQLite directory; its groups store fails on BROKEN. */
+async function startLoggedServer(level: string, chunks: string[]): Promise<TestServer> {
   const logStream = new PassThrough();
   logStream.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dir,
-    LOG_LEVEL: level,
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  });
-  return { server: await startServer({ config, store: withBrokenGroup(openSqliteStore({ dataDir: dir })), logStream }), dataDir: dir };
+  return startTestServer({ backend: "sqlite", env: { LOG_LEVEL: level }, logStream, decorateStore: withBrokenGroup });
 }
 
 before(async () => {
-  ({ server, dataDir } = await startLoggedServer("info", raw));
-  adminToken = await mintAdminToken(server);
+  srv = await startLoggedServer("info", raw);
+  server = srv.server;
+  adminToken = srv.adminToken;
   secrets.push(adminToken);
-  setDefaultToken(server.port, adminToken);
-  srv = {
-    url: server.url,
-    port: server.port,
-    dataDir,
-    databaseUrl: "",
-    openStore: async () => openSqliteStore({ dataDir }),
-    server,
-    adminToken,
-    close: () => server.close(),
-  };
 });
 after(async () => {
-  await server.close();
-  rmSync(dataDir, { recursive: true, force: true });
+  await srv.close();
   // Everything written, shutdown included: no secret anywhere.
   const text = raw.join("");
   assert.ok(text.length > 0);
@@ -388,8 +363,8 @@ test("every line is JSON with a level and time; every rpc line has a request id"
 
 test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
   const chunks: string[] = [];
-  const { server: traced, dataDir: dir } = await startLoggedServer("trace", chunks);
-  const token = await mintAdminToken(traced);
+  const traced = await startLoggedServer("trace", chunks);
+  const token = await mintAdminToken(traced.server);
   const forged = `${token.slice(0, -12)}${"D".repeat(12)}`;
   const mine: string[] = [token, forged];
   try {
@@ -411,7 +386,6 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
     assert.equal(err?.code, grpc.status.UNAUTHENTICATED);
   } finally {
     await traced.close();
-    rmSync(dir, { recursive: true, force: true });
   }
   const text = chunks.join("");
   assert.ok(text.split("\n").filter((l) => l !== "").length >= 6, "the calls were logged");
@@ -420,9 +394,9 @@ test("at LOG_LEVEL=trace too, no token or invite code is written", async () => {
 
 test("at LOG_LEVEL=warn, calls write no rpc line; a failing one still writes its error", async () => {
   const chunks: string[] = [];
-  const { server: quiet, dataDir: dir } = await startLoggedServer("warn", chunks);
+  const quiet = await startLoggedServer("warn", chunks);
   try {
-    const auth = { authorization: `Bearer ${await mintAdminToken(quiet)}` };
+    const auth = { authorization: `Bearer ${await mintAdminToken(quiet.server)}` };
     assert.equal((await rest(quiet.url, "GET", `/iam/v2beta1/groups/${MISSING}`, undefined, auth)).status, 404);
     assert.equal(
       (await rest(quiet.url, "GET", `/iam/v2beta1/groups/${BROKEN}`, undefined, { ...auth, "x-request-id": "logs-warn-1" })).status,
@@ -430,7 +404,6 @@ test("at LOG_LEVEL=warn, calls write no rpc line; a failing one still writes its
     );
   } finally {
     await quiet.close();
-    rmSync(dir, { recursive: true, force: true });
   }
   const written = chunks
     .join("")

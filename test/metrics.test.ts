@@ -4,20 +4,14 @@
  * store query time, token cache hits and misses, and process metrics.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, test } from "node:test";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
-import { loadConfig } from "../src/config.js";
-import { startServer } from "../src/server/app.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { testTransport } from "./support/connect.js";
 import { grpcClient } from "./support/grpc.js";
-import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type TestServer } from "./support/server.js";
+import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
@@ -191,7 +185,6 @@ test("a fresh token is one more cache miss; a forged one is a miss and counted a
 });
 
 test("platform_requests_in_flight counts the calls being handled now, per protocol", async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "platform-metrics-"));
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
   let entered = 0;
@@ -205,15 +198,8 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
       return inner.authenticate(headers);
     },
   });
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dataDir,
-    LOG_LEVEL: "silent",
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  });
-  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate });
-  setDefaultToken(server.port, await mintAdminToken(server));
+  const srv = await startTestServer({ backend: "sqlite", decorateAuthenticator: decorate });
+  const { server } = srv;
   const grpc = grpcClient(GroupsService, server.port);
   try {
     const held = [
@@ -233,13 +219,11 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
   } finally {
     release();
     grpc.close();
-    await server.close();
-    rmSync(dataDir, { recursive: true, force: true });
+    await srv.close();
   }
 });
 
 test("a call whose deadline passed before the handler answered is counted and logged as deadline_exceeded, not ok", async () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "platform-metrics-"));
   // Every call spends 100 ms authenticating, well past the clients' 20 ms deadline; the group exists, so the handler itself succeeds.
   const decorate = (inner: Authenticator): Authenticator => ({
     async authenticate(headers) {
@@ -259,15 +243,8 @@ test("a call whose deadline passed before the handler answered is counted and lo
       done();
     },
   });
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dataDir,
-    LOG_LEVEL: "info",
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  });
-  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: decorate, logStream });
-  setDefaultToken(server.port, await mintAdminToken(server));
+  const srv = await startTestServer({ backend: "sqlite", env: { LOG_LEVEL: "info" }, decorateAuthenticator: decorate, logStream });
+  const { server } = srv;
   try {
     const org = await createGroup(server.url, null, "deadline org");
     const kinds = ["connect-h1", "grpc-web-h1", "grpc-h2c"] as const;
@@ -304,7 +281,6 @@ test("a call whose deadline passed before the handler answered is counted and lo
       assert.equal(find(samples, "platform_requests_total", { method: "GetGroup", protocol, code: "ok" }).length, 0, protocol);
     }
   } finally {
-    await server.close();
-    rmSync(dataDir, { recursive: true, force: true });
+    await srv.close();
   }
 });

@@ -6,9 +6,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { loadConfig } from "../src/config.js";
-import { startServer } from "../src/server/app.js";
-import { openPostgresStore } from "../src/store/postgres/index.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { platformCli } from "./support/platform-cli.js";
 import { builtinRole, createCaller, customRole, ok } from "./support/principals.js";
@@ -75,14 +72,7 @@ if (!pgAvailable()) {
     assert.match(run.stdout, /^groups: 2$/m);
     assert.match(run.stdout, /^tags: 3$/m);
 
-    const config = loadConfig({
-      PORT: "0",
-      HOST: "127.0.0.1",
-      PLATFORM_DATA_DIR: before.dataDir,
-      LOG_LEVEL: "silent",
-      PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-    });
-    const after = await startServer({ config, store: await openPostgresStore({ url }) });
+    const after = await startTestServer({ dataDir: before.dataDir, databaseUrl: url });
     try {
       const auth = { authorization: `Bearer ${adminToken}` };
       for (const [i, path] of COLLECTIONS.entries()) {
@@ -105,7 +95,7 @@ if (!pgAvailable()) {
           auth,
         ),
       );
-      const token = (await after.tokens.mint(redeemer.uid)).token;
+      const token = (await after.server.tokens.mint(redeemer.uid)).token;
       assert.equal(
         (await rest(after.url, "POST", "/auth/v1/register", { code: invite.code }, { authorization: `Bearer ${token}` })).status,
         200,

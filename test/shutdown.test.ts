@@ -12,14 +12,11 @@ import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as 
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startServerProcess } from "../scripts/support/cli-server.js";
 import type { Authenticator } from "../src/auth/principal.js";
-import { loadConfig } from "../src/config.js";
-import { startServer } from "../src/server/app.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import { openSqliteStore } from "../src/store/sqlite/index.js";
 import { within } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
 import { grpcPrefix, rawH2 } from "./support/raw-h2.js";
-import { mintAdminToken, rest, setDefaultToken } from "./support/server.js";
+import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 /**
  * An authenticator that holds every call inside the server until released:
@@ -76,20 +73,18 @@ function watchHealth(port: number) {
  */
 async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-shutdown-"));
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dataDir,
-    LOG_LEVEL: "silent",
-    PLATFORM_SHUTDOWN_GRACE_MS: "5000",
-  });
   const gate = gatedAuthenticator(restCalls + grpcCalls);
-  const server = await startServer({ config, store: openSqliteStore({ dataDir }), decorateAuthenticator: gate.decorate });
-  setDefaultToken(server.port, await mintAdminToken(server));
+  const srv = await startTestServer({
+    backend: "sqlite",
+    dataDir,
+    env: { PLATFORM_SHUTDOWN_GRACE_MS: "5000" },
+    decorateAuthenticator: gate.decorate,
+  });
+  const { server } = srv;
   const groups = grpcClient(GroupsService, server.port);
   const health = watchHealth(server.port);
   let closing: Promise<void> | undefined;
-  let reopened: Awaited<ReturnType<typeof startServer>> | undefined;
+  let reopened: TestServer | undefined;
   try {
     await within(5000, health.next(ServingStatus.SERVING), "health watch says SERVING");
 
@@ -129,8 +124,7 @@ async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): 
     assert.equal(err.code, "ECONNREFUSED");
 
     // Every acknowledged create survived the shutdown.
-    reopened = await startServer({ config, store: openSqliteStore({ dataDir }) });
-    setDefaultToken(reopened.port, await mintAdminToken(reopened));
+    reopened = await startTestServer({ backend: "sqlite", dataDir });
     for (const uid of uids) {
       const got = await rest(reopened.url, "GET", `/iam/v2beta1/groups/${uid}`);
       assert.equal(got.status, 200, `group ${uid} after restart: ${JSON.stringify(got.body)}`);
@@ -139,7 +133,7 @@ async function shutdownWithCallsInFlight(restCalls: number, grpcCalls: number): 
     gate.release();
     health.close();
     groups.close();
-    await (closing ?? server.close());
+    await (closing ?? srv.close());
     await reopened?.close();
     rmSync(dataDir, { recursive: true, force: true });
   }

@@ -25,8 +25,12 @@ export interface TestStorage {
 }
 
 /** Fresh storage on the suite's engine (or the one named). */
-export async function freshStorage(dataDir = mkdtempSync(join(tmpdir(), "platform-test-")), backend = TEST_BACKEND): Promise<TestStorage> {
-  const databaseUrl = backend === "postgres" ? await freshPgDatabase() : "";
+export async function freshStorage(
+  dataDir = mkdtempSync(join(tmpdir(), "platform-test-")),
+  backend = TEST_BACKEND,
+  existingDatabaseUrl?: string,
+): Promise<TestStorage> {
+  const databaseUrl = existingDatabaseUrl ?? (backend === "postgres" ? await freshPgDatabase() : "");
   return {
     dataDir,
     databaseUrl,
@@ -71,9 +75,17 @@ export async function startTestServer(
     dataDir?: string;
     /** The engine, when a suite needs one (e.g. it reads SQLite's file itself). */
     backend?: "sqlite" | "postgres";
+    /** An existing PostgreSQL database to serve instead of a fresh one (a migrated deployment). */
+    databaseUrl?: string;
+    /** Wraps the opened store (tests inject failures into it). */
+    decorateStore?: (store: Store) => Store;
+    /** Where the server's log lines go (tests read them; set env.LOG_LEVEL too). */
+    logStream?: ServerOptions["logStream"];
+    /** Wraps the bearer-token authenticator (tests hold calls in flight). */
+    decorateAuthenticator?: ServerOptions["decorateAuthenticator"];
   } = {},
 ): Promise<TestServer> {
-  const storage = await freshStorage(opts.dataDir, opts.backend);
+  const storage = await freshStorage(opts.dataDir, opts.backend, opts.databaseUrl);
   const { dataDir } = storage;
   const config = loadConfig({
     PORT: "0",
@@ -85,8 +97,16 @@ export async function startTestServer(
     PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
     ...opts.env,
   });
-  const store = await storage.openStore();
-  const server = await startServer({ config, store, now: opts.now, timeouts: opts.timeouts });
+  const opened = await storage.openStore();
+  const store = opts.decorateStore?.(opened) ?? opened;
+  const server = await startServer({
+    config,
+    store,
+    now: opts.now,
+    timeouts: opts.timeouts,
+    logStream: opts.logStream,
+    decorateAuthenticator: opts.decorateAuthenticator,
+  });
   const adminToken = await mintAdminToken(server);
   setDefaultToken(server.port, adminToken);
   return {
