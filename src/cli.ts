@@ -1,7 +1,8 @@
 import { importAdvisories, ImportInputError } from "./advisories/import.js";
 import { adminSubject } from "./auth/authenticator.js";
-import { addSigningKey, TokenService } from "./auth/tokens.js";
+import { TokenService } from "./auth/tokens.js";
 import { keygenCommand, signJwtCommand } from "./cli-keys.js";
+import { signingKeyCommands } from "./cli-signing-keys.js";
 import { ConfigError, environmentHelp, loadConfig, type Config } from "./config.js";
 import { FailedPreconditionError } from "./domain/errors.js";
 import { isUidp } from "./domain/uidp.js";
@@ -116,27 +117,12 @@ ${environmentHelp()}`,
       return 0;
     },
   },
-  "rotate-key": {
-    summary: "add a new token-signing key",
-    help: `Adds a new signing key to PLATFORM_DATA_DIR. New tokens are signed with it (a running server picks it up within a minute); tokens signed by older keys keep verifying until they expire. ${ENVIRONMENT}`,
-    async run() {
-      const cfg = config();
-      const store = await openStore(cfg);
-      try {
-        if ((await store.keys.signingKeys()).length === 0) await addSigningKey(store.keys);
-        const kid = await addSigningKey(store.keys);
-        process.stdout.write(`added signing key ${kid}\n`);
-      } finally {
-        await store.close();
-      }
-      return 0;
-    },
-  },
+  ...signingKeyCommands(() => openStore(config()), ENVIRONMENT),
   "migrate-to-postgres": {
     summary: "copy an SQLite deployment's data into PostgreSQL",
     help: `usage: PLATFORM_DATABASE_URL=postgres://… platform-api migrate-to-postgres
 
-Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identities, roles, role bindings, identity providers, account associations, invites, repos, tags, advisories, the signing keys and the server's secrets) into the PostgreSQL database at PLATFORM_DATABASE_URL, in one transaction, keeping every uid and time: tokens issued before keep working, and the administrator stays the administrator. Stop the server first. The target must be a fresh database (migrated but with no groups or identities, and no server run on it). Prints the counts. Exits 0 when copied, 1 when the target is not empty, 2 on usage errors.`,
+Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identities, roles, role bindings, identity providers, account associations, invites, repos, tags, advisories, the signing keys and the server's secrets) into the PostgreSQL database at PLATFORM_DATABASE_URL, in one transaction, keeping every uid and time: tokens issued before keep working, and the administrator stays the administrator. Stop the server first. The target must be a fresh database (migrated but with no groups or identities, and no server run on it). Prints the counts. Exits 0 when copied, 1 when the target is not empty or when source rows hold a NUL character, which PostgreSQL cannot store (each such row named on one line: table, uid, field), 2 on usage errors.`,
     async run() {
       const cfg = config();
       if (cfg.databaseUrl === "") {
@@ -153,7 +139,9 @@ Copies everything in the SQLite database of PLATFORM_DATA_DIR (groups, identitie
           return 0;
         } catch (err) {
           if (!(err instanceof FailedPreconditionError)) throw err;
-          process.stderr.write(`${err.preconditionViolations[0]?.description ?? err.message}; nothing was copied\n`);
+          // One line per problem (each unstorable row names its table, uid and field), no stack trace.
+          const problems = err.preconditionViolations.map((v) => v.description);
+          process.stderr.write(`${(problems.length > 0 ? problems : [err.message]).join("\n")}; nothing was copied\n`);
           return 1;
         } finally {
           await target.close();

@@ -1,5 +1,7 @@
 import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
+import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "./server/http/byte-budget.js";
+import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "./server/http/connection-limits.js";
 
 /** The server's configuration, read once at start from the environment. */
 export interface Config {
@@ -34,11 +36,46 @@ export interface Config {
    */
   maxMessageBytes: number;
   /**
+   * Largest request message of a method that needs no token (token
+   * exchange, health), on every protocol (PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES;
+   * default 64 KiB). The body of any other method is read only once its
+   * caller is authenticated, so this is all an anonymous request can make the
+   * server hold and decode; an exchange request is a few hundred bytes.
+   */
+  anonymousMessageBytes: number;
+  /**
+   * A unary Connect or gRPC-Web request body still arriving this long after
+   * it started is dropped with its connection (PLATFORM_REQUEST_BODY_TIMEOUT_MS;
+   * default 30 s: a 4 MiB message at 1.2 Mbit/s), instead of being held until
+   * the listener's request timeout (2 minutes).
+   */
+  requestBodyTimeoutMs: number;
+  /**
    * Development and tests only: issuers that users supply (identity claim
    * matches, identity providers) may be http or https on a loopback address
    * (PLATFORM_ALLOW_LOOPBACK_ISSUERS; default false).
    */
   allowLoopbackIssuers: boolean;
+  /**
+   * Upstream issuer fetches (discovery, JWKS), shared fairly because org
+   * owners choose the issuers: `max` in flight (PLATFORM_ISSUER_FETCHES;
+   * default 16), `reserved` of them only for the operator's issuers and
+   * issuers that answered before (PLATFORM_ISSUER_FETCHES_RESERVED; default
+   * 8), `perTenant` for one organization (PLATFORM_ISSUER_FETCHES_PER_TENANT;
+   * default 2), and a never-seen issuer's timeout
+   * (PLATFORM_ISSUER_NEW_TIMEOUT_MS; default 2 s; known issuers get 5 s).
+   */
+  issuerFetches: { max: number; reserved: number; perTenant: number; newIssuerTimeoutMs: number };
+  /**
+   * Root organizations one identity may have created and not deleted
+   * (PLATFORM_MAX_ORGS_PER_IDENTITY; default 100; the administrator is
+   * exempt). Anyone signed in may create an organization; past this a create
+   * is RESOURCE_EXHAUSTED. A person or a team's automation needs a handful;
+   * 100 keeps the tops one identity can make for itself (each is an index
+   * seek in every List it sends) two orders of magnitude below where they
+   * used to cost seconds.
+   */
+  maxOrgsPerIdentity: number;
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
@@ -58,6 +95,45 @@ export interface Config {
   http2IdleTimeoutMs: number;
   /** Worker processes serving the one port (PLATFORM_WORKERS: a number, or "auto" for one per core; default 1). */
   workers: number;
+  /**
+   * Open connections per process, every protocol (PLATFORM_MAX_CONNECTIONS;
+   * default "auto": the open-file limit less 128 descriptors kept for the
+   * store, outbound fetches and logs, at most 10,000). Past it a new
+   * connection is reset before anything is read.
+   */
+  maxConnections: number;
+  /**
+   * Open connections per process from one client address, an IPv6 /64
+   * counting as one (PLATFORM_MAX_CONNECTIONS_PER_ADDRESS; default 256).
+   * Behind a reverse proxy every connection is the proxy's: raise it.
+   */
+  maxConnectionsPerAddress: number;
+  /**
+   * Bytes of native-gRPC request messages still arriving that the process
+   * holds at most, over every connection (PLATFORM_MAX_PENDING_REQUEST_BYTES;
+   * default max(64 MiB, 16 × PLATFORM_MAX_MESSAGE_BYTES)). grpc-js reads a
+   * whole message before the caller is authenticated; past this a stream is
+   * refused RESOURCE_EXHAUSTED (SERVER_BUDGET_EXCEEDED). Per worker process.
+   */
+  pendingRequestBytes: number;
+  /**
+   * Of those, what connections from one client address may hold
+   * (PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS; default a quarter of the
+   * total, so one address cannot take it all). Behind a reverse proxy raise it to the total.
+   */
+  pendingRequestBytesPerAddress: number;
+  /**
+   * A grpc.health.v1 Health/Watch stream ends (status OK; the client watches
+   * again) after this long, so that no unauthenticated stream holds its
+   * connection open for ever (PLATFORM_HEALTH_WATCH_MAX_MS; default 30 minutes).
+   */
+  healthWatchMaxMs: number;
+  /**
+   * An HTTP/2 (gRPC) connection this old gets GOAWAY; its calls then have the
+   * HTTP/2 idle timeout to finish (PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS;
+   * default 1 hour). Clients reconnect on their own; load spreads again.
+   */
+  http2MaxConnectionAgeMs: number;
 }
 
 /** Every environment variable the server reads, with its default: `serve --help` prints them (README has the same table). */
@@ -74,11 +150,48 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "LOG_LEVEL", default: "info", meaning: "fatal, error, warn, info, debug, trace or silent" },
   { name: "PLATFORM_SHUTDOWN_GRACE_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for calls in flight" },
   { name: "PLATFORM_MAX_MESSAGE_BYTES", default: "4194304", meaning: "largest request message on every protocol, after decompression" },
+  { name: "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", default: "65536", meaning: "largest request message of a method that needs no token" },
+  { name: "PLATFORM_REQUEST_BODY_TIMEOUT_MS", default: "30000", meaning: "a unary Connect/gRPC-Web body must have arrived within this" },
   { name: "PLATFORM_ALLOW_LOOPBACK_ISSUERS", default: "false", meaning: "development and tests: allow issuers on loopback" },
+  { name: "PLATFORM_ISSUER_FETCHES", default: "16", meaning: "upstream issuer fetches (discovery, JWKS) in flight at most" },
+  {
+    name: "PLATFORM_ISSUER_FETCHES_RESERVED",
+    default: "8",
+    meaning: "of those, kept for operator issuers and issuers that answered before",
+  },
+  { name: "PLATFORM_ISSUER_FETCHES_PER_TENANT", default: "2", meaning: "issuer fetches one organization may have in flight" },
+  { name: "PLATFORM_ISSUER_NEW_TIMEOUT_MS", default: "2000", meaning: "fetch timeout for an issuer never seen answering (known: 5 s)" },
+  {
+    name: "PLATFORM_MAX_ORGS_PER_IDENTITY",
+    default: "100",
+    meaning: "root organizations one identity may create (the administrator: no limit)",
+  },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
   { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
   { name: "PLATFORM_WORKERS", default: "1", meaning: "worker processes serving the one port (auto: one per core)" },
+  {
+    name: "PLATFORM_MAX_CONNECTIONS",
+    default: "auto",
+    meaning: "open connections per process (auto: open-file limit - 128, at most 10000)",
+  },
+  {
+    name: "PLATFORM_MAX_CONNECTIONS_PER_ADDRESS",
+    default: String(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
+    meaning: "open connections per process from one client address (IPv6: one /64)",
+  },
+  {
+    name: "PLATFORM_MAX_PENDING_REQUEST_BYTES",
+    default: "auto",
+    meaning: "gRPC request bytes still arriving held at most per process (auto: max(64 MiB, 16 × message limit))",
+  },
+  {
+    name: "PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS",
+    default: "auto",
+    meaning: "of those, held at most for one client address (auto: a quarter of the total)",
+  },
+  { name: "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", default: "3600000", meaning: "an HTTP/2 connection this old gets GOAWAY (calls finish)" },
+  { name: "PLATFORM_HEALTH_WATCH_MAX_MS", default: "1800000", meaning: "a grpc.health.v1 Health/Watch stream ends (OK) after this" },
   { name: "PLATFORM_SKIP_PERMISSION_CHECK", default: "false", meaning: "start even when the data directory is group- or world-accessible" },
 ];
 
@@ -122,6 +235,11 @@ function url(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: s
   }
 }
 
+/** integer(), with "auto" (or unset) meaning the default. */
+function autoInteger(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, problems: string[]): number {
+  return (env[name] ?? "auto") === "auto" ? fallback : integer(env, name, fallback, min, max, problems);
+}
+
 function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
   const raw = env[name];
   if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
@@ -159,6 +277,31 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin))
       problems.push(`PLATFORM_CORS_ORIGINS: ${origin} is not an origin like https://app.example.com (or *)`);
   }
+  const issuerFetchMax = integer(env, "PLATFORM_ISSUER_FETCHES", 16, 1, 10_000, problems);
+  const issuerFetches = {
+    max: issuerFetchMax,
+    reserved: integer(env, "PLATFORM_ISSUER_FETCHES_RESERVED", Math.min(8, issuerFetchMax - 1), 0, issuerFetchMax - 1, problems),
+    perTenant: integer(env, "PLATFORM_ISSUER_FETCHES_PER_TENANT", Math.min(2, issuerFetchMax), 1, issuerFetchMax, problems),
+    newIssuerTimeoutMs: integer(env, "PLATFORM_ISSUER_NEW_TIMEOUT_MS", 2_000, 100, 600_000, problems),
+  };
+  const maxMessageBytes = integer(env, "PLATFORM_MAX_MESSAGE_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024, problems);
+  // One largest message and its 5-byte prefix must fit, or no such message could ever arrive.
+  const pendingRequestBytes = autoInteger(
+    env,
+    "PLATFORM_MAX_PENDING_REQUEST_BYTES",
+    defaultPendingRequestBytes(maxMessageBytes),
+    maxMessageBytes + 5,
+    2 ** 40,
+    problems,
+  );
+  const pendingRequestBytesPerAddress = autoInteger(
+    env,
+    "PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS",
+    Math.max(maxMessageBytes + 5, defaultPendingRequestBytesPerAddress(pendingRequestBytes)),
+    maxMessageBytes + 5,
+    pendingRequestBytes,
+    problems,
+  );
   const config: Config = {
     port,
     host: env.HOST ?? "0.0.0.0",
@@ -171,13 +314,33 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     userIssuers,
     userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
     corsOrigins,
-    maxMessageBytes: integer(env, "PLATFORM_MAX_MESSAGE_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024, problems),
+    maxMessageBytes,
+    anonymousMessageBytes: integer(env, "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", 64 * 1024, 1024, 64 * 1024 * 1024, problems),
+    requestBodyTimeoutMs: integer(env, "PLATFORM_REQUEST_BODY_TIMEOUT_MS", 30_000, 100, 3_600_000, problems),
     allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
+    issuerFetches,
+    maxOrgsPerIdentity: integer(env, "PLATFORM_MAX_ORGS_PER_IDENTITY", 100, 1, 1_000_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),
     http2IdleTimeoutMs: integer(env, "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", 300_000, 1_000, 86_400_000, problems),
     workers: env.PLATFORM_WORKERS === "auto" ? availableParallelism() : integer(env, "PLATFORM_WORKERS", 1, 1, 256, problems),
+    maxConnections:
+      (env.PLATFORM_MAX_CONNECTIONS ?? "auto") === "auto"
+        ? defaultMaxConnections()
+        : integer(env, "PLATFORM_MAX_CONNECTIONS", defaultMaxConnections(), 1, 1_000_000, problems),
+    maxConnectionsPerAddress: integer(
+      env,
+      "PLATFORM_MAX_CONNECTIONS_PER_ADDRESS",
+      DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+      1,
+      1_000_000,
+      problems,
+    ),
+    healthWatchMaxMs: integer(env, "PLATFORM_HEALTH_WATCH_MAX_MS", 1_800_000, 100, 86_400_000, problems),
+    http2MaxConnectionAgeMs: integer(env, "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", 3_600_000, 100, 604_800_000, problems),
+    pendingRequestBytes,
+    pendingRequestBytesPerAddress,
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

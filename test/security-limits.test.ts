@@ -1,7 +1,8 @@
 /**
  * Issue 11: one limit on the decompressed size of a request message on every
- * protocol, enforced while the body streams in and before authentication, so
- * compression bombs and oversized frames cost the server no memory; /docs
+ * protocol, enforced while the body streams in, so compression bombs and
+ * oversized frames cost the server no memory (a caller without a token gets
+ * no body read at all: issue 21, test/security-bodies.test.ts); /docs
  * forbids framing and foreign content; /metrics can require a token.
  */
 import assert from "node:assert/strict";
@@ -14,7 +15,7 @@ import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
+import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { assertRestError, connectError } from "./support/assertions.js";
 import {
   bombCompression,
@@ -46,11 +47,19 @@ function assertTooLarge(err: ConnectError, what: string): void {
 }
 
 /**
- * GetGroup over `carrier` with no token, its message replaced on the wire by a bomb of `coding` (or sent as is when coding is undefined).
+ * GetGroup over `carrier` with `token`, its message replaced on the wire by a bomb of `coding` (or sent as is when coding is undefined).
  */
-async function bombedGetGroup(carrier: BombCarrier, baseUrl: string, uid: string, coding?: Coding, bomb?: Buffer): Promise<unknown> {
+async function bombedGetGroup(
+  carrier: BombCarrier,
+  baseUrl: string,
+  token: string,
+  uid: string,
+  coding?: Coding,
+  bomb?: Buffer,
+): Promise<unknown> {
   const { transport, close } = carrierTransport(carrier, baseUrl, {
     compression: coding && bomb ? bombCompression(coding, bomb) : undefined,
+    token,
   });
   try {
     return await createClient(GroupsService, transport).getGroup({ uid });
@@ -69,15 +78,21 @@ async function bombedWatch(baseUrl: string, coding: Coding, bomb: Buffer): Promi
   }
 }
 
-describe("bombs against a `serve` process: refused while reading, before authentication, memory flat", () => {
+/**
+ * The bombs come from an authenticated caller: without a token, the body of
+ * a method that needs one is not read at all (test/security-bodies.test.ts).
+ */
+describe("bombs against a `serve` process from an authenticated caller: refused while reading, memory flat", () => {
   let dataDir: string;
   let srv: ServerProcess;
+  let token: string;
   let baseline: MemorySample;
   const figures: string[] = [];
 
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-bombs-"));
     srv = await startServerProcess(dataDir);
+    token = await mintAdminToken(dataDir);
     // Warm every path once (zlib, both HTTP stacks, Connect, gRPC-Web, gRPC) with calls that are no bombs.
     for (const carrier of ["connect-json", "connect-proto", "grpc-web", "grpc"] as const) {
       // grpc-js decompresses gzip and deflate only; it answers br with UNIMPLEMENTED.
@@ -130,7 +145,7 @@ describe("bombs against a `serve` process: refused while reading, before authent
         await burst(
           t,
           `${carrier} ${coding} (${bomb.length} bytes → 1 GiB)`,
-          () => bombedGetGroup(carrier, srv.url, "x", coding, bomb),
+          () => bombedGetGroup(carrier, srv.url, token, "x", coding, bomb),
           tooLarge(carrier),
         );
       });
@@ -146,7 +161,7 @@ describe("bombs against a `serve` process: refused while reading, before authent
       await burst(
         t,
         `connect GET ${coding} (${bomb.length} bytes → ${size / MiB} MiB)`,
-        () => bombedGetGroup("connect-get", srv.url, "x", coding, bomb),
+        () => bombedGetGroup("connect-get", srv.url, token, "x", coding, bomb),
         tooLarge("GET"),
       );
     }
@@ -167,19 +182,24 @@ describe("bombs against a `serve` process: refused while reading, before authent
   test("gRPC-Web: a compressed envelope inflating to 1 GiB", async (t) => {
     for (const coding of ["gzip", "br"] as const) {
       const bomb = await zeroBomb(coding, GiB);
-      await burst(t, `gRPC-Web ${coding} envelope`, () => bombedGetGroup("grpc-web", srv.url, "x", coding, bomb), tooLarge("gRPC-Web"));
+      await burst(
+        t,
+        `gRPC-Web ${coding} envelope`,
+        () => bombedGetGroup("grpc-web", srv.url, token, "x", coding, bomb),
+        tooLarge("gRPC-Web"),
+      );
     }
   });
 
   test("gRPC-Web and Connect unary: a 32 MiB uncompressed message is refused from its length, not read whole", async (t) => {
     const uid = "a".repeat(32 * MiB);
-    await burst(t, "gRPC-Web 32 MiB frame", () => bombedGetGroup("grpc-web", srv.url, uid), tooLarge("gRPC-Web 32 MiB"));
-    await burst(t, "Connect unary 32 MiB body", () => bombedGetGroup("connect-proto", srv.url, uid), tooLarge("Connect 32 MiB"));
+    await burst(t, "gRPC-Web 32 MiB frame", () => bombedGetGroup("grpc-web", srv.url, token, uid), tooLarge("gRPC-Web 32 MiB"));
+    await burst(t, "Connect unary 32 MiB body", () => bombedGetGroup("connect-proto", srv.url, token, uid), tooLarge("Connect 32 MiB"));
   });
 
   test("native gRPC, grpc-encoding gzip: a message inflating to 1 GiB", async (t) => {
     const bomb = await zeroBomb("gzip", GiB);
-    await burst(t, "gRPC gzip (grpc-js)", () => bombedGetGroup("grpc", srv.url, "x", "gzip", bomb), tooLarge("gRPC"));
+    await burst(t, "gRPC gzip (grpc-js)", () => bombedGetGroup("grpc", srv.url, token, "x", "gzip", bomb), tooLarge("gRPC"));
   });
 
   test("REST: a 32 MiB body and a gzip body inflating to 1 GiB get the same 413; an unknown coding 415", async (t) => {
@@ -188,7 +208,7 @@ describe("bombs against a `serve` process: refused while reading, before authent
     const post = (body: Buffer, headers: Record<string, string>) => async () => {
       const res = await fetch(`${srv.url}/iam/v2beta1/groups`, {
         method: "POST",
-        headers: { "content-type": "application/json", ...headers },
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...headers },
         body: new Uint8Array(body),
       });
       return Promise.reject({ status: res.status, body: await res.json(), headers: res.headers });
@@ -239,11 +259,13 @@ describe("the limit is the configured one, on every protocol, and a refused call
         const anonymous = carrierTransport(carrier, srv.url, { compression });
         try {
           const groups = createClient(GroupsService, admin.transport);
-          // Not authenticated: the size is refused before the missing token is noticed.
-          assertTooLarge(
-            await connectError(createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) })),
-            "anonymous",
+          // Not authenticated: refused from the headers before the body is read (issue 21, item 8), except
+          // over native gRPC, whose transport reads the message before any handler and refuses its size.
+          const anonymousError = await connectError(
+            createClient(GroupsService, anonymous.transport).getGroup({ uid: "a".repeat(2 * LIMIT) }),
           );
+          if (carrier === "grpc") assertTooLarge(anonymousError, "anonymous");
+          else assert.equal(anonymousError.code, Code.Unauthenticated, `anonymous: ${anonymousError.message}`);
           assertTooLarge(await connectError(groups.getGroup({ uid: "a".repeat(LIMIT) })), "just over");
           // Under the limit the message reaches the handler, which finds the uid malformed.
           const served = await connectError(groups.getGroup({ uid: "a".repeat(LIMIT - 100) }));

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { NotFoundError } from "../domain/errors.js";
+import { nulFieldOf } from "../domain/text-rules.js";
 import type { AdvisoryRecord, Store } from "../store/store.js";
 import { advisoriesFromOsv, isInvalid, parseOsv } from "./osv.js";
 
@@ -86,6 +87,12 @@ export async function importAdvisories(store: Store, group: string, paths: reado
       doc = JSON.parse(readFileSync(file, "utf8"));
     } catch (err) {
       skip(file, null, [err instanceof SyntaxError ? `invalid JSON: ${err.message}` : `cannot read: ${(err as Error).message}`]);
+      continue;
+    }
+    // A NUL cannot be stored (PostgreSQL refuses it; SQLite would keep it and fail the migration later).
+    const nul = nulFieldOf(doc);
+    if (nul !== null) {
+      skip(file, null, [`${nul} holds a NUL character (U+0000), which cannot be stored`]);
       continue;
     }
     const record = parseOsv(doc);

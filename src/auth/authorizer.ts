@@ -1,7 +1,8 @@
 import type { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { PermissionDeniedError } from "../domain/errors.js";
+import { topsOf } from "../domain/uid-tops.js";
 import { isAtOrBelow } from "../domain/uidp.js";
-import type { Store } from "../store/store.js";
+import type { RoleRecord, Store } from "../store/store.js";
 import { AUTHZ_TABLES } from "../store/versions.js";
 import type { Principal } from "./principal.js";
 
@@ -38,36 +39,48 @@ export interface Authorizer {
 const CACHE_LIMIT = 10_000;
 const NOTHING: ReadonlySet<Capability> = new Set<Capability>();
 
+/** What the cache keeps per identity: its grants and, per capability asked, their tops. */
+interface Entry {
+  version: number;
+  grants: Grant[];
+  tops: Map<Capability, readonly string[]>;
+}
+
 /** An Authorizer over the store's role bindings, cached until they change. */
 export function createAuthorizer(store: Store, allCapabilities: readonly Capability[]): Authorizer {
   const all: ReadonlySet<Capability> = new Set(allCapabilities);
-  const cache = new Map<string, { version: number; grants: Grant[] }>();
+  const cache = new Map<string, Entry>();
 
-  async function grantsOf(subject: string): Promise<Grant[]> {
+  async function entryOf(subject: string): Promise<Entry> {
     // The version is read before the data, so grants read after a write are
     // never cached under the version from before it.
     const version = store.version(AUTHZ_TABLES);
     const hit = cache.get(subject);
-    if (hit && hit.version === version) return hit.grants;
+    if (hit && hit.version === version) return hit;
     const byGroup = new Map<string, Set<Capability>>();
+    // Each role is read once however many bindings name it (an owner of 2,000 organizations holds one role).
+    const roles = new Map<string, Promise<RoleRecord | null>>();
     for (const binding of await store.roleBindings.forIdentity(subject)) {
-      const role = await store.roles.get(binding.roleUid);
-      if (!role) continue;
+      let role = roles.get(binding.roleUid);
+      if (!role) roles.set(binding.roleUid, (role = store.roles.get(binding.roleUid)));
+      const found = await role;
+      if (!found) continue;
       const caps = byGroup.get(binding.groupUid) ?? new Set<Capability>();
-      for (const c of role.capabilities) caps.add(c as Capability);
+      for (const c of found.capabilities) caps.add(c as Capability);
       byGroup.set(binding.groupUid, caps);
     }
     const grants = [...byGroup].map(([group, capabilities]) => ({ group, capabilities }));
+    const entry = { version, grants, tops: new Map() };
     if (cache.size >= CACHE_LIMIT) cache.clear();
-    cache.set(subject, { version, grants });
-    return grants;
+    cache.set(subject, entry);
+    return entry;
   }
 
   const authorizer: Authorizer = {
     async capabilitiesAt(principal, scope) {
       if (principal.admin) return all;
       const out = new Set<Capability>();
-      for (const g of await grantsOf(principal.subject)) {
+      for (const g of (await entryOf(principal.subject)).grants) {
         if (isAtOrBelow(g.group, scope)) for (const c of g.capabilities) out.add(c);
       }
       return out.size === 0 ? NOTHING : out;
@@ -82,12 +95,14 @@ export function createAuthorizer(store: Store, allCapabilities: readonly Capabil
     },
     async visibleWithin(principal, capability) {
       if (principal.admin) return null;
-      const groups = (await grantsOf(principal.subject))
-        .filter((g) => g.capabilities.has(capability))
-        .map((g) => g.group)
-        .sort();
-      // Sorted, an ancestor comes right before its descendants: keep only tops.
-      return groups.filter((g, i) => !groups.slice(0, i).some((top) => isAtOrBelow(top, g)));
+      const entry = await entryOf(principal.subject);
+      let tops = entry.tops.get(capability);
+      if (!tops) {
+        // One sort and one pass (topsOf), not a scan of every earlier group per group.
+        tops = Object.freeze(topsOf(entry.grants.filter((g) => g.capabilities.has(capability)).map((g) => g.group)));
+        entry.tops.set(capability, tops);
+      }
+      return tops;
     },
   };
   return authorizer;

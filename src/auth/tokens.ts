@@ -1,18 +1,26 @@
 import { randomBytes } from "node:crypto";
 import { errors, exportJWK, generateKeyPair, importJWK, jwtVerify, SignJWT, type JWK, type JWTPayload } from "jose";
 import { UnauthenticatedError } from "../domain/errors.js";
-import type { KeyStore } from "../store/store.js";
+import type { KeyStore, SigningKeyRecord } from "../store/store.js";
+import { keyRefusal, keyStatuses, MAX_TOKEN_LIFETIME_SECONDS, verifiesAt, type KeyStatus } from "./key-lifecycle.js";
 
 /** RFC 9068 access-token type: our verifier requires it, so an ID token can never pass as one. */
 export const ACCESS_TOKEN_TYPE = "at+jwt";
-/** Lifetime of every API token we issue (spec §8). */
-export const TOKEN_LIFETIME_SECONDS = 3600;
+/** Lifetime of every API token we issue (spec §8), and the most any token may claim (exp − iat) to verify. */
+export const TOKEN_LIFETIME_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 const ALGORITHM = "ES256";
 /** Seconds of clock skew tolerated on exp, nbf and iat. */
 const CLOCK_TOLERANCE = 30;
 const VERIFIED_CACHE_LIMIT = 50_000;
 /** At most one re-read of the key table per interval when an unknown kid shows up. */
 const KEY_RELOAD_INTERVAL_MS = 1_000;
+/**
+ * The longest the key table is trusted without re-reading it, when nothing
+ * told us it changed: the store's versions tell a server at once (every
+ * request refreshes them); this bounds a caller that never refreshes them
+ * (the command line) or a path that authenticates without a refresh.
+ */
+const KEY_MAX_AGE_MS = 60_000;
 
 /** A token we issued, verified. */
 export interface VerifiedToken {
@@ -57,6 +65,8 @@ export class TokenRejectedError extends UnauthenticatedError {
 }
 
 const NOT_OURS = "Unauthenticated: the bearer token is not a valid API token of this server";
+const TOO_LONG = `Unauthenticated: the API token claims a lifetime longer than the ${MAX_TOKEN_LIFETIME_SECONDS / 3600} hour this server issues; request a new one`;
+const RETIRED_KEY = "Unauthenticated: the API token is signed by a retired signing key; request a new one";
 
 /** Thrown by the key lookup for a kid none of our keys has. */
 class UnknownKeyError extends Error {
@@ -99,27 +109,64 @@ export interface IssuedToken {
   expiresAt: number;
 }
 
-/** Generates an ES256 key pair and stores it; it signs every token from then on. */
-export async function addSigningKey(keys: KeyStore, now = Date.now()): Promise<string> {
+/**
+ * A new ES256 key pair as a record, not yet stored. Its create time is now,
+ * or the newest existing key's when that is later (a clock behind the one
+ * that made it), so it is the newest key and signs once stored.
+ */
+export async function newSigningKey(existing: readonly SigningKeyRecord[], now = Date.now()): Promise<SigningKeyRecord> {
   const { privateKey, publicKey } = await generateKeyPair(ALGORITHM, { extractable: true });
   const kid = randomBytes(12).toString("base64url");
   const publicJwk = { ...(await exportJWK(publicKey)), kid, alg: ALGORITHM, use: "sig" };
   const privateJwk = { ...(await exportJWK(privateKey)), kid, alg: ALGORITHM };
-  await keys.addSigningKey({ kid, privateJwk: JSON.stringify(privateJwk), publicJwk: JSON.stringify(publicJwk), createTime: now });
-  return kid;
+  const createTime = Math.max(now, ...existing.map((k) => k.createTime));
+  return { kid, privateJwk: JSON.stringify(privateJwk), publicJwk: JSON.stringify(publicJwk), createTime };
+}
+
+/** Generates an ES256 key pair and stores it; it signs every token from then on. */
+export async function addSigningKey(keys: KeyStore, now = Date.now()): Promise<string> {
+  const key = await newSigningKey(await keys.signingKeys(), now);
+  await keys.addSigningKey(key);
+  return key.kid;
+}
+
+/** A stored key, imported, with its bounds. */
+interface LoadedKey {
+  status: KeyStatus;
+  key: CryptoKey;
+}
+
+/** The key table as last read, and the store's version of it then. */
+interface LoadedKeys {
+  /** Every stored key, retired ones too: their tokens get a precise refusal once the signature checks. */
+  byKid: Map<string, LoadedKey>;
+  /** The newest key, null when it is retired (a hand-edited table): nothing is minted then. */
+  signing: { kid: string; key: CryptoKey } | null;
+  version: number;
+  loadedAt: number;
+}
+
+/** A verified token and the key that signed it, checked again on every cache hit. */
+interface CachedToken {
+  token: VerifiedToken;
+  kid: string;
 }
 
 /**
  * Issues and verifies this server's API tokens: JWTs signed with the newest key
  * in the store, iss = auth URL, aud = base URL, sub = identity uid, one hour.
- * Verification pins ES256, requires exp/iat/sub, checks iss, aud and typ, and
- * caches verified tokens until they expire (a verify costs more than a request).
+ * Verification pins ES256, requires exp/iat/sub, checks iss, aud and typ,
+ * refuses a lifetime (exp − iat) over MAX_TOKEN_LIFETIME_SECONDS and a key
+ * past its life (key-lifecycle.ts), and caches verified tokens until they
+ * expire (a verify costs more than a request). The key table is read again
+ * whenever the store's version of it moves (a rotation or retirement by any
+ * process), and a cached token is checked against its key on every hit.
  */
 export class TokenService {
-  private verifyKeys = new Map<string, CryptoKey>();
-  private signing: { kid: string; key: CryptoKey } | null = null;
-  private lastReload = 0;
-  private readonly verified = new Map<string, VerifiedToken>();
+  private loaded: LoadedKeys | null = null;
+  private reloading: Promise<LoadedKeys> | null = null;
+  private lastUnknownKidReload = -Infinity;
+  private readonly verified = new Map<string, CachedToken>();
 
   private constructor(
     private readonly keys: KeyStore,
@@ -127,49 +174,84 @@ export class TokenService {
     readonly audience: string,
     private readonly now: () => number,
     private readonly onCache: (hit: boolean) => void,
+    private readonly keysVersion: () => number,
   ) {}
 
-  /** Loads the keys, creating the first one on first start. */
+  /**
+   * Loads the keys, creating the first one on first start (or a successor
+   * when the newest is retired). keysVersion is the store's version of the
+   * signing_keys table (Store.version), which moves with every write by
+   * any process once the request's refresh has read it; without it the
+   * table is re-read at most a minute after the last read.
+   */
   static async open(
     keys: KeyStore,
-    opts: { issuer: string; audience: string; now?: () => number; onCache?: (hit: boolean) => void },
+    opts: { issuer: string; audience: string; now?: () => number; onCache?: (hit: boolean) => void; keysVersion?: () => number },
   ): Promise<TokenService> {
-    if ((await keys.signingKeys()).length === 0) await addSigningKey(keys);
-    const service = new TokenService(keys, opts.issuer, opts.audience, opts.now ?? Date.now, opts.onCache ?? (() => {}));
+    const now = opts.now ?? Date.now;
+    const stored = await keys.signingKeys();
+    if (stored.length === 0 || stored.at(-1)!.retireTime !== undefined) await addSigningKey(keys, now());
+    const service = new TokenService(keys, opts.issuer, opts.audience, now, opts.onCache ?? (() => {}), opts.keysVersion ?? (() => 0));
     await service.reload();
     return service;
   }
 
-  private async reload(): Promise<void> {
+  /** The key table as of the store's current version, read again when it moved or grew old. */
+  private async current(): Promise<LoadedKeys> {
+    const version = this.keysVersion();
+    let keys = this.loaded;
+    // Versions only grow: a reload already under way when the version moved is followed by another.
+    while (!keys || keys.version < version || this.now() - keys.loadedAt >= KEY_MAX_AGE_MS) keys = await this.reload();
+    return keys;
+  }
+
+  /** Reads the key table once for every caller waiting on it. */
+  private reload(): Promise<LoadedKeys> {
+    this.reloading ??= this.load().finally(() => (this.reloading = null));
+    return this.reloading;
+  }
+
+  private async load(): Promise<LoadedKeys> {
+    // The version before the read: newer rows may come under an older version, never older rows under a newer one.
+    const version = this.keysVersion();
+    const now = this.now();
     const records = await this.keys.signingKeys();
-    const next = new Map<string, CryptoKey>();
-    for (const r of records) next.set(r.kid, (await importJWK(JSON.parse(r.publicJwk) as JWK, ALGORITHM)) as CryptoKey);
-    const newest = records[records.length - 1]!;
-    this.signing = { kid: newest.kid, key: (await importJWK(JSON.parse(newest.privateJwk) as JWK, ALGORITHM)) as CryptoKey };
-    this.verifyKeys = next;
-    this.lastReload = this.now();
+    const byKid = new Map<string, LoadedKey>();
+    for (const status of keyStatuses(records, now)) {
+      const key = (await importJWK(JSON.parse(status.record.publicJwk) as JWK, ALGORITHM)) as CryptoKey;
+      byKid.set(status.record.kid, { status, key });
+    }
+    const newest = records.at(-1);
+    const signing =
+      newest && newest.retireTime === undefined
+        ? { kid: newest.kid, key: (await importJWK(JSON.parse(newest.privateJwk) as JWK, ALGORITHM)) as CryptoKey }
+        : null;
+    this.loaded = { byKid, signing, version, loadedAt: now };
+    return this.loaded;
   }
 
-  /** The public keys, as published at the JWKS endpoint. */
+  /** The public keys that verify now, as published at the JWKS endpoint (read from the store: always current). */
   async jwks(): Promise<{ keys: JWK[] }> {
-    return { keys: (await this.keys.signingKeys()).map((r) => JSON.parse(r.publicJwk) as JWK) };
+    const now = this.now();
+    const live = keyStatuses(await this.keys.signingKeys(), now).filter((s) => verifiesAt(s, now));
+    return { keys: live.map((s) => JSON.parse(s.record.publicJwk) as JWK) };
   }
 
-  /** Mints a one-hour API token for subject. */
+  /** Mints a one-hour API token for subject, with the newest key. */
   async mint(subject: string): Promise<IssuedToken> {
-    // Pick up keys added by `platform-api rotate-key` while we run.
-    if (!this.signing || this.now() - this.lastReload > 60_000) await this.reload();
+    const { signing } = await this.current();
+    if (!signing) throw new Error("no signing key: the newest key is retired; run `platform-api rotate-key`");
     const iat = Math.floor(this.now() / 1000);
     const exp = iat + TOKEN_LIFETIME_SECONDS;
     const token = await new SignJWT({})
-      .setProtectedHeader({ alg: ALGORITHM, kid: this.signing!.kid, typ: ACCESS_TOKEN_TYPE })
+      .setProtectedHeader({ alg: ALGORITHM, kid: signing.kid, typ: ACCESS_TOKEN_TYPE })
       .setIssuer(this.issuer)
       .setAudience(this.audience)
       .setSubject(subject)
       .setIssuedAt(iat)
       .setExpirationTime(exp)
       .setJti(randomBytes(12).toString("base64url"))
-      .sign(this.signing!.key);
+      .sign(signing.key);
     return { token, expiresAt: exp * 1000 };
   }
 
@@ -178,32 +260,50 @@ export class TokenService {
     // Before the cache: a token is one exact string, never a lenient re-spelling of it.
     if (!isCanonicalCompactJws(token)) throw new TokenRejectedError(NOT_OURS, "not a canonical compact JWS");
     const now = this.now();
+    const keys = await this.current();
     const hit = this.verified.get(token);
     if (hit) {
-      if (hit.expiresAt > now - CLOCK_TOLERANCE * 1000) {
+      const signer = keys.byKid.get(hit.kid);
+      if (hit.token.expiresAt > now - CLOCK_TOLERANCE * 1000 && signer && keyRefusal(signer.status, hit.token.issuedAt, now) === null) {
         this.onCache(true);
-        return hit;
+        return hit.token;
       }
+      // Expired, or its key was retired since: verified again below, which says which.
       this.verified.delete(token);
     }
     this.onCache(false);
     let payload: JWTPayload;
+    let signer: LoadedKey | undefined;
     try {
-      ({ payload } = await jwtVerify(token, (header) => this.keyFor(header.kid), {
-        algorithms: [ALGORITHM],
-        issuer: this.issuer,
-        audience: this.audience,
-        typ: ACCESS_TOKEN_TYPE,
-        requiredClaims: ["exp", "iat", "sub"],
-        clockTolerance: CLOCK_TOLERANCE,
-        currentDate: new Date(now),
-      }));
+      ({ payload } = await jwtVerify(
+        token,
+        async (header) => {
+          signer = await this.keyFor(header.kid, keys);
+          return signer.key;
+        },
+        {
+          algorithms: [ALGORITHM],
+          issuer: this.issuer,
+          audience: this.audience,
+          typ: ACCESS_TOKEN_TYPE,
+          requiredClaims: ["exp", "iat", "sub"],
+          clockTolerance: CLOCK_TOLERANCE,
+          currentDate: new Date(now),
+        },
+      ));
     } catch (err) {
       throw rejection(err);
     }
     if (typeof payload.sub !== "string" || payload.sub === "" || payload.iat! > now / 1000 + CLOCK_TOLERANCE) {
       throw new TokenRejectedError(NOT_OURS, "empty sub or iat in the future");
     }
+    // Whatever signed it: a longer-lived token was not minted by this server, or outlives what a leak may cost.
+    const lifetime = payload.exp! - payload.iat!;
+    if (lifetime > MAX_TOKEN_LIFETIME_SECONDS) {
+      throw new TokenRejectedError(TOO_LONG, `lifetime exp - iat = ${lifetime} s exceeds ${MAX_TOKEN_LIFETIME_SECONDS} s`);
+    }
+    const refusal = keyRefusal(signer!.status, payload.iat! * 1000, now);
+    if (refusal !== null) throw new TokenRejectedError(RETIRED_KEY, refusal);
     const result: VerifiedToken = {
       subject: payload.sub,
       issuer: payload.iss!,
@@ -212,17 +312,17 @@ export class TokenService {
       expiresAt: payload.exp! * 1000,
     };
     if (this.verified.size >= VERIFIED_CACHE_LIMIT) this.verified.clear();
-    this.verified.set(token, result);
+    this.verified.set(token, { token: result, kid: signer!.status.record.kid });
     return result;
   }
 
-  private async keyFor(kid: string | undefined): Promise<CryptoKey> {
+  private async keyFor(kid: string | undefined, keys: LoadedKeys): Promise<LoadedKey> {
     if (kid === undefined) throw new Error("no kid");
-    let key = this.verifyKeys.get(kid);
-    if (!key && this.now() - this.lastReload > KEY_RELOAD_INTERVAL_MS) {
-      // A key added by `platform-api rotate-key` while we run.
-      await this.reload();
-      key = this.verifyKeys.get(kid);
+    let key = keys.byKid.get(kid);
+    if (!key && this.now() - this.lastUnknownKidReload > KEY_RELOAD_INTERVAL_MS) {
+      // A key added by `platform-api rotate-key` that the store's versions have not told us of yet.
+      this.lastUnknownKidReload = this.now();
+      key = (await this.reload()).byKid.get(kid);
     }
     if (!key) throw new UnknownKeyError(kid);
     return key;

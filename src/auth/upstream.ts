@@ -7,18 +7,22 @@ import {
   type JWTPayload,
   type JWTVerifyGetKey,
 } from "jose";
-import { UnauthenticatedError } from "../domain/errors.js";
+import { UnauthenticatedError, UnavailableError, type ApiError } from "../domain/errors.js";
 import { addressAllowed, canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
 import { QueryCache } from "../store/query-cache.js";
-import { fetchJsonGuarded, type FetchLimits } from "./guarded-fetch.js";
+import { DEFAULT_FETCH_SLOT_LIMITS, FetchSlots, type FetchSlotLimits, type SlotRequest } from "./fetch-slots.js";
+import { fetchJsonGuarded, FetchRefusedError, type FetchLimits } from "./guarded-fetch.js";
 import { ACCESS_TOKEN_TYPE } from "./tokens.js";
 
 /** Algorithms accepted from upstream issuers; never "none", never HMAC. */
 export const UPSTREAM_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"];
 const CLOCK_TOLERANCE = 60;
 const DISCOVERY_TTL_MS = 10 * 60_000;
-const DISCOVERY_FAILURE_TTL_MS = 30_000;
+/** How long a failed issuer is not fetched again (whatever the number of exchanges naming it). */
+export const ISSUER_FAILURE_TTL_MS = 30_000;
 const FETCH_TIMEOUT_MS = 5_000;
+/** A never-seen issuer's budget: a real IdP answers discovery well within it; a host that holds the socket costs less. */
+const NEW_ISSUER_TIMEOUT_MS = 2_000;
 const MAX_DOCUMENT_BYTES = 256 * 1024;
 const JWKS_COOLDOWN_MS = 30_000;
 
@@ -27,23 +31,41 @@ function untrusted(why: string): UnauthenticatedError {
   return new UnauthenticatedError(`Unauthenticated: the upstream token was rejected: ${why}`);
 }
 
+/** Thrown (as UNAVAILABLE) when the token could not be checked: its issuer did not answer, or no fetch could be started. */
+function uncheckable(why: string): UnavailableError {
+  return new UnavailableError(`Unavailable: the upstream token could not be checked: ${why}; retry shortly`);
+}
+
 /** How the verifier fetches and caches issuers' documents. */
 export interface UpstreamOptions {
   /** PLATFORM_ALLOW_LOOPBACK_ISSUERS: user-supplied issuers may be http or https on loopback. */
   allowLoopback?: boolean;
   /** PLATFORM_USER_ISSUERS: issuers the operator trusts as given (any address, http allowed). */
   operatorIssuers?: readonly string[];
-  /** One fetch's whole budget (default 5 s). */
+  /** One fetch's whole budget for an operator issuer or one that answered before (default 5 s). */
   fetchTimeoutMs?: number;
-  /** Issuers whose keys are kept at most (default 1,000; least recently used go first). */
+  /** One fetch's whole budget for an issuer never seen answering (default 2 s, or fetchTimeoutMs if lower). */
+  newIssuerTimeoutMs?: number;
+  /** Issuers whose keys are kept at most, and failed issuers remembered at most (default 1,000 each; least recently used go first). */
   cacheEntries?: number;
-  /** Upstream fetches in flight at most, over all issuers (default 16); past it, verification fails at once. */
-  maxConcurrentFetches?: number;
+  /** How fetch capacity is shared (default 16 in flight, 8 reserved, 2 per tenant); past it, verification fails at once. */
+  fetchSlots?: Partial<FetchSlotLimits>;
 }
 
-/** What the verifier knows of one issuer: its keys, or that it failed, until a time. */
-interface IssuerEntry {
-  keys: JWTVerifyGetKey | null;
+/** An issuer that answered: its keys until a time. Kept past that time, it still counts as known (a priority fetch). */
+interface KnownIssuer {
+  jwksUri: string;
+  keys: JWTVerifyGetKey;
+  until: number;
+  jwksFetchedAt: number;
+  operator: boolean;
+  /** Set when a later fetch failed: it counts as never seen again until it answers. */
+  demoted: boolean;
+}
+
+/** An issuer that failed, until a time; transient when it did not answer (the token could not be checked). */
+interface FailedIssuer {
+  transient: boolean;
   until: number;
 }
 
@@ -59,15 +81,24 @@ export type UpstreamClaims = JWTPayload & { iss: string; sub: string };
  * cap and no redirects, and kept in a bounded cache; concurrent verifies of
  * one issuer share one fetch, and unknown kids re-fetch the JWKS at most once
  * per cooldown.
+ *
+ * Fetch capacity is shared fairly (fetch-slots.ts): each tenant holds a few
+ * fetches at most, never-seen issuers get a shorter timeout and cannot take
+ * the slots reserved for operator issuers and issuers that answered before,
+ * and a failed issuer is remembered (in its own bounded cache, so failures
+ * never evict working issuers' keys) and not fetched again for 30 s. When
+ * the token could not be checked (no answer, no capacity) the answer is
+ * UNAVAILABLE, so a client retries instead of believing its token bad.
  */
 export class UpstreamVerifier {
-  private readonly issuers: QueryCache<IssuerEntry>;
-  private readonly inFlight = new Map<string, Promise<IssuerEntry>>();
-  private fetching = 0;
+  private readonly known: QueryCache<KnownIssuer>;
+  private readonly failed: QueryCache<FailedIssuer>;
+  private readonly inFlight = new Map<string, Promise<KnownIssuer>>();
+  private readonly slots: FetchSlots;
   private readonly policy: IssuerPolicy;
   private readonly operatorIssuers: ReadonlySet<string>;
   private readonly fetchTimeoutMs: number;
-  private readonly maxConcurrentFetches: number;
+  private readonly newIssuerTimeoutMs: number;
 
   constructor(
     private readonly now: () => number = Date.now,
@@ -76,28 +107,39 @@ export class UpstreamVerifier {
     this.policy = { allowLoopback: opts.allowLoopback ?? false };
     this.operatorIssuers = new Set(opts.operatorIssuers ?? []);
     this.fetchTimeoutMs = opts.fetchTimeoutMs ?? FETCH_TIMEOUT_MS;
-    this.maxConcurrentFetches = opts.maxConcurrentFetches ?? 16;
-    this.issuers = new QueryCache<IssuerEntry>(opts.cacheEntries ?? 1_000);
+    this.newIssuerTimeoutMs = opts.newIssuerTimeoutMs ?? Math.min(NEW_ISSUER_TIMEOUT_MS, this.fetchTimeoutMs);
+    this.slots = new FetchSlots({ ...DEFAULT_FETCH_SLOT_LIMITS, ...opts.fetchSlots });
+    this.known = new QueryCache<KnownIssuer>(opts.cacheEntries ?? 1_000);
+    this.failed = new QueryCache<FailedIssuer>(opts.cacheEntries ?? 1_000);
   }
 
   /** Issuers whose keys or failure are cached, for tests and metrics. */
   get cacheSize(): number {
-    return this.issuers.size.entries;
+    return this.known.size.entries + this.failed.size.entries;
+  }
+
+  /** Upstream fetches in flight now, for tests and metrics. */
+  get fetchesInFlight(): number {
+    return this.slots.inFlight;
   }
 
   /**
    * Verifies token as issued by an issuer that trustIssuer accepts. The issuer
    * must be canonical and trusted before anything is fetched, so a token
-   * cannot make us fetch from a host nobody configured.
+   * cannot make us fetch from a host nobody configured. tenant names who made
+   * the issuer trusted (the organization of the identity or provider); its
+   * fetches count against that tenant's share. The operator's issuers are
+   * nobody's share.
    */
-  async verify(token: string, trustIssuer: (iss: string) => boolean): Promise<UpstreamClaims> {
+  async verify(token: string, trustIssuer: (iss: string) => boolean, tenant?: string): Promise<UpstreamClaims> {
     const iss = unverifiedIssuer(token);
     if (canonicalIssuer(iss) === undefined) throw untrusted("its issuer is not a canonical URL");
     if (!trustIssuer(iss)) throw untrusted(`issuer ${iss} is not trusted here`);
     const operator = this.operatorIssuers.has(iss);
     if (!operator && userIssuerProblem(iss, this.policy) !== undefined) throw untrusted("issuers must use https on a public address");
-    const keys = await this.keysOf(iss, operator);
-    return verifyWith(token, keys, iss, this.now());
+    const share = operator ? undefined : tenant;
+    const known = await this.keysOf(iss, operator, share);
+    return verifyWith(token, this.keyResolver(known, share), iss, this.now());
   }
 
   /** Verifies a token against a pre-registered JWKS (static-keys identities). */
@@ -111,60 +153,100 @@ export class UpstreamVerifier {
     return verifyWith(token, keys, issuer, this.now());
   }
 
-  private async keysOf(iss: string, operator: boolean): Promise<JWTVerifyGetKey> {
-    const cached = this.issuers.get(iss);
-    const entry = cached && cached.until > this.now() ? cached : await this.load(iss, operator);
-    if (!entry.keys) throw untrusted(`the discovery document of ${iss} is unavailable`);
-    return entry.keys;
+  private async keysOf(iss: string, operator: boolean, tenant: string | undefined): Promise<KnownIssuer> {
+    const known = this.known.get(iss);
+    if (known && known.until > this.now()) return known;
+    const failed = this.failed.get(iss);
+    if (failed && failed.until > this.now()) throw this.failure(iss, failed);
+    return this.load(iss, { tenant, priority: operator || (known !== undefined && !known.demoted) }, operator);
   }
 
-  /** Fetches an issuer's documents once for every concurrent verify of it. */
-  private load(iss: string, operator: boolean): Promise<IssuerEntry> {
-    let pending = this.inFlight.get(iss);
-    if (!pending) {
-      if (this.fetching >= this.maxConcurrentFetches) throw untrusted("too many issuers are being fetched at once; try again");
-      this.fetching++;
-      pending = this.discover(iss, operator)
-        .then(
-          (keys) => ({ keys, until: this.now() + DISCOVERY_TTL_MS }),
-          () => ({ keys: null, until: this.now() + DISCOVERY_FAILURE_TTL_MS }),
-        )
-        .then((entry) => {
-          this.issuers.set(iss, entry);
-          return entry;
-        })
-        .finally(() => {
-          this.fetching--;
-          this.inFlight.delete(iss);
-        });
-      this.inFlight.set(iss, pending);
-    }
-    return pending;
+  private failure(iss: string, failed: FailedIssuer): ApiError {
+    return failed.transient ? uncheckable(`issuer ${iss} did not answer`) : untrusted(`the discovery document of ${iss} is unusable`);
   }
 
-  private async discover(iss: string, operator: boolean): Promise<JWTVerifyGetKey> {
-    const limits: FetchLimits = {
-      timeoutMs: this.fetchTimeoutMs,
-      maxBytes: MAX_DOCUMENT_BYTES,
-      addressAllowed: operator ? () => true : (address) => addressAllowed(address, this.policy),
-    };
-    const doc = await fetchJsonGuarded(`${iss.replace(/\/+$/, "")}/.well-known/openid-configuration`, limits);
+  /**
+   * Fetches an issuer's documents once for every concurrent verify of it, in
+   * a slot of the asking tenant's share; without one, refuses at once.
+   */
+  private load(iss: string, slot: SlotRequest, operator: boolean): Promise<KnownIssuer> {
+    const pending = this.inFlight.get(iss);
+    if (pending) return pending;
+    const release = this.slots.tryAcquire(slot);
+    if (!release) throw uncheckable("too many issuer fetches are in flight");
+    const timeoutMs = slot.priority ? this.fetchTimeoutMs : this.newIssuerTimeoutMs;
+    const loading = this.discover(iss, operator, timeoutMs)
+      .then(
+        (known) => {
+          this.known.set(iss, known);
+          return known;
+        },
+        (err: unknown) => {
+          // A failed issuer is no longer known: its next fetch is a never-seen issuer's, until it answers again.
+          const failed = { transient: err instanceof FetchRefusedError && err.transient, until: this.now() + ISSUER_FAILURE_TTL_MS };
+          const known = this.known.get(iss);
+          if (known) known.demoted = true;
+          this.failed.set(iss, failed);
+          throw this.failure(iss, failed);
+        },
+      )
+      .finally(() => {
+        release();
+        this.inFlight.delete(iss);
+      });
+    this.inFlight.set(iss, loading);
+    return loading;
+  }
+
+  /** Fetches the discovery document, then the JWKS, both within the one timeout (a slot is held for timeoutMs at most). */
+  private async discover(iss: string, operator: boolean, timeoutMs: number): Promise<KnownIssuer> {
+    const deadline = performance.now() + timeoutMs;
+    const doc = await fetchJsonGuarded(
+      `${iss.replace(/\/+$/, "")}/.well-known/openid-configuration`,
+      this.fetchLimits(operator, timeoutMs),
+    );
     if (doc.issuer !== iss) throw new Error("issuer mismatch");
     const jwksUri = doc.jwks_uri;
     if (typeof jwksUri !== "string" || !isCanonicalUrl(jwksUri)) throw new Error("bad jwks_uri");
     // A user-supplied issuer's keys come from its own origin: it cannot point us elsewhere.
     if (!operator && new URL(jwksUri).origin !== new URL(iss).origin) throw new Error("jwks_uri on another origin");
-    let local = createLocalJWKSet((await fetchJsonGuarded(jwksUri, limits)) as unknown as JSONWebKeySet);
-    let fetchedAt = this.now();
-    // An unknown kid (a key rotated in) re-fetches the JWKS, at most once per cooldown.
+    const left = Math.max(1, Math.round(deadline - performance.now()));
+    const keys = createLocalJWKSet((await fetchJsonGuarded(jwksUri, this.fetchLimits(operator, left))) as unknown as JSONWebKeySet);
+    const now = this.now();
+    return { jwksUri, keys, until: now + DISCOVERY_TTL_MS, jwksFetchedAt: now, operator, demoted: false };
+  }
+
+  private fetchLimits(operator: boolean, timeoutMs: number): FetchLimits {
+    return {
+      timeoutMs,
+      maxBytes: MAX_DOCUMENT_BYTES,
+      addressAllowed: operator ? () => true : (address) => addressAllowed(address, this.policy),
+    };
+  }
+
+  /**
+   * The issuer's keys; an unknown kid (a key rotated in) re-fetches the JWKS,
+   * at most once per cooldown and in a slot of the asking tenant's share.
+   */
+  private keyResolver(known: KnownIssuer, tenant: string | undefined): JWTVerifyGetKey {
     return async (header, token) => {
       try {
-        return await local(header, token);
+        return await known.keys(header, token);
       } catch (err) {
-        if (this.now() - fetchedAt < JWKS_COOLDOWN_MS) throw err;
-        fetchedAt = this.now();
-        local = createLocalJWKSet((await fetchJsonGuarded(jwksUri, limits)) as unknown as JSONWebKeySet);
-        return local(header, token);
+        if (this.now() - known.jwksFetchedAt < JWKS_COOLDOWN_MS) throw err;
+        const release = this.slots.tryAcquire({ tenant, priority: true });
+        if (!release) throw uncheckable("too many issuer fetches are in flight");
+        known.jwksFetchedAt = this.now();
+        try {
+          const jwks = await fetchJsonGuarded(known.jwksUri, this.fetchLimits(known.operator, this.fetchTimeoutMs));
+          known.keys = createLocalJWKSet(jwks as unknown as JSONWebKeySet);
+        } catch (fetchErr) {
+          if (fetchErr instanceof FetchRefusedError && fetchErr.transient) throw uncheckable("the issuer's JWKS did not answer");
+          throw fetchErr;
+        } finally {
+          release();
+        }
+        return known.keys(header, token);
       }
     };
   }
@@ -206,7 +288,9 @@ async function verifyWith(token: string, keys: JWTVerifyGetKey, issuer: string, 
     if (typeof payload.sub !== "string" || payload.sub === "") throw new Error("sub");
     if (typeof payload.iat === "number" && payload.iat > now / 1000 + CLOCK_TOLERANCE) throw new Error("iat in the future");
     return payload as UpstreamClaims;
-  } catch {
+  } catch (err) {
+    // The key resolver's UNAVAILABLE (a JWKS re-fetch that could not happen) passes as it is.
+    if (err instanceof UnavailableError) throw err;
     throw untrusted("its signature, issuer or validity period does not check out");
   }
 }

@@ -28,8 +28,9 @@ import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js
 import { healthService, HealthState } from "./grpc/health.js";
 import { reflectionSchema } from "./grpc/reflection.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc/server.js";
+import { createByteBudget } from "./http/byte-budget.js";
 import { clientErrorHandler } from "./http/client-errors.js";
-import { inflatedBody, installResponseCompression, isRpcRequest, REQUEST_CODINGS, requestCoding } from "./http/compression.js";
+import { installResponseCompression, isRpcRequest, REQUEST_CODINGS, requestCoding } from "./http/compression.js";
 import { installCors } from "./http/cors.js";
 import { HeaderView } from "./http/header-view.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
@@ -37,6 +38,7 @@ import { nextRequestId, requestIdFrom } from "./http/request-id.js";
 import { bearerChallenge } from "./http/www-authenticate.js";
 import { serverLogging } from "./observe/logging.js";
 import { instrumentStore, Metrics, metricsTokenMatches } from "./observe/metrics.js";
+import { admittedValues, installRestAdmission, type RestBodyLimits } from "./rest/body-admission.js";
 import { installDocs } from "./rest/docs.js";
 import { openApiDocument } from "./rest/openapi.js";
 import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest/transcoder.js";
@@ -102,6 +104,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     audience: config.baseUrl,
     now,
     onCache: (hit) => metrics.tokenCache.inc(hit ? "hit" : "miss"),
+    // A rotation or retirement by any process is seen by the next request (which refreshes the versions first).
+    keysVersion: () => store.version(["signing_keys"]),
   });
   const admin = await adminSubject(store.keys);
   const bearer = createBearerAuthenticator(
@@ -123,10 +127,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     pageTokens,
     now,
     tokens,
-    upstream: new UpstreamVerifier(now, { allowLoopback: config.allowLoopbackIssuers, operatorIssuers: config.userIssuers }),
+    upstream: new UpstreamVerifier(now, {
+      allowLoopback: config.allowLoopbackIssuers,
+      operatorIssuers: config.userIssuers,
+      newIssuerTimeoutMs: config.issuerFetches.newIssuerTimeoutMs,
+      fetchSlots: config.issuerFetches,
+    }),
     urls: { base: config.baseUrl, auth: config.authUrl },
     signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
+    maxOrgsPerIdentity: config.maxOrgsPerIdentity,
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
   const logging = serverLogging(config.logLevel, opts.logStream);
@@ -135,6 +145,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     started(protocol) {
       calls.started();
       metrics.inFlight.add(1, protocol);
+    },
+    admitted(protocol) {
+      calls.finished();
+      metrics.inFlight.add(-1, protocol);
     },
     finished(call) {
       calls.finished();
@@ -157,15 +171,19 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
-  const health = new HealthState(apiNames);
+  const health = new HealthState(apiNames, config.healthWatchMaxMs);
   const reflection = reflectionSchema(
     [...CONTRACT_FILES, ...[Health, ServerReflection, ServerReflectionV1alpha].map((s) => s.file)],
     [...apiNames, ...SYSTEM_SERVICES],
   );
   const timeouts = opts.timeouts ?? timeoutsFor(config.keepAliveTimeoutMs, config.http2IdleTimeoutMs);
+  const pendingRequestBytes = createByteBudget({ total: config.pendingRequestBytes, perAddress: config.pendingRequestBytesPerAddress });
+  metrics.watchPendingRequestBytes(() => pendingRequestBytes.held);
   const grpcServer = createGrpcServer(wrapped, health, reflection, {
     maxMessageBytes: config.maxMessageBytes,
+    pendingRequestBytes,
     idleMs: timeouts.http2Idle,
+    maxConnectionAgeMs: config.http2MaxConnectionAgeMs,
     onInternal: onInternalError,
   });
 
@@ -185,7 +203,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     frameworkErrors: (err, _req, reply) =>
       void sendError(reply as FastifyReply, err.code === "FST_ERR_BAD_URL" ? invalidField("path", "is not validly percent-encoded") : err),
     serverFactory: (handler) => {
-      front = createOnePortServer(handler, grpcServer, timeouts);
+      front = createOnePortServer(handler, grpcServer, timeouts, {
+        total: config.maxConnections,
+        perAddress: config.maxConnectionsPerAddress,
+        onRefused: (cap) => metrics.connectionsRefused.inc(cap),
+      });
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
     },
   });
@@ -197,7 +219,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   app.setReplySerializer((payload) => `${JSON.stringify(payload)}\n`);
   installCors(app, config.corsOrigins);
   installResponseCompression(app, isRpcRequest);
-  installRest(app, transcoder, config.maxMessageBytes);
+  installRest(app, transcoder, { bodyLimit: config.maxMessageBytes, anonymousBodyLimit: config.anonymousMessageBytes });
   await app.register(connectPlugin, {
     routes: (router) => registerConnect(router, wrapped, health),
     contextValues: (req) =>
@@ -206,6 +228,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         .set(clientAddressKey, req.socket.remoteAddress ?? ""),
     shutdownTimeoutMs: config.shutdownGraceMs,
     maxMessageBytes: config.maxMessageBytes,
+    anonymousMessageBytes: config.anonymousMessageBytes,
+    bodyTimeoutMs: config.requestBodyTimeoutMs,
     registry,
     unaryHandlers: new Map(
       wrapped.flatMap((w) => w.service.methods.map((m) => [`/${w.service.typeName}/${m.name}`, w.handlers[m.localName]!])),
@@ -226,6 +250,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     app,
     openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }),
     config.baseUrl,
+    metrics.registry,
   );
   app.get("/.well-known/openid-configuration", async (_req, reply) =>
     reply.header("cache-control", "public, max-age=300").send({
@@ -378,15 +403,17 @@ function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyR
   return reply.code(code).type("application/json").send(rendered.body);
 }
 
-/** The REST side: JSON and form parsing, the generic transcoder route, and error rendering. */
-function installRest(app: FastifyInstance, transcoder: RestTranscoder, bodyLimit: number): void {
+/** The REST side: admission, JSON and form parsing, the generic transcoder route, and error rendering. */
+function installRest(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
   app.decorate("errorDomainFor", (method: string, url: string) => transcoder.errorDomainFor(method, url));
   // Our parsers live in their own scope: the Connect plugin registers its own.
-  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, bodyLimit));
-  installErrorHandlers(app, bodyLimit);
+  // An anonymous body is never allowed more than any other.
+  const anonymousBodyLimit = Math.min(limits.anonymousBodyLimit, limits.bodyLimit);
+  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, { ...limits, anonymousBodyLimit }));
+  installErrorHandlers(app, limits.bodyLimit);
 }
 
-function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder, bodyLimit: number): void {
+function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
   // A body in a coding we cannot read would only fail as "not valid JSON": say what is wrong before reading it.
   app.addHook("onRequest", async (req, reply) => {
     if (requestCoding(req.headers["content-encoding"]) !== "unsupported") return;
@@ -399,11 +426,8 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
     );
     return sendError(reply.header("accept-encoding", accepted), err, 415);
   });
-  // The inflated body counts against the same limit as a plain one.
-  app.addHook("preParsing", async (req, _reply, payload) => {
-    const coding = requestCoding(req.headers["content-encoding"]);
-    return coding === null || coding === "unsupported" ? payload : inflatedBody(payload, coding, bodyLimit);
-  });
+  // The caller is authenticated from the headers before the body is read, which is then limited by route.
+  installRestAdmission(app, transcoder, limits);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = (body as string).trim();
@@ -432,6 +456,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
           url: req.url,
           headers: HeaderView.ofNode(req.headers),
           body: req.body,
+          values: admittedValues(req),
         });
         res.headers?.forEach((value, key) => void reply.header(key, value));
         return reply.code(res.status).type("application/json").send(res.body);
@@ -445,11 +470,14 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
 
 function installErrorHandlers(app: FastifyInstance, bodyLimit: number): void {
   app.setNotFoundHandler((req, reply) => notFound(reply, req.method, []));
-  app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, _req, reply) => {
+  app.setErrorHandler((err: Error & { statusCode?: number; code?: string; limit?: number }, req, reply) => {
     if (err instanceof ApiError || err instanceof ConnectError) return sendError(reply, err);
     const status = err.statusCode ?? 500;
     if (status === 413) {
-      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${bodyLimit} bytes`), 413);
+      // The rest of a body over the limit is not read: the connection ends with the answer.
+      if (!req.raw.complete) reply.header("connection", "close");
+      const limit = err.limit ?? bodyLimit;
+      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${limit} bytes`), 413);
     }
     if (status === 415) return sendError(reply, invalidField("Content-Type", "must be application/json"), 415);
     if (status >= 400 && status < 500) return sendError(reply, invalidField("request", "is malformed"), status);

@@ -1,20 +1,45 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
-import { Code, createContextKey, type HandlerContext } from "@connectrpc/connect";
+import { Code, createContextKey, type ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
-import { principalKey, type Authenticator } from "../auth/principal.js";
+import { principalKey, type Authenticator, type Principal } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { ApiError } from "../domain/errors.js";
 import { requireUidp } from "../domain/hierarchy.js";
+import { rejectControlCharacters } from "../domain/text-rules.js";
 import type { ServiceBinding } from "../services/binding.js";
 import { areaErrorDomain, toConnectError } from "./errors.js";
 
 /** A unary handler as every entry point calls it. */
 export type UnaryHandler = (request: unknown, context: HandlerContext) => Promise<unknown>;
 
+/** What admission sees of a call: its headers, deadline, protocol and context values. */
+export type AdmissionContext = Pick<HandlerContext, "requestHeader" | "values" | "protocolName" | "timeoutMs">;
+
+/**
+ * A wrapped method: the handler, and what the entry points decide before
+ * they read a request body. A body costs memory while it arrives and CPU to
+ * decode, so a caller who could not be served anyway must not get that far.
+ */
+export interface WrappedHandler extends UnaryHandler {
+  /** Whether calls must carry a valid token (the method's iam rule is enabled). */
+  readonly needsToken: boolean;
+  /**
+   * Decides what the headers alone decide, before the body is read: a
+   * deadline already passed is DEADLINE_EXCEEDED, and a method that needs a
+   * token authenticates the caller (UNAUTHENTICATED otherwise), keeping the
+   * principal in context.values, where the handler finds it. A refusal is
+   * recorded as a finished call (metrics, access log) and thrown as the
+   * ConnectError the client gets. Entry points that skip it (native gRPC,
+   * whose transport reads the message first) lose nothing: the handler does
+   * whatever admission has not done.
+   */
+  admit(context: AdmissionContext): Promise<void>;
+}
+
 /** A wrapped service: the only object the REST, Connect and gRPC entry points call. */
 export interface WrappedService {
   service: DescService;
-  handlers: Record<string, UnaryHandler>;
+  handlers: Record<string, WrappedHandler>;
 }
 
 /** Context value carrying the request id, set by each entry point (REST, Connect, gRPC). */
@@ -37,6 +62,12 @@ export interface CallRecord {
 export interface CallObserver {
   started(protocol: string): void;
   finished(call: CallRecord): void;
+  /**
+   * A call started by admission (WrappedHandler.admit) was admitted: it is
+   * no longer in flight while its body is read, and starts again (started)
+   * when its handler runs; a call refused by admission is finished instead.
+   */
+  admitted?(protocol: string): void;
 }
 
 /** Options shared by every wrapped method. */
@@ -63,7 +94,7 @@ export interface WrapOptions {
  */
 export function wrapService(binding: ServiceBinding, opts: WrapOptions): WrappedService {
   const domain = areaErrorDomain(binding.service.typeName);
-  const handlers: Record<string, UnaryHandler> = {};
+  const handlers: Record<string, WrappedHandler> = {};
   for (const method of binding.service.methods) {
     const impl = binding.impl[method.localName];
     if (typeof impl !== "function") throw new Error(`${binding.service.typeName}.${method.name} has no implementation`);
@@ -77,50 +108,107 @@ function wrapMethod(
   impl: (request: unknown, context: HandlerContext) => unknown,
   domain: string,
   opts: WrapOptions,
-): UnaryHandler {
+): WrappedHandler {
   if (method.methodKind !== "unary") throw new Error(`${method.name}: only unary methods are wrapped`);
   const rule = methodRule(method);
   const service = method.parent.typeName;
-  return async (request, context) => {
+  const record = (context: AdmissionContext, code: Code | 0, start: number) =>
+    opts.observer?.finished({
+      service,
+      method: method.name,
+      protocol: context.protocolName,
+      code: codeName(code),
+      durationMs: performance.now() - start,
+      principal: context.values.get(principalKey)?.subject ?? "",
+      requestId: context.values.get(requestIdKey),
+    });
+  const mapError = (err: unknown, context: AdmissionContext): ConnectError => {
+    const onInternal = opts.onInternalError;
+    const mapped = toConnectError(err, domain, onInternal && ((cause) => onInternal(cause, context.values.get(requestIdKey))));
+    // The client stopped waiting at its deadline and sees DEADLINE_EXCEEDED whatever came later (a
+    // not_found, or canceled when it hung up first): metrics and the log line count what it saw.
+    return mapped.code !== Code.DeadlineExceeded && pastDeadline(context) ? toConnectError(deadlinePassed(), domain) : mapped;
+  };
+  /** The caller's principal (null for a method that needs no token), from admission or authenticated now. */
+  const principalOf = async (context: AdmissionContext): Promise<Principal | null> => {
+    if (rule.mode !== "enabled") return null;
+    const admitted = context.values.get(principalKey);
+    if (admitted !== null) return admitted;
+    const principal = await opts.authenticator.authenticate(context.requestHeader);
+    context.values.set(principalKey, principal);
+    return principal;
+  };
+  const handler = async (request: unknown, context: HandlerContext) => {
     const start = performance.now();
     opts.observer?.started(context.protocolName);
     let code: Code | 0 = 0;
     try {
-      await opts.refresh?.();
-      if (rule.mode === "enabled") {
-        const principal = await opts.authenticator.authenticate(context.requestHeader);
-        context.values.set(principalKey, principal);
-        if (!rule.unscoped) await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
-      }
+      // Nothing is done for a call whose client has stopped waiting: a write must not commit unseen.
+      if (pastDeadline(context)) throw deadlinePassed();
+      // An admitted call was brought up to date before its body was read.
+      if (context.values.get(principalKey) === null) await opts.refresh?.();
+      const principal = await principalOf(context);
+      if (principal !== null && rule.mode === "enabled" && !rule.unscoped)
+        await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
+      // Authentication and authorization wait on the store: the deadline may have passed meanwhile.
+      if (pastDeadline(context)) throw deadlinePassed();
+      // NUL and other control characters are refused in every text of every request, on every protocol.
+      rejectControlCharacters(method, request);
       const result = await impl(request, context);
       if (pastDeadline(context)) throw deadlinePassed();
       return result;
     } catch (err) {
-      const onInternal = opts.onInternalError;
-      let mapped = toConnectError(err, domain, onInternal && ((cause) => onInternal(cause, context.values.get(requestIdKey))));
-      // The client stopped waiting at its deadline and sees DEADLINE_EXCEEDED whatever came later (a
-      // not_found, or canceled when it hung up first): metrics and the log line count what it saw.
-      if (mapped.code !== Code.DeadlineExceeded && pastDeadline(context)) mapped = toConnectError(deadlinePassed(), domain);
+      const mapped = mapError(err, context);
       code = mapped.code;
       throw mapped;
     } finally {
-      opts.observer?.finished({
-        service,
-        method: method.name,
-        protocol: context.protocolName,
-        code: codeName(code),
-        durationMs: performance.now() - start,
-        principal: context.values.get(principalKey)?.subject ?? "",
-        requestId: context.values.get(requestIdKey),
-      });
+      record(context, code, start);
     }
   };
+  return Object.assign(handler, {
+    needsToken: rule.mode === "enabled",
+    async admit(context: AdmissionContext): Promise<void> {
+      if (!pastDeadline(context) && rule.mode !== "enabled") return;
+      const start = performance.now();
+      opts.observer?.started(context.protocolName);
+      try {
+        if (pastDeadline(context)) throw deadlinePassed();
+        await opts.refresh?.();
+        await principalOf(context);
+        // Authentication waits on the store: the deadline may have passed meanwhile.
+        if (pastDeadline(context)) throw deadlinePassed();
+      } catch (err) {
+        const mapped = mapError(err, context);
+        record(context, mapped.code, start);
+        throw mapped;
+      }
+      opts.observer?.admitted?.(context.protocolName);
+    },
+  });
 }
 
 /** Whether the call had a deadline and it has passed. */
-function pastDeadline(context: HandlerContext): boolean {
+function pastDeadline(context: Pick<HandlerContext, "timeoutMs">): boolean {
   const remaining = context.timeoutMs();
   return remaining !== undefined && remaining <= 0;
+}
+
+/**
+ * The AbortSignal of a call on a path that makes its own context (the
+ * Connect fast path, native gRPC): aborted when the client goes away before
+ * the call finished, and at the call's deadline, as connect-node's is, so a
+ * handler that honours it stops working for a client that stopped waiting.
+ * onEnd registers a listener for the end of the call, whichever way it ends.
+ */
+export function callSignal(remainingMs: number | undefined, onEnd: (listener: () => void) => void, finished: () => boolean): AbortSignal {
+  const abort = new AbortController();
+  const timer = remainingMs === undefined ? undefined : setTimeout(() => abort.abort(deadlinePassed()), Math.max(0, remainingMs));
+  timer?.unref();
+  onEnd(() => {
+    clearTimeout(timer);
+    if (!finished()) abort.abort();
+  });
+  return abort.signal;
 }
 
 /** The answer to a call that finished after its deadline; its work may have been done. */

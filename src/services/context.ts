@@ -26,6 +26,8 @@ export interface ServiceDeps {
   signIn: { issuers: readonly string[]; audiences: readonly string[] };
   /** How issuers that users supply (identity claim matches, identity providers) are restricted. */
   issuerPolicy: IssuerPolicy;
+  /** Root organizations one identity may have created (the administrator: no limit). */
+  maxOrgsPerIdentity: number;
 }
 
 /** The principal the service wrapper set for this call. */

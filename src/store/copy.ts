@@ -1,9 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { FailedPreconditionError } from "../domain/errors.js";
+import { FailedPreconditionError, type PreconditionViolation } from "../domain/errors.js";
+import { nulFieldOf } from "../domain/text-rules.js";
 import type { ListQuery, ListResult, Store, StoreParts } from "./store.js";
 
 /** Records read from the source per page. */
 const PAGE = 500;
+/** Unstorable rows named at most in the refusal; the rest are counted. */
+const MAX_NAMED_ROWS = 20;
 
 /** Every record of one kind, in uid order (a parent's uid sorts before its children's). */
 async function* everything<T extends { uid: string }, TFilter>(
@@ -39,6 +42,9 @@ export type CopyCounts = Record<string, number>;
  * and the server's secrets, with their uids and times. Built-in roles the
  * target already has are kept. Refuses a target that holds any group or
  * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
+ * Refuses a source with text PostgreSQL cannot store (a NUL, which SQLite
+ * keeps) the same way, after reading everything: one violation per bad row
+ * naming its table, uid and field, so the operator can fix them all at once.
  */
 export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
   const probe = {
@@ -56,6 +62,8 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     ]);
   }
   const counts: CopyCounts = {};
+  const unstorable: PreconditionViolation[] = [];
+  let unstorableRows = 0;
   const copyAll = async <T extends { uid: string }, TFilter>(
     kind: string,
     list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
@@ -63,7 +71,13 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     write: (record: T) => Promise<unknown>,
   ) => {
     counts[kind] = 0;
+    const table = kind.replaceAll(" ", "_");
     for await (const record of everything(list, filter)) {
+      const field = nulFieldOf(record);
+      if (field !== null) {
+        if (unstorableRows++ < MAX_NAMED_ROWS) unstorable.push(unstorableRow(table, record.uid, field));
+        continue;
+      }
       if ((await write(record)) !== SKIPPED) counts[kind]++;
     }
   };
@@ -136,6 +150,15 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
       {},
       (a) => tx.advisories.upsert([a]),
     );
+    if (unstorableRows > MAX_NAMED_ROWS) {
+      unstorable.push({
+        type: "UNSTORABLE_TEXT",
+        subject: "source",
+        description: `and ${unstorableRows - MAX_NAMED_ROWS} more rows holding a NUL character`,
+      });
+    }
+    // Thrown inside the transaction: it rolls back, and nothing was copied.
+    if (unstorable.length > 0) throw new FailedPreconditionError(unstorable);
     const existing = new Set((await tx.keys.signingKeys()).map((k) => k.kid));
     counts["signing keys"] = 0;
     for (const key of keys) {
@@ -157,6 +180,15 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     }
   });
   return counts;
+}
+
+/** A source row PostgreSQL cannot take, named for the operator to fix in SQLite. */
+function unstorableRow(table: string, uid: string, field: string): PreconditionViolation {
+  return {
+    type: "UNSTORABLE_TEXT",
+    subject: `${table}/${uid}`,
+    description: `${table} row ${uid}: field ${field} holds a NUL character (U+0000), which PostgreSQL cannot store; fix or delete it in SQLite`,
+  };
 }
 
 /** What a copy function returns for a record it left alone. */

@@ -2,6 +2,7 @@ import { createCachingStore } from "./caching.js";
 import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
 import type { Store } from "./store.js";
+import { guardStoredText } from "./text-guard.js";
 
 /** Where the data lives. */
 export interface StoreLocation {
@@ -31,7 +32,7 @@ export async function openEngine(at: StoreLocation): Promise<Store> {
   return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true });
 }
 
-/** The store a server runs on: the engine behind its read caches. */
+/** The store a server runs on: the engine, refusing text it cannot store, behind its read caches. */
 export async function openStore(at: StoreLocation): Promise<Store> {
-  return createCachingStore(await openEngine(at));
+  return createCachingStore(guardStoredText(await openEngine(at)));
 }

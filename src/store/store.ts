@@ -96,6 +96,14 @@ export interface SyncGroupStore {
    * AlreadyExistsError when the uid is taken.
    */
   create(group: GroupRecord): void;
+  /**
+   * Inserts a root organization (parentUid null) as create does, recording
+   * creatorUid as its creator for rootsCreatedBy (kept beside the record,
+   * not in it).
+   */
+  createRoot(group: GroupRecord, creatorUid: string): void;
+  /** How many root organizations created by identityUid (createRoot) exist now: an index count, for the per-identity quota. */
+  rootsCreatedBy(identityUid: string): number;
   /** Returns the group, or null when absent. */
   get(uid: string): GroupRecord | null;
   /** Returns one page of groups in the requested order. */
@@ -592,7 +600,16 @@ export interface SigningKeyRecord {
   /** Public JWK, as JSON text. */
   publicJwk: string;
   createTime: number;
+  /**
+   * When the key was retired (ms), absent while it is not: a retired key
+   * verifies nothing, signs nothing, is left out of the JWKS, and its
+   * private half is erased.
+   */
+  retireTime?: number;
 }
+
+/** What retireSigningKey did: retired the key now, or found it retired already (its time kept). */
+export type RetireOutcome = "retired" | "already-retired";
 
 /** Server secrets that must survive restarts (page-token and signing keys). */
 export interface SyncKeyStore {
@@ -605,6 +622,13 @@ export interface SyncKeyStore {
   signingKeys(): SigningKeyRecord[];
   /** Adds a signing key; the newest signs from then on. */
   addSigningKey(key: SigningKeyRecord): void;
+  /**
+   * Retires the key now: sets its retireTime and erases its private half,
+   * in one statement. Throws NotFoundError when no key has this kid, and
+   * FailedPreconditionError when it is the newest key (the one that signs:
+   * add its successor first), so the newest key is never retired.
+   */
+  retireSigningKey(kid: string, now: number): RetireOutcome;
 }
 
 export type GroupStore = Async<SyncGroupStore>;

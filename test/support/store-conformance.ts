@@ -316,6 +316,28 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
         assert.deepEqual(await store.keys.signingKeys(), added);
         await assert.rejects(async () => store.keys.addSigningKey(key("mm-second", 3_000)), AlreadyExistsError);
         assert.deepEqual(await store.keys.signingKeys(), added);
+
+        // Retiring keeps the key's place and public half, erases its private half; the newest (signing) key cannot go.
+        assert.equal(await store.keys.retireSigningKey("mm-second", 5_000), "retired");
+        assert.equal(await store.keys.retireSigningKey("mm-second", 6_000), "already-retired");
+        await assert.rejects(async () => store.keys.retireSigningKey("aa-third", 5_000), FailedPreconditionError);
+        await assert.rejects(async () => store.keys.retireSigningKey("no-such-kid", 5_000), NotFoundError);
+        const retired = { ...added[1]!, privateJwk: "", retireTime: 5_000 };
+        assert.deepEqual(await store.keys.signingKeys(), [added[0], retired, added[2]]);
+        // In one transaction with its successor, the newest key can be retired.
+        await store.transaction(async (tx) => {
+          await tx.keys.addSigningKey(key("fourth", 7_000));
+          await tx.keys.retireSigningKey("aa-third", 7_000);
+        });
+        assert.deepEqual(
+          (await store.keys.signingKeys()).map((k) => [k.kid, k.retireTime]),
+          [
+            ["zz-first", undefined],
+            ["mm-second", 5_000],
+            ["aa-third", 7_000],
+            ["fourth", undefined],
+          ],
+        );
       });
 
       test("ready until closed; close is idempotent", async () => {

@@ -53,8 +53,18 @@ function checkKnownFields(schema: DescMessage, json: JsonObject, bodyField: stri
   if (violations.length > 0) throw new InvalidArgumentError(violations);
 }
 
+/**
+ * The walk stops at this many unknown keys: the answer names no more than
+ * that (MAX_VIOLATIONS in errors.ts), and a body of 400,000 unknown keys must
+ * not cost 400,000 violations' worth of work before it is refused.
+ */
+const MAX_UNKNOWN_KEYS = 20;
+
 function walk(schema: DescMessage, json: JsonObject, prefix: string, out: FieldViolation[], depth: number, bodyField = ""): void {
-  for (const [key, value] of Object.entries(json)) {
+  for (const key in json) {
+    if (out.length >= MAX_UNKNOWN_KEYS) return;
+    if (!Object.hasOwn(json, key)) continue;
+    const value = json[key]!;
     const field = schema.fields.find((f) => f.jsonName === key || f.name === key);
     if (!field) {
       out.push({ field: `${prefix}${key}`, description: `is not a field of ${schema.typeName}` });
@@ -74,10 +84,16 @@ function walkValue(field: DescField, value: JsonValue, path: string, out: FieldV
   if (!target || OPAQUE_JSON.test(target.typeName) || typeof value !== "object" || value === null) return;
   if (field.fieldKind === "list") {
     if (!Array.isArray(value)) return;
-    value.forEach((item, i) => isObject(item) && walk(target, item, `${path}[${i}].`, out, depth));
+    for (let i = 0; i < value.length && out.length < MAX_UNKNOWN_KEYS; i++) {
+      const item = value[i];
+      if (isObject(item)) walk(target, item, `${path}[${i}].`, out, depth);
+    }
   } else if (mapMessage) {
     if (Array.isArray(value)) return;
-    for (const [k, item] of Object.entries(value)) if (isObject(item)) walk(target, item, `${path}[${k}].`, out, depth);
+    for (const [k, item] of Object.entries(value)) {
+      if (out.length >= MAX_UNKNOWN_KEYS) return;
+      if (isObject(item)) walk(target, item, `${path}[${k}].`, out, depth);
+    }
   } else if (isObject(value)) {
     walk(target, value, path === "" ? "" : `${path}.`, out, depth);
   }

@@ -7,8 +7,9 @@ import { toConnectError } from "../errors.js";
 import { compress, MIN_COMPRESS_BYTES, responseCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
-import type { UnaryHandler } from "../wrap.js";
+import { callSignal, type WrappedHandler } from "../wrap.js";
 import { limitedBody } from "./message-limit.js";
+import { isJsonUnary } from "./paths.js";
 import { decodeRequest, readAll } from "./request-check.js";
 import { sendRpcError } from "./rpc-errors.js";
 
@@ -20,38 +21,25 @@ import { sendRpcError } from "./rpc-errors.js";
  * general machinery (web Headers, async iterables, linked abort controllers
  * and two DOMExceptions per call) costs it about three times what the REST
  * path costs for the same handler. The request goes to the same wrapped
- * handler as every other protocol. Anything else (compressed bodies, GET,
- * streaming, gRPC-Web, a protocol version other than 1, a malformed
- * timeout) is left to connect-node, which knows all of it.
+ * handler as every other protocol. Which requests come here is the table
+ * in paths.ts ("connect-unary-plain").
  */
 
-/** Content-Types of a Connect unary POST this path serves, and whether each is JSON. */
-const UNARY_TYPES: ReadonlyMap<string, boolean> = new Map([
-  ["application/proto", false],
-  ["application/json", true],
-  ["application/json; charset=utf-8", true],
-]);
-
 export interface ConnectUnaryOptions {
+  /** The largest request message of this method. */
   limit: number;
   domain: string;
   registry: Registry;
   contextValues(req: FastifyRequest): ContextValues;
+  /** How long the body may take to arrive (BodyLimits.timeoutMs). */
+  bodyTimeoutMs: number;
 }
 
-/**
- * The handler for `method` when the request is one it serves, or undefined
- * to leave the request to connect-node (nothing has been read then).
- */
-export function connectUnary(method: DescMethod, handler: UnaryHandler, opts: ConnectUnaryOptions) {
-  return (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> | undefined => {
-    if (req.method !== "POST") return undefined;
-    const json = UNARY_TYPES.get((req.headers["content-type"] ?? "").toLowerCase());
-    const { "content-encoding": coding, "connect-protocol-version": version, "connect-timeout-ms": timeout } = req.headers;
-    if (json === undefined || (coding !== undefined && coding !== "identity") || (version !== undefined && version !== "1"))
-      return undefined;
-    if (timeout !== undefined && (typeof timeout !== "string" || !/^\d{1,10}$/.test(timeout))) return undefined;
-    return serve(req, reply, method, handler, json, timeout === undefined ? undefined : Number(timeout), opts);
+/** The fast path's handler for `method`: serves a "connect-unary-plain" request. */
+export function connectUnary(method: DescMethod, handler: WrappedHandler, opts: ConnectUnaryOptions) {
+  return (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    const timeout = req.headers["connect-timeout-ms"];
+    return serve(req, reply, method, handler, isJsonUnary(req.headers), timeout === undefined ? undefined : Number(timeout), opts);
   };
 }
 
@@ -59,14 +47,13 @@ async function serve(
   req: FastifyRequest,
   reply: FastifyReply,
   method: DescMethod,
-  handler: UnaryHandler,
+  handler: WrappedHandler,
   json: boolean,
   timeoutMs: number | undefined,
   opts: ConnectUnaryOptions,
 ): Promise<FastifyReply> {
   let finished = false;
   try {
-    const request = decodeRequest(method.input, await readAll(limitedBody(req.raw, opts.limit, opts.domain)), json, opts.registry);
     const ctx = lightContext({
       service: method.parent,
       method,
@@ -76,13 +63,18 @@ async function serve(
       requestHeader: HeaderView.ofNode(req.headers),
       values: opts.contextValues(req),
       timeoutMs,
-      // Made only when a handler asks: aborted when the client goes away before the answer.
-      signal: () => {
-        const abort = new AbortController();
-        reply.raw.once("close", () => finished || abort.abort());
-        return abort.signal;
-      },
+      // Made only when a handler asks: aborted when the client goes away before the answer, or at the deadline.
+      signal: () =>
+        callSignal(
+          ctx.timeoutMs(),
+          (end) => reply.raw.once("close", end),
+          () => finished,
+        ),
     });
+    // The caller and the deadline are judged from the headers, before a byte of the body is read.
+    await handler.admit(ctx);
+    const wire = limitedBody(req.raw, reply.raw, { limit: opts.limit, domain: opts.domain, unary: true, timeoutMs: opts.bodyTimeoutMs });
+    const request = decodeRequest(method.input, await readAll(wire), json, opts.registry);
     const result = await handler(request, ctx);
     const headers = ctx.setResponseHeaders();
     headers?.forEach((value, key) => void reply.header(key, value));

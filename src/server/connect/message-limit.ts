@@ -1,4 +1,4 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { Compression } from "@connectrpc/connect/protocol";
@@ -47,39 +47,75 @@ const ENVELOPED = /^application\/(grpc|connect\+)/i;
 /** Whether a body of this Content-Type is length-prefixed messages rather than one message. */
 export const isEnveloped = (contentType: string | undefined): boolean => ENVELOPED.test(contentType ?? "");
 
-/**
- * The request body for connect-node, refused with MESSAGE_TOO_LARGE as soon
- * as it is known to hold a message over `limit`: from Content-Length before
- * any byte is read, from an envelope's prefix, or from the bytes counted so
- * far. The caller drops Content-Length from the headers it hands connect-node,
- * whose own check of it would come first.
- */
-export function limitedBody(
-  req: IncomingMessage,
-  limit: number,
-  domain = DEFAULT_ERROR_DOMAIN,
+/** How limitedBody bounds one request's body. */
+export interface BodyLimits {
+  /** The largest message, in bytes. */
+  limit: number;
+  /** ErrorInfo.domain of a refusal. */
+  domain?: string;
+  /**
+   * The call is unary: its body is one message, so a second envelope is
+   * refused as soon as its prefix arrives, and the whole body is at most the
+   * limit plus one envelope prefix (5 bytes) before it must end.
+   */
+  unary?: boolean;
+  /**
+   * A body still arriving this long after it started is dropped with its
+   * connection: a client that leaves a body open must not keep what it sent
+   * in memory until the listener's request timeout (minutes).
+   */
+  timeoutMs?: number;
   /** Turns the bytes on the wire into the body connect-node reads (gRPC-Web text mode's base64). */
-  decode?: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>,
-): AsyncIterable<Uint8Array> {
+  decode?: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>;
+}
+
+/** INVALID_ARGUMENT for a unary request body that carries a second message. */
+export function extraMessage(domain = DEFAULT_ERROR_DOMAIN): ConnectError {
+  return toConnectError(invalidField("request", "holds more than one message: a unary call takes exactly one"), domain);
+}
+
+/**
+ * The request body, refused with MESSAGE_TOO_LARGE as soon as it is known
+ * to hold a message over the limit: from Content-Length before any byte is
+ * read, from an envelope's prefix, or from the bytes counted so far; for a
+ * unary call, refused as soon as a second envelope begins (see BodyLimits).
+ * A refused body that is still arriving is drained only while the answer
+ * is written: `res` gets Connection: close, so the connection ends with the
+ * answer instead of reading whatever the client still sends. The caller
+ * drops Content-Length from the headers it hands connect-node, whose own
+ * check of it would come first.
+ */
+export function limitedBody(req: IncomingMessage, res: ServerResponse, opts: BodyLimits): AsyncIterable<Uint8Array> {
+  const { limit, domain = DEFAULT_ERROR_DOMAIN } = opts;
   const enveloped = isEnveloped(req.headers["content-type"]);
   const declared = Number(req.headers["content-length"] ?? 0);
-  const inspect = enveloped ? envelopeInspector(limit, domain) : byteCounter(limit, domain);
+  const inspect = enveloped ? envelopeInspector(limit, domain, opts.unary === true) : byteCounter(limit, domain);
   return checkedChunks(
     req,
+    res,
     () => {
       if (!enveloped && declared > limit) throw messageTooLarge(limit, domain);
+      // (A text-mode body's length is its base64's: checked once decoded.)
+      if (enveloped && opts.unary && !opts.decode && declared > limit + ENVELOPE_PREFIX_BYTES) throw messageTooLarge(limit, domain);
     },
     inspect,
-    decode,
+    opts,
   );
 }
 
+/** A length-prefixed message's prefix: one flags byte and a big-endian uint32 length. */
+const ENVELOPE_PREFIX_BYTES = 5;
+
 async function* checkedChunks(
   req: IncomingMessage,
+  res: ServerResponse,
   precheck: () => void,
   inspect: (chunk: Uint8Array) => void,
-  decode: (wire: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array> = (wire) => wire,
+  opts: BodyLimits,
 ): AsyncGenerator<Uint8Array> {
+  const decode = opts.decode ?? ((wire) => wire);
+  // Destroying the request closes the connection and makes the read below fail: what was read is dropped.
+  const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => req.destroy(), opts.timeoutMs);
   try {
     precheck();
     // Not destroyed on an early stop: a destroyed request takes its socket, and the answer, with it.
@@ -88,10 +124,38 @@ async function* checkedChunks(
       yield chunk;
     }
   } finally {
-    // Refused or abandoned: read and drop the rest, so the answer reaches the
-    // client and the keep-alive connection stays in step (as fastify does on 413).
-    if (!req.readableEnded) req.resume();
+    clearTimeout(timer);
+    // Refused or abandoned: the connection ends with the answer (Connection: close), and the rest of the
+    // body is read and dropped only up to DRAIN_BYTES, then left unread: the answer is written meanwhile.
+    if (!req.readableEnded) {
+      if (!req.complete && !res.headersSent) res.setHeader("connection", "close");
+      drainSome(req, res);
+    }
   }
+}
+
+/**
+ * How much of a refused body is read and dropped. A keep-alive connection
+ * needs the whole rest read to stay in step, but a refused one is closed
+ * instead; a little is still read so that a client writing its body sees
+ * the answer before its writes block (the listener lingers on close for the
+ * client's FIN, see one-port.ts).
+ */
+const DRAIN_BYTES = 64 * 1024;
+
+function drainSome(req: IncomingMessage, res: ServerResponse): void {
+  if (req.complete) return void req.resume();
+  let drained = 0;
+  const drop = (chunk: Buffer) => {
+    drained += chunk.byteLength;
+    if (drained < DRAIN_BYTES) return;
+    req.off("data", drop);
+    req.pause();
+  };
+  req.on("data", drop);
+  req.resume();
+  // Once the answer is out, whatever the lingering close still reads is dropped, not buffered.
+  res.once("finish", () => req.resume());
 }
 
 function byteCounter(limit: number, domain: string): (chunk: Uint8Array) => void {
@@ -102,12 +166,14 @@ function byteCounter(limit: number, domain: string): (chunk: Uint8Array) => void
   };
 }
 
-/** Refuses an envelope whose declared length is over limit, before its payload is read. */
-function envelopeInspector(limit: number, domain: string): (chunk: Uint8Array) => void {
-  const envelopes = new EnvelopeTracker((length) => {
+/** Refuses an envelope whose declared length is over limit, and for a unary call any second envelope, before its payload is read. */
+function envelopeInspector(limit: number, domain: string, unary: boolean): (chunk: Uint8Array) => void {
+  let envelopes = 0;
+  const tracker = new EnvelopeTracker((length) => {
+    if (unary && ++envelopes > 1) throw extraMessage(domain);
     if (length > limit) throw messageTooLarge(limit, domain);
   });
-  return (chunk) => envelopes.feed(chunk);
+  return (chunk) => tracker.feed(chunk);
 }
 
 /**

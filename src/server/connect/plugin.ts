@@ -7,13 +7,15 @@ import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
+import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
-import type { UnaryHandler } from "../wrap.js";
+import type { WrappedHandler } from "../wrap.js";
 import { connectUnary } from "./connect-unary.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, isEnveloped, limitedBody, oversizedGetMessage } from "./message-limit.js";
+import { PATH_OF_REQUEST, protocolNameOf, requestKindOf, requestTimeoutMs } from "./paths.js";
 import { checkedUnaryBody, checkGetMessage, requestMessageCheck } from "./request-check.js";
-import { GRPC_WEB_TEXT, rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
+import { rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */
 export interface ConnectPluginOptions {
@@ -23,17 +25,31 @@ export interface ConnectPluginOptions {
   shutdownTimeoutMs: number;
   /** The largest request message, counted after decompression. */
   maxMessageBytes: number;
+  /**
+   * The largest request message of a method that needs no token (and of
+   * Health): what anyone may make the server hold and decode.
+   */
+  anonymousMessageBytes: number;
+  /** How long a unary request body may take to arrive (BodyLimits.timeoutMs). */
+  bodyTimeoutMs: number;
   /** Resolves the types inside JSON request messages (google.protobuf.Any). */
   registry: Registry;
-  /** Wrapped unary handlers by request path ("/package.Service/Method"), served without connect-node for plain Connect POSTs (connect-unary.ts). */
-  unaryHandlers: ReadonlyMap<string, UnaryHandler>;
+  /**
+   * Wrapped unary handlers by request path ("/package.Service/Method"): they
+   * admit each call before its body is read, and serve plain Connect POSTs
+   * without connect-node (connect-unary.ts; which request takes which path
+   * is the table in paths.ts).
+   */
+  unaryHandlers: ReadonlyMap<string, WrappedHandler>;
 }
 
 /**
  * Connect and gRPC-Web routes on fastify: @connectrpc/connect-fastify's
- * plugin, plus the message limit on the body before connect-node reads it
- * (see message-limit.ts). That plugin builds the request body itself and
- * offers no hook for this, hence our own copy of its thirty lines.
+ * plugin, plus what must happen before connect-node reads a body: the
+ * call's admission (its caller authenticated from the headers, see
+ * WrappedHandler.admit) and the limits on the body (see message-limit.ts).
+ * That plugin builds the request body itself and offers no hook for this,
+ * hence our own copy of its thirty lines.
  */
 export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOptions): Promise<void> {
   const limit = opts.maxMessageBytes;
@@ -64,27 +80,66 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   addNoopContentTypeParsers(app);
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
-    const compressions = boundedCompressions(limit, domain);
-    const unary = opts.unaryHandlers.get(handler.requestPath);
+    const wrapped = opts.unaryHandlers.get(handler.requestPath);
+    const messageLimit = wrapped?.needsToken ? opts.maxMessageBytes : Math.min(opts.anonymousMessageBytes, opts.maxMessageBytes);
+    const compressions = boundedCompressions(messageLimit, domain);
     const fast =
-      unary && connectUnary(handler.method, unary, { limit, domain, registry: opts.registry, contextValues: opts.contextValues });
+      wrapped &&
+      connectUnary(handler.method, wrapped, {
+        limit: messageLimit,
+        domain,
+        registry: opts.registry,
+        contextValues: opts.contextValues,
+        bodyTimeoutMs: opts.bodyTimeoutMs,
+      });
     app.all(handler.requestPath, async (req, reply) => {
-      const served = fast?.(req, reply);
-      if (served) return served;
+      const kind = requestKindOf(req.method, req.headers);
+      if (fast && PATH_OF_REQUEST[kind] === "fast") return fast(req, reply);
+      const values = opts.contextValues(req);
+      if (wrapped) {
+        // The caller and the deadline are judged from the headers, before the body is read.
+        const timeout = requestTimeoutMs(kind, req.headers);
+        const deadline = timeout === undefined ? undefined : Date.now() + timeout;
+        const admission = {
+          requestHeader: HeaderView.ofNode(req.headers),
+          values,
+          protocolName: protocolNameOf(kind),
+          timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
+        };
+        try {
+          await wrapped.admit(admission);
+        } catch (err) {
+          const rpcError = ConnectError.from(err);
+          // A Connect unary 401 is an HTTP 401: it carries the RFC 6750 challenge, as REST's does.
+          if (rpcError.code === Code.Unauthenticated) reply.header("www-authenticate", bearerChallenge(req.headers.authorization));
+          return sendRpcError(reply, rpcError);
+        }
+      }
       // A Connect GET carries its message (and its compression) in the query.
       const query = req.method === "GET" ? new URL(req.url, "http://localhost").searchParams : undefined;
       const coding = messageCoding(req, query);
       if (coding !== undefined && !COMPRESSIONS.includes(coding)) return sendRpcError(reply, unsupportedCoding(reply, coding, domain));
-      const oversized = query && oversizedGetMessage(query, limit, domain);
+      const oversized = query && oversizedGetMessage(query, messageLimit, domain);
       if (oversized) return sendRpcError(reply, oversized);
       const contentType = req.headers["content-type"];
-      const text = GRPC_WEB_TEXT.test(contentType ?? "");
-      const decode = text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined;
-      let body = limitedBody(req.raw, limit, domain, decode);
-      if (handler.method.methodKind === "unary") {
+      const text = kind === "grpc-web-text";
+      const unary = handler.method.methodKind === "unary";
+      let body = limitedBody(req.raw, reply.raw, {
+        limit: messageLimit,
+        domain,
+        // One request message (a server stream's too); only a unary body is read whole here, so only it gets the timeout.
+        unary: unary || handler.method.methodKind === "server_streaming",
+        timeoutMs: unary ? opts.bodyTimeoutMs : undefined,
+        decode: text ? (wire: AsyncIterable<Uint8Array>) => decodeBase64Body(wire, domain) : undefined,
+      });
+      if (unary) {
         const json = query ? query.get("encoding") === "json" : /[/+]json\s*(;|$)/i.test(contentType ?? "");
         const compression = compressions.find((c) => c.name === coding);
-        const check = requestMessageCheck(handler.method.input, { json, compression }, { registry: opts.registry, domain, limit });
+        const check = requestMessageCheck(
+          handler.method.input,
+          { json, compression },
+          { registry: opts.registry, domain, limit: messageLimit },
+        );
         if (query) {
           try {
             await checkGetMessage(query, check);
@@ -94,7 +149,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
         } else body = checkedUnaryBody(body, isEnveloped(contentType), check);
       }
       const uReq = {
-        ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, opts.contextValues(req)),
+        ...universalRequestFromNodeRequest(req.raw, reply.raw, undefined, values),
         body,
       };
       // limitedBody checks Content-Length itself, with an ErrorInfo and without destroying the request.

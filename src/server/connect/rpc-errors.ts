@@ -24,10 +24,14 @@ export function rpcProtocolOf(contentType: string | undefined): RpcProtocol {
  * protocol carries errors: Connect's error JSON with its HTTP status, an
  * end-of-stream message for Connect streaming, or a trailers-only gRPC-Web
  * response (status 200, grpc-status in the headers, which every gRPC-Web
- * client reads). For errors found before connect-node sees the request.
+ * client reads). For errors found before connect-node sees the request. A
+ * request whose body has not all arrived is answered with Connection:
+ * close, so whatever else its client sends is not read.
  */
 export function sendRpcError(reply: FastifyReply, err: ConnectError): FastifyReply {
   const contentType = reply.request.headers["content-type"];
+  // A body still arriving is not read on: the connection ends with the answer (node would read and drop all of it).
+  if (!reply.request.raw.complete) reply.header("connection", "close");
   switch (rpcProtocolOf(contentType)) {
     case "grpc-web": {
       const trailer = new Headers();

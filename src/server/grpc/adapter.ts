@@ -16,7 +16,7 @@ import { lightContext } from "../context.js";
 import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
 import { HeaderView } from "../http/header-view.js";
 import { requestIdFrom } from "../http/request-id.js";
-import { requestIdKey, type WrappedService } from "../wrap.js";
+import { callSignal, requestIdKey, type UnaryHandler } from "../wrap.js";
 
 /** A request that failed to decode, carried to the handler so it can answer INVALID_ARGUMENT. */
 const UNDECODABLE = Symbol("undecodable");
@@ -62,7 +62,7 @@ export function grpcError(err: ConnectError): Partial<grpc.StatusObject> {
  * every unary method calls the same wrapped handler as REST and Connect.
  */
 export function grpcService(
-  svc: WrappedService,
+  svc: { service: DescService; handlers: Record<string, UnaryHandler> },
   onInternal?: InternalErrorSink,
 ): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<Decoded, unknown>> = {};
@@ -77,16 +77,15 @@ export function grpcService(
       // grpc-js ≥1.10 emits 'cancelled' at the end of every call, successful
       // ones included: only a call still running is really cancelled.
       let finished = false;
-      // The abort signal, and the listener behind it, exist only once a handler asks.
+      // The abort signal, and the listener and deadline timer behind it, exist only once a handler asks:
+      // aborted when the client cancels and at the call's deadline.
       const signal = () => {
-        const abort = new AbortController();
-        if (call.cancelled && !finished) abort.abort();
-        else {
-          call.on("cancelled", () => {
-            if (!finished) abort.abort();
-          });
-        }
-        return abort.signal;
+        if (call.cancelled && !finished) return AbortSignal.abort();
+        return callSignal(
+          ctx.timeoutMs(),
+          (end) => call.once("cancelled", end),
+          () => finished,
+        );
       };
       const fail = (err: unknown) => {
         finished = true;

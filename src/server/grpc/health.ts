@@ -11,6 +11,9 @@ import {
 
 export { ServingStatus };
 
+/** How long a Watch stream lasts by default (PLATFORM_HEALTH_WATCH_MAX_MS). */
+export const DEFAULT_WATCH_MAX_MS = 30 * 60_000;
+
 /**
  * The server's health: SERVING from start until shutdown begins, then
  * NOT_SERVING, so load balancers stop sending calls before the listener closes.
@@ -20,7 +23,14 @@ export class HealthState {
   private serving = true;
   private readonly watchers = new Set<(status: ServingStatus) => void>();
 
-  constructor(private readonly serviceNames: readonly string[]) {}
+  /**
+   * watchMaxMs bounds every Watch stream: Health takes no token, and a stream
+   * that never ends would keep its connection from ever idling out.
+   */
+  constructor(
+    private readonly serviceNames: readonly string[],
+    readonly watchMaxMs: number = DEFAULT_WATCH_MAX_MS,
+  ) {}
 
   /** The status of a service ("" = the whole server), or undefined for an unknown service. */
   status(service: string): ServingStatus | undefined {
@@ -53,7 +63,9 @@ export class HealthState {
  * grpc.health.v1.Health over a HealthState: the one implementation both
  * transports serve (Connect and gRPC-Web through the router, native gRPC
  * through grpc-js). Check of an unknown service is NOT_FOUND; Watch of one
- * answers SERVICE_UNKNOWN, as the health protocol says.
+ * answers SERVICE_UNKNOWN, as the health protocol says. A Watch stream ends
+ * normally after health.watchMaxMs; health-checking clients (grpc-go's, for
+ * one) then simply watch again, on a connection that could meanwhile close.
  */
 export function healthService(health: HealthState) {
   return {
@@ -62,10 +74,15 @@ export function healthService(health: HealthState) {
       if (status === undefined) throw new ConnectError(`unknown service ${req.service}`, Code.NotFound);
       return create(HealthCheckResponseSchema, { status });
     },
-    /** The status now, then every change, until signal aborts. */
+    /** The status now, then every change, until signal aborts or watchMaxMs has passed. */
     async *watch(req: { service: string }, ctx: { signal: AbortSignal }): AsyncGenerator<HealthCheckResponse> {
       const changes: ServingStatus[] = [];
       let wake: (() => void) | undefined;
+      let expired = false;
+      const deadline = setTimeout(() => {
+        expired = true;
+        wake?.();
+      }, health.watchMaxMs).unref();
       const stop = health.watch((status) => {
         changes.push(status);
         wake?.();
@@ -74,12 +91,13 @@ export function healthService(health: HealthState) {
       ctx.signal.addEventListener("abort", onAbort);
       try {
         yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN });
-        while (!ctx.signal.aborted) {
+        while (!ctx.signal.aborted && !expired) {
           if (changes.length === 0) await new Promise<void>((resolve) => (wake = resolve));
           const status = changes.shift();
           if (status !== undefined) yield create(HealthCheckResponseSchema, { status });
         }
       } finally {
+        clearTimeout(deadline);
         stop();
         ctx.signal.removeEventListener("abort", onAbort);
       }

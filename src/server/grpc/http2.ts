@@ -4,6 +4,8 @@ import type * as grpc from "@grpc/grpc-js";
 import { ApiError } from "../../domain/errors.js";
 import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "../connect/message-limit.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
+import type { ByteBudget, ByteBudgetScope } from "../http/byte-budget.js";
+import { addressLimitKey, clientAddressOf } from "../http/client-address.js";
 
 /** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
 export interface Http2Limits {
@@ -11,10 +13,22 @@ export interface Http2Limits {
   maxHeaderListBytes: number;
   /** Bytes of request messages not yet complete that one connection may hold, over all its streams. */
   unfinishedBytesPerConnection: number;
+  /** The same bytes counted over every connection of the process and per client address. */
+  pending: ByteBudget;
 }
 
 /** ErrorInfo.reason of a stream refused because its connection holds too many unfinished bytes. */
 export const CONNECTION_BUDGET_EXCEEDED = "CONNECTION_BUDGET_EXCEEDED";
+/** ErrorInfo.reason of a stream refused because the whole server holds too many unfinished bytes. */
+export const SERVER_BUDGET_EXCEEDED = "SERVER_BUDGET_EXCEEDED";
+/** ErrorInfo.reason of a stream refused because connections from its client address hold too many unfinished bytes. */
+export const ADDRESS_BUDGET_EXCEEDED = "ADDRESS_BUDGET_EXCEEDED";
+
+/** What one connection holds, and the client address its share of the process budget is counted under. */
+interface ConnectionAccount {
+  unfinished: number;
+  addressKey: string;
+}
 
 /** The grpc-js internal this module relies on, checked at start-up. */
 interface Http2ServerFactory {
@@ -28,7 +42,7 @@ interface Http2ServerFactory {
  * to reach that server and to run before grpc-js on every stream: refuse a
  * header list over the limit, give every error status grpc-js writes on its
  * own a google.rpc.Status, and bound the unfinished request bytes per
- * connection. Throws at start-up when a grpc-js upgrade removed the method,
+ * connection, per client address and over the process. Throws at start-up when a grpc-js upgrade removed the method,
  * rather than serving without these limits.
  */
 export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
@@ -38,7 +52,7 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
   factory.createHttp2Server = (credentials) => {
     const h2 = create.call(server, credentials);
     h2.updateSettings({ maxHeaderListSize: limits.maxHeaderListBytes });
-    const accounts = new WeakMap<http2.Http2Session, { unfinished: number }>();
+    const accounts = new WeakMap<http2.Http2Session, ConnectionAccount>();
     const grpcListeners = h2.listeners("stream") as ((...args: unknown[]) => void)[];
     h2.removeAllListeners("stream");
     h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
@@ -51,8 +65,9 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
       const session = stream.session;
       if (session) {
         let account = accounts.get(session);
-        if (!account) accounts.set(session, (account = { unfinished: 0 }));
-        boundUnfinished(stream, account, limits.unfinishedBytesPerConnection);
+        // The address is read once, while the socket is surely open, and released under the same key.
+        if (!account) accounts.set(session, (account = { unfinished: 0, addressKey: addressLimitKey(clientAddressOf(session.socket)) }));
+        boundUnfinished(stream, account, limits);
       }
       for (const listener of grpcListeners) listener.call(h2, stream, headers, flags, rawHeaders);
     });
@@ -69,38 +84,58 @@ function headerListSize(rawHeaders: string[]): number {
 
 /**
  * Counts the stream's bytes of unfinished messages into its connection's
- * account; a stream that takes the account over budget is answered
- * RESOURCE_EXHAUSTED and reset, which frees what grpc-js buffered for it.
- * (grpc-js reads every stream eagerly, so HTTP/2 flow control bounds nothing.)
+ * account and the process's budget (under its client address); a stream
+ * whose bytes would take either over is answered RESOURCE_EXHAUSTED and
+ * reset, which frees what grpc-js buffered for it. What a stream counted is
+ * given back when its message completes and when it closes, however it
+ * closes. (grpc-js reads every stream eagerly, so HTTP/2 flow control bounds
+ * nothing.)
  */
-function boundUnfinished(stream: http2.ServerHttp2Stream, account: { unfinished: number }, budget: number): void {
+function boundUnfinished(stream: http2.ServerHttp2Stream, account: ConnectionAccount, limits: Http2Limits): void {
   const envelopes = new EnvelopeTracker();
   let counted = 0;
-  const settle = () => {
-    account.unfinished += envelopes.unfinished - counted;
-    counted = envelopes.unfinished;
+  const release = (bytes: number) => {
+    account.unfinished -= bytes;
+    limits.pending.release(account.addressKey, bytes);
+    counted -= bytes;
   };
   const onData = (chunk: Buffer) => {
     envelopes.feed(chunk);
-    settle();
-    if (account.unfinished <= budget) return;
+    const more = envelopes.unfinished - counted;
+    if (more <= 0) return release(-more);
+    const over: ByteBudgetScope | "connection" | undefined =
+      account.unfinished + more > limits.unfinishedBytesPerConnection ? "connection" : limits.pending.take(account.addressKey, more);
+    if (over === undefined) {
+      account.unfinished += more;
+      counted += more;
+      return;
+    }
     stream.off("data", onData);
-    envelopes.unfinished = 0;
-    settle();
-    refuse(stream, `This connection holds more than ${budget} bytes of unfinished request messages; retry the call`);
+    release(counted);
+    refuse(stream, over, limits);
   };
   stream.on("data", onData);
-  stream.once("close", () => {
-    envelopes.unfinished = 0;
-    settle();
-  });
+  stream.once("close", () => release(counted));
 }
 
+/** Each refusal's reason and the words of its message, with the limit it names. */
+const REFUSALS: Record<ByteBudgetScope | "connection", { reason: string; holder: string; limit: (l: Http2Limits) => number }> = {
+  connection: { reason: CONNECTION_BUDGET_EXCEEDED, holder: "This connection holds", limit: (l) => l.unfinishedBytesPerConnection },
+  address: {
+    reason: ADDRESS_BUDGET_EXCEEDED,
+    holder: "Connections from this client address hold",
+    limit: (l) => l.pending.limits.perAddress,
+  },
+  server: { reason: SERVER_BUDGET_EXCEEDED, holder: "The server holds", limit: (l) => l.pending.limits.total },
+};
+
 /** Ends a stream with RESOURCE_EXHAUSTED (trailers-only when nothing was sent yet) and stops its upload. */
-function refuse(stream: http2.ServerHttp2Stream, message: string): void {
+function refuse(stream: http2.ServerHttp2Stream, over: ByteBudgetScope | "connection", limits: Http2Limits): void {
+  const { reason, holder, limit } = REFUSALS[over];
+  const message = `${holder} more than ${limit(limits)} bytes of unfinished request messages; retry the call`;
   const answered = !stream.headersSent;
   if (answered) {
-    const err = toConnectError(new ApiError(Code.ResourceExhausted, CONNECTION_BUDGET_EXCEEDED, message), DEFAULT_ERROR_DOMAIN);
+    const err = toConnectError(new ApiError(Code.ResourceExhausted, reason, message), DEFAULT_ERROR_DOMAIN);
     stream.respond(
       {
         ":status": 200,

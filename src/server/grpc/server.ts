@@ -1,13 +1,21 @@
 import { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { Health, type HealthCheckRequest } from "../../../gen/grpc/health/v1/health_pb.js";
-import { ServerReflection, type ServerReflectionRequest } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import type { InternalErrorSink } from "../errors.js";
+import {
+  createByteBudget,
+  defaultPendingRequestBytes,
+  defaultPendingRequestBytesPerAddress,
+  type ByteBudget,
+} from "../http/byte-budget.js";
 import type { WrappedService } from "../wrap.js";
 import { grpcService, methodDefinition } from "./adapter.js";
 import { healthService, type HealthState } from "./health.js";
 import { limitGrpcHttp2 } from "./http2.js";
-import { Reflector, type ReflectionSchema } from "./reflection.js";
+import { limitReflectionStreams } from "./reflection-http2.js";
+import { DEFAULT_MAX_REFLECTION_REQUESTS, reflectionHandler, reflectionMethod, type ReflectionStreamLimits } from "./reflection-stream.js";
+import type { ReflectionSchema } from "./reflection.js";
 
 const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
 
@@ -20,7 +28,24 @@ export interface GrpcServerOptions {
   maxMessageBytes: number;
   /** An HTTP/2 connection with no stream open this long is closed (default 5 minutes). */
   idleMs?: number;
+  /**
+   * An HTTP/2 connection this old (±10%) gets GOAWAY, then idleMs for its
+   * calls to finish before it is closed, as grpc-go's MaxConnectionAge does:
+   * no stream, authenticated or not, keeps a connection for ever (default: unlimited).
+   */
+  maxConnectionAgeMs?: number;
   onInternal?: InternalErrorSink;
+  /**
+   * Bounds of one reflection stream (default: 100 requests, and a lifetime of
+   * idleMs: a stream waiting for a tool's next question should not hold its
+   * connection open longer than an idle connection may stay).
+   */
+  reflection?: Partial<ReflectionStreamLimits>;
+  /**
+   * Unfinished request bytes over every connection and per client address
+   * (default: a budget of its own, of the default size); the caller keeps it to report it.
+   */
+  pendingRequestBytes?: ByteBudget;
 }
 
 /** Streams one HTTP/2 connection may have open at once (advertised in SETTINGS, enforced by nghttp2). */
@@ -45,19 +70,34 @@ export function createGrpcServer(
     "grpc.max_concurrent_streams": MAX_CONCURRENT_STREAMS,
     "grpc.max_connection_idle_ms": opts.idleMs ?? DEFAULT_IDLE_MS,
     "grpc.keepalive_permit_without_calls": 1,
+    ...(opts.maxConnectionAgeMs === undefined
+      ? {}
+      : {
+          "grpc.max_connection_age_ms": opts.maxConnectionAgeMs,
+          "grpc.max_connection_age_grace_ms": opts.idleMs ?? DEFAULT_IDLE_MS,
+        }),
   });
   limitGrpcHttp2(server, {
     maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
     // Two messages of the largest size in flight at once, and never less than 16 MiB.
     unfinishedBytesPerConnection: Math.max(16 * 1024 * 1024, 2 * opts.maxMessageBytes),
+    pending: opts.pendingRequestBytes ?? defaultPendingBudget(opts.maxMessageBytes),
   });
   for (const svc of services) {
     const { definition, implementation } = grpcService(svc, opts.onInternal);
     server.addService(definition, implementation);
   }
   addHealth(server, health);
-  addReflection(server, reflection);
+  addReflection(server, reflection, {
+    maxRequests: opts.reflection?.maxRequests ?? DEFAULT_MAX_REFLECTION_REQUESTS,
+    lifetimeMs: opts.reflection?.lifetimeMs ?? opts.idleMs ?? DEFAULT_IDLE_MS,
+  });
   return server;
+}
+
+function defaultPendingBudget(maxMessageBytes: number): ByteBudget {
+  const total = defaultPendingRequestBytes(maxMessageBytes);
+  return createByteBudget({ total, perAddress: defaultPendingRequestBytesPerAddress(total) });
 }
 
 function addHealth(server: grpc.Server, health: HealthState): void {
@@ -81,6 +121,8 @@ function addHealth(server: grpc.Server, health: HealthState): void {
         call.on("close", () => abort.abort());
         void (async () => {
           for await (const answer of impl.watch(call.request, abort)) call.write(answer);
+          // The stream ends (status OK) once Watch's maximum duration has passed.
+          if (!abort.signal.aborted) call.end();
         })();
       },
       list(_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) {
@@ -90,23 +132,14 @@ function addHealth(server: grpc.Server, health: HealthState): void {
   );
 }
 
-function addReflection(server: grpc.Server, schema: ReflectionSchema): void {
-  const method = ServerReflection.methods[0]!;
-  const handler = (call: grpc.ServerDuplexStream<ServerReflectionRequest, unknown>) => {
-    const reflector = new Reflector(schema);
-    call.on("data", (req: ServerReflectionRequest) => {
-      try {
-        call.write(reflector.answer(req));
-      } catch {
-        call.end();
-      }
-    });
-    call.on("end", () => call.end());
-    call.on("error", () => call.end());
-  };
-  for (const name of [ServerReflection.typeName, REFLECTION_V1ALPHA]) {
-    // v1alpha is wire-identical to v1, so the v1 messages serve both names.
-    const def = { ...methodDefinition(ServerReflection, method), path: `/${name}/${method.name}` };
-    server.addService({ serverReflectionInfo: def }, { serverReflectionInfo: handler });
-  }
+function addReflection(server: grpc.Server, schema: ReflectionSchema, limits: ReflectionStreamLimits): void {
+  const handler = reflectionHandler(schema, limits);
+  const methods = [ServerReflection.typeName, REFLECTION_V1ALPHA].map(reflectionMethod);
+  for (const method of methods) server.addService({ serverReflectionInfo: method }, { serverReflectionInfo: handler });
+  // One request past the limit still reaches the handler, which refuses it with a status after the answers.
+  limitReflectionStreams(
+    server,
+    methods.map((m) => m.path),
+    { maxMessages: limits.maxRequests + 1, lifetimeMs: limits.lifetimeMs },
+  );
 }

@@ -3,6 +3,7 @@ import { promisify } from "node:util";
 import zlib from "node:zlib";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { invalidField } from "../../domain/errors.js";
+import { PoolJobs } from "./pool-jobs.js";
 
 /**
  * HTTP content codings for the REST side and the plain HTTP routes (docs,
@@ -17,11 +18,22 @@ type RequestCoding = (typeof REQUEST_CODINGS)[number];
 /** Smaller bodies go as they are: a coding would save less than it costs. */
 export const MIN_COMPRESS_BYTES = 1024;
 /** Text-like types; images and archives are compressed already. */
-const COMPRESSIBLE = /^(application\/(json|javascript|openmetrics-text)|text\/|image\/svg\+xml)/i;
+export const COMPRESSIBLE = /^(application\/(json|javascript|openmetrics-text)|text\/|image\/svg\+xml)/i;
 /** Quality 4 is about as fast as gzip -6 and still smaller. */
 const BROTLI_QUALITY = 4;
 /** Bodies up to this size are compressed on the event loop: a trip to the thread pool costs more. */
 const SYNC_COMPRESS_BYTES = 64 * 1024;
+/**
+ * Larger reply bodies go as they are: past this a compression job costs the
+ * pool more than ~15 ms (brotli 4 runs at ~65 MB/s here). Stored assets
+ * (stored-encodings.ts) are compressed once and are not bound by it.
+ */
+export const MAX_DYNAMIC_COMPRESS_BYTES = 1024 * 1024;
+/**
+ * Compression jobs in the thread pool at once, process-wide: two of the four
+ * default threads, so token signing and verification always have the others.
+ */
+export const poolCompressions = new PoolJobs(2);
 const gzip = promisify(zlib.gzip);
 const brotli = promisify(zlib.brotliCompress);
 
@@ -35,11 +47,43 @@ function brotliOptions(bytes: number): zlib.BrotliOptions {
   return { params: { [BROTLI_PARAM_QUALITY]: BROTLI_QUALITY, [BROTLI_PARAM_LGWIN]: lgwin, [BROTLI_PARAM_SIZE_HINT]: bytes } };
 }
 
-/** The body in `coding`: on the event loop when small, in the thread pool otherwise. */
+/** One compression in the thread pool (no slot taken: callers go through poolCompressions). */
+export function compressInPool(
+  payload: string | Buffer,
+  bytes: number,
+  coding: "br" | "gzip",
+  brotliQuality = BROTLI_QUALITY,
+): Promise<Buffer> {
+  if (coding === "gzip") return gzip(payload);
+  const options = brotliOptions(bytes);
+  options.params![zlib.constants.BROTLI_PARAM_QUALITY] = brotliQuality;
+  return brotli(payload, options);
+}
+
+/**
+ * The body in `coding`: on the event loop when small, else in the thread
+ * pool once one of poolCompressions' slots is free (waiting for it on the
+ * event loop), so no number of such calls holds more than its capacity of
+ * pool threads.
+ */
 export function compress(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | Promise<Buffer> {
-  const small = bytes <= SYNC_COMPRESS_BYTES;
-  if (coding === "br") return small ? zlib.brotliCompressSync(payload, brotliOptions(bytes)) : brotli(payload, brotliOptions(bytes));
-  return small ? zlib.gzipSync(payload) : gzip(payload);
+  return compressNow(payload, bytes, coding) ?? poolCompressions.run(() => compressInPool(payload, bytes, coding));
+}
+
+/** The body compressed on the event loop when it is small enough, else null. */
+function compressNow(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | null {
+  if (bytes > SYNC_COMPRESS_BYTES) return null;
+  return coding === "br" ? zlib.brotliCompressSync(payload, brotliOptions(bytes)) : zlib.gzipSync(payload);
+}
+
+/**
+ * The body in `coding` within the dynamic path's bounds, or null to send it
+ * as it is: past MAX_DYNAMIC_COMPRESS_BYTES, or when every pool slot is busy
+ * (an answer a bit larger costs the server less than a queue of jobs).
+ */
+export function compressBounded(payload: string | Buffer, bytes: number, coding: "br" | "gzip"): Buffer | Promise<Buffer> | null {
+  if (bytes > MAX_DYNAMIC_COMPRESS_BYTES) return null;
+  return compressNow(payload, bytes, coding) ?? poolCompressions.tryRun(() => compressInPool(payload, bytes, coding));
 }
 
 /**
@@ -104,21 +148,31 @@ export function inflatedBody(source: Readable, coding: RequestCoding, limit: num
  */
 export function installResponseCompression(app: FastifyInstance, skip: (req: FastifyRequest) => boolean): void {
   app.addHook("onSend", async (req, reply, payload) => {
-    if (skip(req) || !(typeof payload === "string" || Buffer.isBuffer(payload))) return payload;
+    if (skip(req) || negotiated.has(reply) || !(typeof payload === "string" || Buffer.isBuffer(payload))) return payload;
     const type = String(reply.getHeader("content-type") ?? "");
     if (!COMPRESSIBLE.test(type) || reply.hasHeader("content-encoding") || reply.statusCode === 204 || reply.statusCode === 304)
       return payload;
     addVary(reply);
     const bytes = Buffer.byteLength(payload);
     const coding = bytes >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
-    if (coding === null) return payload;
-    const body = await compress(payload, bytes, coding);
-    reply.header("content-encoding", coding).removeHeader("content-length");
+    const body = coding === null ? null : await compressBounded(payload, bytes, coding);
+    if (body === null) return payload;
+    reply.header("content-encoding", coding!).removeHeader("content-length");
     return body;
   });
 }
 
-function addVary(reply: FastifyReply): void {
+/** Replies whose coding their route chose (stored encodings): the hook leaves them alone. */
+const negotiated = new WeakSet<FastifyReply>();
+
+/** Marks a reply as negotiated already: installResponseCompression neither compresses it nor adds Vary. */
+export function sendAsNegotiated(reply: FastifyReply): FastifyReply {
+  negotiated.add(reply);
+  return reply;
+}
+
+/** Adds Accept-Encoding to the reply's Vary unless it is there (or Vary is *). */
+export function addVary(reply: FastifyReply): void {
   const vary = String(reply.getHeader("vary") ?? "");
   if (/(^|,)\s*(accept-encoding|\*)\s*(,|$)/i.test(vary)) return;
   reply.header("vary", vary === "" ? "Accept-Encoding" : `${vary}, Accept-Encoding`);

@@ -1,6 +1,13 @@
 import http from "node:http";
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
+import {
+  createConnectionGate,
+  DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+  defaultMaxConnections,
+  type ConnectionLimits,
+} from "./connection-limits.js";
+import { boundPipelining } from "./pipelining.js";
 
 /** The HTTP/2 connection preface every gRPC client sends first (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -35,6 +42,11 @@ export function timeoutsFor(keepAliveMs: number, http2IdleMs: number): OnePortTi
 
 export const DEFAULT_TIMEOUTS: OnePortTimeouts = timeoutsFor(65_000, 300_000);
 
+/** The connection caps when none are given: the settings' defaults (see connection-limits.ts). */
+export function defaultConnectionLimits(): ConnectionLimits {
+  return { total: defaultMaxConnections(), perAddress: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS };
+}
+
 /** The front listener plus the hooks fastify and our shutdown call. */
 export interface OnePortServer extends net.Server {
   closeIdleConnections(): void;
@@ -49,12 +61,15 @@ export interface OnePortServer extends net.Server {
  * One TCP listener for every protocol. It peeks at each connection's first
  * bytes: the HTTP/2 preface (prior knowledge, what gRPC clients speak) goes to
  * grpc-js through its connection injector; anything else goes to an HTTP/1.1
- * server running fastify's handler (REST, Connect, gRPC-Web).
+ * server running fastify's handler (REST, Connect, gRPC-Web). Connections
+ * over the caps are reset before any of that; an HTTP/1.1 connection may have
+ * at most MAX_PIPELINED_REQUESTS requests waiting for answers.
  */
 export function createOnePortServer(
   handler: http.RequestListener,
   grpcServer: grpc.Server,
   timeouts: OnePortTimeouts = DEFAULT_TIMEOUTS,
+  limits: ConnectionLimits = defaultConnectionLimits(),
 ): OnePortServer {
   const h1 = http.createServer(
     {
@@ -66,7 +81,7 @@ export function createOnePortServer(
       connectionsCheckingInterval: Math.max(50, Math.min(30_000, timeouts.headers / 4, timeouts.request / 4)),
       noDelay: true,
     },
-    handler,
+    boundPipelining(handler),
   );
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const linger = Math.min(timeouts.keepAlive, MAX_LINGER_MS);
@@ -80,7 +95,9 @@ export function createOnePortServer(
     socket.once("close", () => h2Sockets.delete(socket));
   };
 
+  const gate = createConnectionGate(limits);
   const front = net.createServer((socket) => {
+    if (!gate.admit(socket)) return;
     let buf = Buffer.alloc(0);
     const timer = setTimeout(() => socket.destroy(), timeouts.firstBytes);
     const onError = () => socket.destroy();

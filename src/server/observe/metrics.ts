@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { collectDefaultMetrics, Registry } from "prom-client";
+import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { createObservedStore } from "../../store/observed.js";
 import type { Store } from "../../store/store.js";
 import { SeriesCounter, SeriesGauge, SeriesHistogram } from "./series-metrics.js";
@@ -39,9 +39,28 @@ export class Metrics {
     ["result"],
     this.registry,
   );
+  /** cap */
+  readonly connectionsRefused = new SeriesCounter(
+    "platform_connections_refused_total",
+    "Connections reset on arrival for being over a cap: total (PLATFORM_MAX_CONNECTIONS) or per_address",
+    ["cap"],
+    this.registry,
+  );
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: "platform_" });
+  }
+
+  /** Reports platform_pending_request_bytes, read from its one source at each scrape so it cannot drift. */
+  watchPendingRequestBytes(held: () => number): void {
+    new Gauge({
+      name: "platform_pending_request_bytes",
+      help: "Bytes of gRPC request messages still arriving, held now over every connection (PLATFORM_MAX_PENDING_REQUEST_BYTES bounds it)",
+      registers: [this.registry],
+      collect() {
+        this.set(held());
+      },
+    });
   }
 }
 

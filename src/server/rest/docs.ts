@@ -2,6 +2,8 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import type { FastifyInstance } from "fastify";
+import type { Registry } from "prom-client";
+import { StoredEncodings } from "../http/stored-encodings.js";
 
 /** Files of swagger-ui-dist served under /docs/ (everything local: no CDN). */
 const ASSETS: Record<string, string> = {
@@ -64,32 +66,37 @@ function contentSecurityPolicy(apiUrl: string): string {
 /**
  * Serves the OpenAPI document at /openapi.json and an interactive page at
  * /docs (swagger-ui-dist, served from node_modules) where a user pastes a
- * token and tries calls against apiUrl.
+ * token and tries calls against apiUrl. Every one of these bodies is fixed:
+ * each is compressed once per coding and kept (stored-encodings.ts), and the
+ * compressions are counted in registry.
  */
-export function installDocs(app: FastifyInstance, document: object, apiUrl: string): void {
+export function installDocs(app: FastifyInstance, document: object, apiUrl: string, registry: Registry): void {
   const root = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
-  const files = new Map(Object.entries(ASSETS).map(([name, type]) => [name, { type, bytes: readFileSync(join(root, name)) }]));
-  const json = `${JSON.stringify(document)}\n`;
+  const stored = new StoredEncodings(registry);
+  for (const [name, type] of Object.entries(ASSETS)) stored.add(name, type, readFileSync(join(root, name)));
+  stored.add("docs", "text/html; charset=utf-8", PAGE);
+  stored.add("init.js", "text/javascript; charset=utf-8", INIT);
+  stored.add("openapi.json", "application/json", `${JSON.stringify(document)}\n`);
   const csp = contentSecurityPolicy(apiUrl);
   app.register(async (docs) => {
     docs.addHook("onSend", async (_req, reply, payload) => {
       reply.header("content-security-policy", csp).header("x-frame-options", "DENY");
       return payload;
     });
-    installPages(docs, files);
+    installPages(docs, stored);
   });
-  app.get("/openapi.json", async (_req, reply) => reply.type("application/json").header("cache-control", "no-cache").send(json));
+  app.get("/openapi.json", async (req, reply) => stored.send(req, reply.header("cache-control", "no-cache"), "openapi.json"));
 }
 
-function installPages(app: FastifyInstance, files: Map<string, { type: string; bytes: Buffer }>): void {
-  app.get("/docs", async (_req, reply) => reply.type("text/html; charset=utf-8").send(PAGE));
+function installPages(app: FastifyInstance, stored: StoredEncodings): void {
+  app.get("/docs", async (req, reply) => stored.send(req, reply, "docs"));
   // Where people look first: the bare address and the slash-ended spelling both lead to the page.
   app.get("/", async (_req, reply) => reply.redirect("/docs", 302));
   app.get("/docs/", async (_req, reply) => reply.redirect("/docs", 301));
-  app.get("/docs/init.js", async (_req, reply) => reply.type("text/javascript; charset=utf-8").send(INIT));
+  app.get("/docs/init.js", async (req, reply) => stored.send(req, reply, "init.js"));
   app.get("/docs/:file", async (req, reply) => {
-    const file = files.get((req.params as { file: string }).file);
-    if (!file) return reply.callNotFound();
-    return reply.type(file.type).header("cache-control", "public, max-age=86400").send(file.bytes);
+    const name = (req.params as { file: string }).file;
+    if (!Object.hasOwn(ASSETS, name)) return reply.callNotFound();
+    return stored.send(req, reply.header("cache-control", "public, max-age=86400"), name);
   });
 }

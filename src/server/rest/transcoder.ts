@@ -9,7 +9,7 @@ import {
   type JsonValue,
   type Registry,
 } from "@bufbuild/protobuf";
-import { createContextValues } from "@connectrpc/connect";
+import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { http } from "../../../gen/google/api/annotations_pb.js";
 import { field_behavior, FieldBehavior } from "../../../gen/google/api/field_behavior_pb.js";
 import type { HttpRule } from "../../../gen/google/api/http_pb.js";
@@ -19,7 +19,7 @@ import { responseJson } from "../codec/json.js";
 import { messageFromJson } from "../codec/request-json.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
-import { requestIdKey, type UnaryHandler, type WrappedService } from "../wrap.js";
+import { requestIdKey, type WrappedHandler, type WrappedService } from "../wrap.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 
 /** How one query parameter maps onto the request message. */
@@ -57,7 +57,7 @@ interface Route {
   body: string;
   method: DescMethod;
   service: WrappedService["service"];
-  handler: UnaryHandler;
+  handler: WrappedHandler;
   query: Map<string, QueryField>;
   /** JSON paths of the template's variables, in order. */
   variablePaths: string[][];
@@ -87,7 +87,12 @@ export interface RestRequest {
   requestId: string;
   /** The peer's IP address (clientAddressKey), for per-address limits. */
   clientAddress?: string;
+  /** The context values admit() filled for this request, if it was admitted before its body was read. */
+  values?: ContextValues;
 }
+
+/** What admit() needs of a request: no body, which has not been read yet. */
+export type RestAdmission = Omit<RestRequest, "body" | "signal" | "values">;
 
 const SCALAR_JSON_NUMBER = new Set([ScalarType.INT32, ScalarType.UINT32, ScalarType.SINT32, ScalarType.FIXED32, ScalarType.SFIXED32]);
 const SCALAR_INTEGER = new Set([
@@ -235,7 +240,7 @@ export class RestTranscoder {
   private add(
     svc: WrappedService,
     method: DescMethod,
-    handler: UnaryHandler,
+    handler: WrappedHandler,
     binding: { method: string; path: string; body: string },
   ): void {
     const template = compileTemplate(binding.path);
@@ -314,6 +319,22 @@ export class RestTranscoder {
   }
 
   /**
+   * Admits a request from its method, URL and headers before its body is
+   * read (WrappedHandler.admit): the context values it returns, carrying
+   * the authenticated caller, go to handle() with the body; needsToken says
+   * whether the route needs a token (how large a body it may read). A URL no
+   * route matches is admitted: handle() answers it.
+   */
+  async admit(req: RestAdmission): Promise<{ values: ContextValues; needsToken: boolean }> {
+    const values = requestValues(req);
+    const q = req.url.indexOf("?");
+    const found = this.match(req.method, q < 0 ? req.url : req.url.slice(0, q));
+    if (found) await found.route.handler.admit({ requestHeader: req.headers, values, protocolName: "rest", timeoutMs: () => undefined });
+    // No route: no body is read (the answer is a 404 or 405), so it needs no more than an anonymous one.
+    return { values, needsToken: found?.route.handler.needsToken ?? false };
+  }
+
+  /**
    * Handles one request. Throws RouteNotFoundError when no route matches, and
    * ApiError / ConnectError for anything else (rendered by the caller).
    */
@@ -340,9 +361,7 @@ export class RestTranscoder {
       url: req.url,
       requestHeader: req.headers,
       signal: req.signal,
-      values: createContextValues()
-        .set(requestIdKey, req.requestId)
-        .set(clientAddressKey, req.clientAddress ?? ""),
+      values: req.values ?? requestValues(req),
     });
     const result = await route.handler(request, ctx);
     // A body ends with a newline, like any text a shell prints.
@@ -403,6 +422,13 @@ export class RestTranscoder {
       }
     }
   }
+}
+
+/** A request's context values before anything is known of its caller: its id and address. */
+function requestValues(req: RestAdmission): ContextValues {
+  return createContextValues()
+    .set(requestIdKey, req.requestId)
+    .set(clientAddressKey, req.clientAddress ?? "");
 }
 
 function getPath(json: JsonObject, path: string[]): JsonValue | undefined {

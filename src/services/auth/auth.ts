@@ -2,9 +2,8 @@ import { create, getOption } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platformapi/auth/v1/auth_pb.js";
 import { name as capabilityNameOption, CapabilitySchema } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
-import { clientAddressKey } from "../../auth/principal.js";
-import { addressKey, createFailureLimiter } from "../../auth/rate-limit.js";
-import { NotFoundError, ResourceExhaustedError } from "../../domain/errors.js";
+import { createAttemptLimiter } from "../../auth/rate-limit.js";
+import { NotFoundError } from "../../domain/errors.js";
 import { InviteInvalidError, inviteSecretMatches, parseInviteCode } from "../../domain/invite-code.js";
 import { isAtOrBelow, newChildUid } from "../../domain/uidp.js";
 import type { GroupRecord, IdentityRecord, RoleRecord } from "../../store/store.js";
@@ -13,7 +12,7 @@ import { groupMessage } from "../iam/groups.js";
 import { identityMessage } from "../iam/identity-messages.js";
 import { timestampFromMs } from "../time.js";
 
-/** Failed invite codes a caller may try within the window before it is refused outright. */
+/** Failed invite codes a caller may try within the window; its further failures are RESOURCE_EXHAUSTED. */
 export const INVITE_FAILURE_LIMIT = 10;
 export const INVITE_FAILURE_WINDOW_MS = 10 * 60_000;
 /**
@@ -21,6 +20,13 @@ export const INVITE_FAILURE_WINDOW_MS = 10 * 60_000;
  * send within the window: identities are free to mint, addresses are not.
  */
 export const INVITE_ADDRESS_FAILURE_LIMIT = 30;
+
+/**
+ * Groups WhoAmI lists at most (capabilities_truncated says when there are
+ * more): an entry with the owner role is ~2.4 KB of JSON, so 100 keep the
+ * answer near 240 KB where 2,000 organizations made it 4.7 MB.
+ */
+export const WHOAMI_GROUP_LIMIT = 100;
 
 /** A capability's human name ("repo.list"), as v1 roles and WhoAmI write it. */
 export function capabilityHumanName(c: number): string {
@@ -47,8 +53,16 @@ function v1Role(r: RoleRecord) {
  */
 export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthService> {
   const { store } = deps;
-  const inviteFailures = createFailureLimiter({ limit: INVITE_FAILURE_LIMIT, windowMs: INVITE_FAILURE_WINDOW_MS, now: deps.now });
-  const addressFailures = createFailureLimiter({ limit: INVITE_ADDRESS_FAILURE_LIMIT, windowMs: INVITE_FAILURE_WINDOW_MS, now: deps.now });
+  // Invite codes are guessable only by brute force: failures are limited per caller, and per client
+  // address (identities are free to mint); a valid code is accepted whatever the counts.
+  const inviteAttempts = createAttemptLimiter({
+    perCaller: INVITE_FAILURE_LIMIT,
+    perAddress: INVITE_ADDRESS_FAILURE_LIMIT,
+    windowMs: INVITE_FAILURE_WINDOW_MS,
+    now: deps.now,
+    isFailure: (err) => err instanceof InviteInvalidError,
+    refusal: "Resource exhausted: too many invalid invite codes; try again later",
+  });
 
   /**
    * Whether the person's email may stand for them before an email-bound
@@ -105,7 +119,15 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       const capabilities: GroupCapabilities[] = [];
       // The administrator holds every capability everywhere, without a binding: one entry for the whole hierarchy.
       if (principal.admin) capabilities.push(create(GroupCapabilitiesSchema, { capabilities: ALL_CAPABILITY_NAMES }));
-      for (const binding of await store.roleBindings.forIdentity(principal.subject)) {
+      // The bindings come in uid order, which is their groups' order: the first
+      // WHOAMI_GROUP_LIMIT entries are read and sent, whatever the caller holds.
+      const bindings = await store.roleBindings.forIdentity(principal.subject);
+      let truncated = false;
+      for (const binding of bindings) {
+        if (capabilities.length >= WHOAMI_GROUP_LIMIT) {
+          truncated = true;
+          break;
+        }
         const group = await store.groups.get(binding.groupUid);
         const role = await store.roles.get(binding.roleUid);
         if (group && role) capabilities.push(create(GroupCapabilitiesSchema, { group: v1Group(group), role: v1Role(role) }));
@@ -118,6 +140,7 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
         expiry: timestampFromMs(principal.token.expiresAt),
         issuedAt: timestampFromMs(principal.token.issuedAt),
         capabilities,
+        capabilitiesTruncated: truncated,
         email: identity?.email ?? "",
       };
     },
@@ -127,23 +150,8 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       const identity = await store.identities.get(principal.subject);
       if (!identity) throw new NotFoundError("identity", principal.subject);
       if (req.code === "") return { identity: identityMessage(identity), group: undefined };
-      // Invite codes are guessable only by brute force: cap failures per
-      // caller, and per client address (identities are free to mint).
-      const peer = ctx.values.get(clientAddressKey);
-      const address = peer === "" ? null : addressKey(peer);
-      if (inviteFailures.blocked(identity.uid) || (address !== null && addressFailures.blocked(address))) {
-        throw new ResourceExhaustedError("Resource exhausted: too many invalid invite codes; try again later");
-      }
-      try {
-        const group = await acceptInvite(identity, req.code);
-        return { identity: identityMessage(identity), group: groupMessage(group) };
-      } catch (err) {
-        if (err instanceof InviteInvalidError) {
-          inviteFailures.recordFailure(identity.uid);
-          if (address !== null) addressFailures.recordFailure(address);
-        }
-        throw err;
-      }
+      const group = await inviteAttempts.attempt(ctx.values, identity.uid, () => acceptInvite(identity, req.code));
+      return { identity: identityMessage(identity), group: groupMessage(group) };
     },
   };
 }

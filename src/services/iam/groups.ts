@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, type ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { GroupSchema, type Group, type GroupsService, type ListGroupsResponse } from "../../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { builtinRoleUid } from "../../domain/builtin-roles.js";
-import { InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
+import { ApiError, InvalidArgumentError, NotFoundError } from "../../domain/errors.js";
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
@@ -50,6 +50,23 @@ function validateFields(group: { name: string; description: string }, fields: It
   if (violations.length > 0) throw new InvalidArgumentError(violations);
 }
 
+/** ErrorInfo reason of a root organization refused by the per-identity quota. */
+export const ORGANIZATION_QUOTA_EXCEEDED = "ORGANIZATION_QUOTA_EXCEEDED";
+
+/**
+ * RESOURCE_EXHAUSTED (HTTP 429): the caller already created `limit` root
+ * organizations that still exist. Metadata names the quota and its limit,
+ * as google.rpc.QuotaFailure would.
+ */
+function organizationQuotaExceeded(limit: number): ApiError {
+  return new ApiError(
+    Code.ResourceExhausted,
+    ORGANIZATION_QUOTA_EXCEEDED,
+    `Resource exhausted: this identity has created ${limit} organizations, the most one identity may; delete one first`,
+    { metadata: { quota: "organizations_per_identity", limit: String(limit) } },
+  );
+}
+
 /** GroupsService: organizations and folders (spec §4.1). */
 export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   const { store } = deps;
@@ -82,8 +99,12 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       };
       if (parent === null && !principal.admin) {
         // The creator of an organization owns it (the administrator needs no binding): both or neither.
+        // The quota is counted in the same transaction, so concurrent creates cannot pass it together.
         await store.transaction(async (tx) => {
-          await tx.groups.create(record);
+          if ((await tx.groups.rootsCreatedBy(principal.subject)) >= deps.maxOrgsPerIdentity) {
+            throw organizationQuotaExceeded(deps.maxOrgsPerIdentity);
+          }
+          await tx.groups.createRoot(record, principal.subject);
           await tx.roleBindings.create([
             {
               uid: newChildUid(record.uid),

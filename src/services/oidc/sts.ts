@@ -4,7 +4,7 @@ import type { UpstreamClaims } from "../../auth/upstream.js";
 import { claimsMatch, compilePattern } from "../../domain/claim-match.js";
 import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
 import { requireUidp } from "../../domain/hierarchy.js";
-import { newChildUid } from "../../domain/uidp.js";
+import { newChildUid, rootOf } from "../../domain/uidp.js";
 import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
 import type { IdentityProviderRecord, IdentityRecord, StoreParts } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
@@ -52,7 +52,9 @@ function personName(claims: UpstreamClaims): string {
  * staticKeys); with `identity_provider` it signs a person in through that
  * organization's provider, registering them in its group; with neither, it
  * signs a person in from a trusted issuer, registering their root-level
- * identity on first sign-in.
+ * identity on first sign-in. When the upstream token could not be checked
+ * (its issuer did not answer, or the organization's share of fetch capacity
+ * is in use) the answer is UNAVAILABLE, not a refusal: see upstream.ts.
  */
 export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
   const { store } = deps;
@@ -75,7 +77,8 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       const m = rel.claimMatch;
       const trust = (iss: string) =>
         m.issuer !== "" ? iss === m.issuer : iss.length <= 4096 && compilePattern(m.issuerPattern).matches(iss);
-      const claims = await deps.upstream.verify(token, trust);
+      // The identity's organization chose the issuers: their fetches are its share of fetch capacity.
+      const claims = await deps.upstream.verify(token, trust, rootOf(identity.uid));
       if (!claimsMatch(m, claims, deps.urls.auth)) throw cannotAssume(uid);
     } else {
       const k = rel.staticKeys;
@@ -108,7 +111,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     if (!provider) throw cannotSignInThrough(providerUid);
     let claims: UpstreamClaims;
     try {
-      claims = await deps.upstream.verify(token, (iss) => iss === provider.oidc.issuer);
+      claims = await deps.upstream.verify(token, (iss) => iss === provider.oidc.issuer, rootOf(provider.parentUid));
     } catch (err) {
       if (err instanceof UnauthenticatedError) throw cannotSignInThrough(providerUid);
       throw err;

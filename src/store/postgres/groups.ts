@@ -29,11 +29,19 @@ export class PgGroupStore implements GroupStore {
    * One INSERT, its constraints deciding: no read for the parent or the uid,
    * so concurrent creates under one parent never conflict under SERIALIZABLE.
    */
-  async create(group: GroupRecord): Promise<void> {
+  create(group: GroupRecord): Promise<void> {
+    return this.insert(group, null);
+  }
+
+  createRoot(group: GroupRecord, creatorUid: string): Promise<void> {
+    return this.insert(group, creatorUid);
+  }
+
+  private async insert(group: GroupRecord, creatorUid: string | null): Promise<void> {
     try {
       await this.run.q.query(
-        `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time, creator_uid)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
         [
           group.uid,
           group.parentUid,
@@ -43,6 +51,7 @@ export class PgGroupStore implements GroupStore {
           JSON.stringify(group.resourceLimits),
           group.createTime,
           group.updateTime,
+          creatorUid,
         ],
       );
     } catch (err) {
@@ -50,6 +59,11 @@ export class PgGroupStore implements GroupStore {
       if (sqlState(err) === "23503" && group.parentUid !== null) throw new NotFoundError("group", group.parentUid);
       throw err;
     }
+  }
+
+  async rootsCreatedBy(identityUid: string): Promise<number> {
+    const { rows } = await this.run.q.query<{ n: number }>("SELECT count(*)::int AS n FROM groups WHERE creator_uid = $1", [identityUid]);
+    return rows[0]!.n;
   }
 
   async get(uid: string): Promise<GroupRecord | null> {

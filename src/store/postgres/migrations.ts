@@ -248,6 +248,17 @@ const MIGRATIONS: readonly string[] = [
   $$;
   ${FIRST_VERSIONED_TABLES.map(bucketTrigger).join("\n  ")}
   `,
+  // 3: a signing key's retirement (ms; NULL while it may verify): the
+  // signing_keys trigger moves its version, so every process notices.
+  `
+  ALTER TABLE signing_keys ADD COLUMN retire_time bigint;
+  `,
+  // 4: who created each root organization (NULL for folders and the
+  // administrator's), counted for PLATFORM_MAX_ORGS_PER_IDENTITY.
+  `
+  ALTER TABLE groups ADD COLUMN creator_uid text COLLATE "C";
+  CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
+  `,
 ];
 
 /**

@@ -16,6 +16,7 @@ export interface ChildKind {
 export class SqliteGroupStore implements SyncGroupStore {
   private readonly insertStmt: Statement;
   private readonly getStmt: Statement;
+  private readonly rootsCreatedByStmt: Statement;
   private readonly updateStmt: Statement;
   private readonly deleteStmt: Statement;
   private readonly childChecks: { label: string; stmt: Statement }[];
@@ -26,9 +27,10 @@ export class SqliteGroupStore implements SyncGroupStore {
     childKinds: readonly ChildKind[],
   ) {
     this.insertStmt = db.prepare(
-      `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time)
-       VALUES (@uid, @parentUid, @name, @description, @verified, @resourceLimits, @createTime, @updateTime)`,
+      `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time, creator_uid)
+       VALUES (@uid, @parentUid, @name, @description, @verified, @resourceLimits, @createTime, @updateTime, @creatorUid)`,
     );
+    this.rootsCreatedByStmt = db.prepare("SELECT count(*) FROM groups WHERE creator_uid = ?").pluck();
     this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM groups WHERE uid = ?`);
     this.updateStmt = db.prepare("UPDATE groups SET name = @name, description = @description, update_time = @updateTime WHERE uid = @uid");
     this.deleteStmt = db.prepare("DELETE FROM groups WHERE uid = ?");
@@ -39,6 +41,14 @@ export class SqliteGroupStore implements SyncGroupStore {
   }
 
   create(group: GroupRecord): void {
+    this.insert(group, null);
+  }
+
+  createRoot(group: GroupRecord, creatorUid: string): void {
+    this.insert(group, creatorUid);
+  }
+
+  private insert(group: GroupRecord, creatorUid: string | null): void {
     if (group.parentUid !== null && !this.getStmt.get(group.parentUid)) {
       throw new NotFoundError("group", group.parentUid);
     }
@@ -47,7 +57,12 @@ export class SqliteGroupStore implements SyncGroupStore {
       ...group,
       verified: group.verified ? 1 : 0,
       resourceLimits: JSON.stringify(group.resourceLimits),
+      creatorUid,
     });
+  }
+
+  rootsCreatedBy(identityUid: string): number {
+    return this.rootsCreatedByStmt.get(identityUid) as number;
   }
 
   get(uid: string): GroupRecord | null {

@@ -2,6 +2,7 @@ import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
 import { exact, keysetClause, type Clause } from "../rows/table.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
+import { pastCursor, planVisibility, topRange, type VisibilityPlan } from "../visibility.js";
 
 export { exact, type Clause };
 
@@ -36,36 +37,47 @@ export class ListRunner {
     return row === undefined ? null : toRecord(row);
   }
 
-  /** One page of records, whether more follow, and the total count (query.knownTotal when given). */
+  /**
+   * One page of records, whether more follow, and the total count
+   * (query.knownTotal when given). A narrowed query reads only the index
+   * ranges of the caller's tops (see planVisibility): its cost follows the
+   * rows the caller may see, never the table's other rows, and its
+   * statement is the same whatever the number of tops.
+   */
   records<TOrder extends string, TRow, TRecord>(
     spec: ListableTable<TOrder>,
     query: ListQuery<unknown, TOrder>,
     filters: Clause[],
     toRecord: (row: TRow) => TRecord,
   ): ListResult<TRecord> {
-    const where = [...hierarchyClauses(query.hierarchy), ...filters];
-    if (query.visibleWithin !== null) where.push(visibilityClause(query.visibleWithin, spec.rootsVisible === true));
     const column = spec.orderColumns[query.order.field];
     const dir = query.order.desc ? "DESC" : "ASC";
-
-    const base = where.map((c) => `(${c.sql})`).join(" AND ") || "1";
-    const baseParams = where.flatMap((c) => c.params);
-    let pageWhere = base;
-    const pageParams = [...baseParams];
+    const rootsVisible = spec.rootsVisible === true;
+    const plan = planVisibility(query.visibleWithin, query.hierarchy, rootsVisible);
+    // The count ignores the position; a page in uid order reads only the tops past its cursor.
+    const counted = visibleRows(spec.table, plan, query, filters);
+    const paged =
+      column === "uid" && query.after ? visibleRows(spec.table, pastCursor(plan, query.after, query.order.desc), query, filters) : counted;
+    const base = counted.where;
+    const baseParams = counted.params;
+    let pageWhere = paged.where;
+    const pageParams = [...paged.params];
     if (query.after) {
       const keyset = keysetClause(column, query.order.desc, query.after);
-      pageWhere = `${base} AND ${keyset.sql}`;
+      pageWhere = `${paged.where} AND ${keyset.sql}`;
       pageParams.push(...keyset.params);
     }
     pageParams.push(query.limit + 1, query.offset);
-    const order = column === "uid" ? `uid ${dir}` : `${column} ${dir}, uid ${dir}`;
+    const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
     // Each row travels as one JSON array: better-sqlite3 spends ~0.4 µs on every
     // value it hands to JavaScript, JSON.parse a fraction of that.
-    const sql = `SELECT json_array(${spec.select}) FROM ${spec.table} AS t WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
+    const select = this.columnsOf(spec.select)
+      .map((c) => `t.${c}`)
+      .join(", ");
+    const sql = `SELECT json_array(${select}) FROM ${paged.from} WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
 
-    const totalCount =
-      query.knownTotal ?? (this.prepare(`SELECT count(*) FROM ${spec.table} AS t WHERE ${base}`, true).get(...baseParams) as number);
-    const texts = this.prepare(sql, true).all(...pageParams) as string[];
+    const totalCount = query.knownTotal ?? (this.run(`SELECT count(*) FROM ${counted.from} WHERE ${base}`, baseParams, "get") as number);
+    const texts = this.run(sql, pageParams, "all") as string[];
     const hasMore = texts.length > query.limit;
     if (hasMore) texts.length = query.limit;
     const columns = this.columnsOf(spec.select);
@@ -76,6 +88,11 @@ export class ListRunner {
       return toRecord(row as TRow);
     });
     return { items, hasMore, totalCount };
+  }
+
+  private run(sql: string, params: unknown[], mode: "get" | "all"): unknown {
+    const stmt = this.prepare(sql, true);
+    return mode === "get" ? stmt.get(...params) : stmt.all(...params);
   }
 
   /** The column names of a plain select list ("uid, parent_uid, ..."). */
@@ -99,6 +116,17 @@ export class ListRunner {
   }
 }
 
+/** The FROM and WHERE of a list's rows under a visibility plan, with their parameters in text order. */
+function visibleRows(table: string, plan: VisibilityPlan, query: ListQuery<unknown, string>, filters: Clause[]) {
+  const { from, where } = rowSource(table, plan);
+  where.push(...hierarchyClauses(query.hierarchy), ...filters);
+  return {
+    from: from.sql,
+    where: where.map((c) => `(${c.sql})`).join(" AND ") || "1",
+    params: [...from.params, ...where.flatMap((c) => c.params)],
+  };
+}
+
 /** The UIDPFilter as SQL over t.uid and t.parent_uid; descendants are an index range scan. */
 function hierarchyClauses(h: HierarchyFilter): Clause[] {
   const out: Clause[] = [];
@@ -118,8 +146,29 @@ function hierarchyClauses(h: HierarchyFilter): Clause[] {
   return out;
 }
 
-function visibilityClause(within: readonly string[], rootsVisible: boolean): Clause {
-  const atOrBelow = "EXISTS (SELECT 1 FROM json_each(?) AS v WHERE t.uid = v.value OR (t.uid > v.value || '/' AND t.uid < v.value || '0'))";
-  const sql = rootsVisible && within.length > 0 ? `t.parent_uid IS NULL OR ${atOrBelow}` : atOrBelow;
-  return { sql, params: [JSON.stringify(within)] };
+/**
+ * The FROM of a list and the WHERE clauses visibility adds. Several tops
+ * drive the query: one range scan of the primary key per top, the tops
+ * passed as one JSON parameter (CROSS JOIN keeps them the outer loop), so
+ * the statement and its parameters are the same for 2 tops or 20,000. One
+ * top is a plain range, which lets the planner walk an order index and stop
+ * at the page's end.
+ */
+function rowSource(table: string, plan: VisibilityPlan): { from: Clause; where: Clause[] } {
+  const plain = { from: { sql: `${table} AS t`, params: [] }, where: [] as Clause[] };
+  if (plan.kind === "all") return plain;
+  const { tops, roots } = plan;
+  if (tops.length <= 1) {
+    const inTop = tops.length === 0 ? null : { sql: "t.uid >= ? AND t.uid < ?", params: topRange(tops[0]!) };
+    const clause = roots
+      ? { sql: `t.parent_uid IS NULL${inTop ? ` OR (${inTop.sql})` : ""}`, params: inTop?.params ?? [] }
+      : (inTop ?? { sql: "0", params: [] });
+    return { ...plain, where: [clause] };
+  }
+  const joined = `json_each(?) AS v CROSS JOIN ${table} AS t ON t.uid >= v.value AND t.uid < v.value || '0'`;
+  const params = [JSON.stringify(tops)];
+  if (!roots) return { from: { sql: joined, params }, where: [] };
+  // Root-level rows (built-in roles) are added to the tops' rows, each once.
+  const sql = `(SELECT t.* FROM ${joined} WHERE t.parent_uid IS NOT NULL UNION ALL SELECT * FROM ${table} WHERE parent_uid IS NULL) AS t`;
+  return { from: { sql, params }, where: [] };
 }

@@ -165,6 +165,17 @@ const MIGRATIONS: readonly string[] = [
   // 7: table versions, moved by triggers in the writing transaction, so
   // caches in every process sharing the file see each commit (cascades too).
   versionTriggers(FIRST_VERSIONED_TABLES),
+  // 8: a signing key's retirement (ms; NULL while it may verify): the
+  // signing_keys triggers move its version, so every process notices.
+  `
+  ALTER TABLE signing_keys ADD COLUMN retire_time INTEGER;
+  `,
+  // 9: who created each root organization (NULL for folders and the
+  // administrator's), counted for PLATFORM_MAX_ORGS_PER_IDENTITY.
+  `
+  ALTER TABLE groups ADD COLUMN creator_uid TEXT;
+  CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
+  `,
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */

@@ -23,7 +23,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file platformapi/auth/v1/auth.proto.
  */
 export const file_platformapi_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Ch5wbGF0Zm9ybWFwaS9hdXRoL3YxL2F1dGgucHJvdG8SE3BsYXRmb3JtYXBpLmF1dGgudjEiEQoPVmFsaWRhdGVSZXF1ZXN0IvIBCgZXaG9BbUkSDgoGaXNzdWVyGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEAoIYXVkaWVuY2UYAyADKAkSKgoGZXhwaXJ5GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglpc3N1ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjwKDGNhcGFiaWxpdGllcxhlIAMoCzImLnBsYXRmb3JtYXBpLmF1dGgudjEuR3JvdXBDYXBhYmlsaXRpZXMSDQoFZW1haWwYZiABKAlKBAhnEGhSB3Byb2ZpbGUiewoRR3JvdXBDYXBhYmlsaXRpZXMSKAoFZ3JvdXAYASABKAsyGS5wbGF0Zm9ybWFwaS5pYW0udjEuR3JvdXASJgoEcm9sZRgCIAEoCzIYLnBsYXRmb3JtYXBpLmlhbS52MS5Sb2xlEhQKDGNhcGFiaWxpdGllcxgDIAMoCSJECg9SZWdpc3RlclJlcXVlc3QSEQoEY29kZRgBIAEoCUID4EEBEhgKC2lkZW50aXR5X2lkGAMgASgJQgPgQQFKBAgCEAMibQoHU2Vzc2lvbhIzCghpZGVudGl0eRgBIAEoCzIhLnBsYXRmb3JtYXBpLmlhbS52MmJldGExLklkZW50aXR5Ei0KBWdyb3VwGAIgASgLMh4ucGxhdGZvcm1hcGkuaWFtLnYyYmV0YTEuR3JvdXAy8gEKC0F1dGhTZXJ2aWNlEm0KCFZhbGlkYXRlEiQucGxhdGZvcm1hcGkuYXV0aC52MS5WYWxpZGF0ZVJlcXVlc3QaGy5wbGF0Zm9ybWFwaS5hdXRoLnYxLldob0FtSSIekAIBqrsYBAoCEAGC0+STAg0SCy9hdXRoL3YxL29rEnQKCFJlZ2lzdGVyEiQucGxhdGZvcm1hcGkuYXV0aC52MS5SZWdpc3RlclJlcXVlc3QaHC5wbGF0Zm9ybWFwaS5hdXRoLnYxLlNlc3Npb24iJKq7GAQKAhABgtPkkwIWOgEqIhEvYXV0aC92MS9yZWdpc3RlcmIGcHJvdG8z", [file_google_api_annotations, file_google_api_field_behavior, file_google_protobuf_timestamp, file_platformapi_annotations_v1_iam, file_platformapi_iam_v1_groups, file_platformapi_iam_v1_roles, file_platformapi_iam_v2beta1_groups, file_platformapi_iam_v2beta1_identities]);
+  fileDesc("Ch5wbGF0Zm9ybWFwaS9hdXRoL3YxL2F1dGgucHJvdG8SE3BsYXRmb3JtYXBpLmF1dGgudjEiEQoPVmFsaWRhdGVSZXF1ZXN0IpICCgZXaG9BbUkSDgoGaXNzdWVyGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEAoIYXVkaWVuY2UYAyADKAkSKgoGZXhwaXJ5GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglpc3N1ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjwKDGNhcGFiaWxpdGllcxhlIAMoCzImLnBsYXRmb3JtYXBpLmF1dGgudjEuR3JvdXBDYXBhYmlsaXRpZXMSDQoFZW1haWwYZiABKAkSHgoWY2FwYWJpbGl0aWVzX3RydW5jYXRlZBhoIAEoCEoECGcQaFIHcHJvZmlsZSJ7ChFHcm91cENhcGFiaWxpdGllcxIoCgVncm91cBgBIAEoCzIZLnBsYXRmb3JtYXBpLmlhbS52MS5Hcm91cBImCgRyb2xlGAIgASgLMhgucGxhdGZvcm1hcGkuaWFtLnYxLlJvbGUSFAoMY2FwYWJpbGl0aWVzGAMgAygJIkQKD1JlZ2lzdGVyUmVxdWVzdBIRCgRjb2RlGAEgASgJQgPgQQESGAoLaWRlbnRpdHlfaWQYAyABKAlCA+BBAUoECAIQAyJtCgdTZXNzaW9uEjMKCGlkZW50aXR5GAEgASgLMiEucGxhdGZvcm1hcGkuaWFtLnYyYmV0YTEuSWRlbnRpdHkSLQoFZ3JvdXAYAiABKAsyHi5wbGF0Zm9ybWFwaS5pYW0udjJiZXRhMS5Hcm91cDLyAQoLQXV0aFNlcnZpY2USbQoIVmFsaWRhdGUSJC5wbGF0Zm9ybWFwaS5hdXRoLnYxLlZhbGlkYXRlUmVxdWVzdBobLnBsYXRmb3JtYXBpLmF1dGgudjEuV2hvQW1JIh6QAgGquxgECgIQAYLT5JMCDRILL2F1dGgvdjEvb2sSdAoIUmVnaXN0ZXISJC5wbGF0Zm9ybWFwaS5hdXRoLnYxLlJlZ2lzdGVyUmVxdWVzdBocLnBsYXRmb3JtYXBpLmF1dGgudjEuU2Vzc2lvbiIkqrsYBAoCEAGC0+STAhY6ASoiES9hdXRoL3YxL3JlZ2lzdGVyYgZwcm90bzM", [file_google_api_annotations, file_google_api_field_behavior, file_google_protobuf_timestamp, file_platformapi_annotations_v1_iam, file_platformapi_iam_v1_groups, file_platformapi_iam_v1_roles, file_platformapi_iam_v2beta1_groups, file_platformapi_iam_v2beta1_identities]);
 
 /**
  * ValidateRequest is empty; it has the wire form of google.protobuf.Empty.
@@ -82,7 +82,8 @@ export type WhoAmI = Message<"platformapi.auth.v1.WhoAmI"> & {
   issuedAt?: Timestamp | undefined;
 
   /**
-   * One entry per group the caller holds capabilities in. The built-in
+   * One entry per group the caller holds capabilities in, in group uid order,
+   * at most 100 of them (see capabilities_truncated). The built-in
    * administrator, who holds every capability everywhere, gets one entry with
    * no group (the whole hierarchy) and every capability name.
    *
@@ -96,6 +97,15 @@ export type WhoAmI = Message<"platformapi.auth.v1.WhoAmI"> & {
    * @generated from field: string email = 102;
    */
   email: string;
+
+  /**
+   * True when the caller holds capabilities in more groups than capabilities
+   * lists (this server's addition to the contract, which keeps the answer
+   * bounded). ListGroups and ListRoleBindings page through all of them.
+   *
+   * @generated from field: bool capabilities_truncated = 104;
+   */
+  capabilitiesTruncated: boolean;
 };
 
 /**

@@ -1,0 +1,92 @@
+import { readFileSync } from "node:fs";
+import type { Socket } from "node:net";
+import { addressLimitKey, clientAddressOf } from "./client-address.js";
+
+/** How many connections the one-port listener keeps open at once. */
+export interface ConnectionLimits {
+  /** Open connections in total, every protocol alike. */
+  total: number;
+  /** Open connections from one client address (an IPv6 /64 counts as one; see addressLimitKey). */
+  perAddress: number;
+  /** Told about every connection closed at once for being over a cap (a metric counts them). */
+  onRefused?: (cap: RefusedCap) => void;
+}
+
+/** Which cap closed a connection: the label of platform_connections_refused_total. */
+export type RefusedCap = "total" | "per_address";
+
+/** File descriptors kept free of connections, for the store, outbound issuer fetches, logs and the workers' IPC. */
+export const RESERVED_FILE_DESCRIPTORS = 128;
+/** The total when the descriptor limit is higher still: about 0.5–1 GiB of idle HTTP/2 sessions and buffers. */
+export const MAX_DEFAULT_CONNECTIONS = 10_000;
+/**
+ * Per address by default: well above what one client needs (a browser opens
+ * six, a gRPC channel one, a NAT of a few dozen people some tens), and a
+ * small share of the total so that one address cannot hold the port.
+ * Behind a reverse proxy every connection is the proxy's: raise it to the total.
+ */
+export const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256;
+
+/**
+ * The process's open-file limit (Node raises the soft limit to the hard one
+ * at start), read from /proc on Linux; 1024, the usual soft limit, elsewhere.
+ */
+export function openFileLimit(): number {
+  try {
+    const line = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+    if (line) return line[1] === "unlimited" ? Number.MAX_SAFE_INTEGER : Number(line[1]);
+  } catch {
+    // not Linux: fall through
+  }
+  return 1024;
+}
+
+/**
+ * The default total: every descriptor but the reserved ones, at most
+ * MAX_DEFAULT_CONNECTIONS. At the common 1,024 limit that is 896, so a full
+ * house of connections still leaves the store its files and sockets (the
+ * issue's attack failed legitimate requests by using every descriptor).
+ */
+export function defaultMaxConnections(fileLimit = openFileLimit()): number {
+  return Math.max(1, Math.min(MAX_DEFAULT_CONNECTIONS, fileLimit - RESERVED_FILE_DESCRIPTORS));
+}
+
+/** Counts open connections by client address and turns away those over a cap. */
+export interface ConnectionGate {
+  /**
+   * Counts socket in until it closes, or resets and destroys it at once when
+   * a cap is reached: before anything is read, parsed or allocated for it.
+   * Returns whether it was admitted.
+   */
+  admit(socket: Socket): boolean;
+}
+
+/** A gate over the limits; per-address counts are dropped when they reach zero, so the map holds only open clients. */
+export function createConnectionGate(limits: ConnectionLimits): ConnectionGate {
+  const byAddress = new Map<string, number>();
+  let open = 0;
+  const refuse = (socket: Socket, cap: RefusedCap) => {
+    // An RST frees the descriptor now (no FIN handshake, no TIME_WAIT here).
+    socket.on("error", () => {});
+    socket.resetAndDestroy();
+    limits.onRefused?.(cap);
+    return false;
+  };
+  return {
+    admit(socket) {
+      if (open >= limits.total) return refuse(socket, "total");
+      const key = addressLimitKey(clientAddressOf(socket));
+      const count = byAddress.get(key) ?? 0;
+      if (count >= limits.perAddress) return refuse(socket, "per_address");
+      byAddress.set(key, count + 1);
+      open++;
+      socket.once("close", () => {
+        open--;
+        const left = (byAddress.get(key) ?? 1) - 1;
+        if (left === 0) byAddress.delete(key);
+        else byAddress.set(key, left);
+      });
+      return true;
+    },
+  };
+}
