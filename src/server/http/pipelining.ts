@@ -1,5 +1,6 @@
 import type http from "node:http";
 import type { Socket } from "node:net";
+import { stopReading } from "./socket-reading.js";
 
 /**
  * Requests one HTTP/1.1 connection may have waiting for their answers. Node
@@ -44,14 +45,4 @@ export function boundPipelining(handler: http.RequestListener, maxWaiting = MAX_
     });
     handler(req, res);
   };
-}
-
-/**
- * Stops reading the socket at the source. Node's HTTP parser reads the
- * handle directly, so pausing the stream alone would not stop it; requests
- * already read are parsed (and dropped by the caller) but nothing more comes.
- */
-function stopReading(socket: Socket): void {
-  socket.pause();
-  (socket as unknown as { _handle?: { readStop?: () => void } })._handle?.readStop?.();
 }

@@ -3,6 +3,7 @@ import type { ContextValues } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { inflatedBody, requestCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
+import { holdReading } from "../http/socket-reading.js";
 import type { RestTranscoder } from "./transcoder.js";
 
 /**
@@ -49,6 +50,8 @@ export function bodyTooLarge(limit: number): Error & { statusCode: number; limit
 export function installRestAdmission(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
   app.addHook("onRequest", async (req, reply) => {
     const method = req.method === "HEAD" ? "GET" : req.method;
+    // Not a byte more of the body while the caller is judged (a database read on PostgreSQL).
+    const release = holdReading(req.socket);
     try {
       const { values, needsToken } = await transcoder.admit({
         method,
@@ -61,6 +64,8 @@ export function installRestAdmission(app: FastifyInstance, transcoder: RestTrans
     } catch (err) {
       if (!req.raw.complete) reply.header("connection", "close");
       throw err;
+    } finally {
+      release();
     }
   });
   // The inflated body counts against the same limit as a plain one.

@@ -1,7 +1,7 @@
 import { ancestorsOf } from "../../domain/uidp.js";
-import { exact, keysetClause, type Clause } from "../rows/table.js";
+import { exact, type Clause } from "../rows/table.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { pastCursor, planVisibility, topRange, type VisibilityPlan } from "../visibility.js";
+import { listStatements, topRange, type VisibilityPlan } from "../visibility.js";
 
 export { exact, type Clause };
 
@@ -47,34 +47,17 @@ export async function listRecords<TOrder extends string, TRow, TRecord>(
   filters: Clause[],
   toRecord: (row: TRow) => TRecord,
 ): Promise<ListResult<TRecord>> {
-  const column = spec.orderColumns[query.order.field];
-  const dir = query.order.desc ? "DESC" : "ASC";
-  const rootsVisible = spec.rootsVisible === true;
-  const plan = planVisibility(query.visibleWithin, query.hierarchy, rootsVisible);
-  // The count ignores the position; a page in uid order reads only the tops past its cursor.
-  const counted = visibleRows(spec.table, plan, query, filters);
-  const paged =
-    column === "uid" && query.after ? visibleRows(spec.table, pastCursor(plan, query.after, query.order.desc), query, filters) : counted;
-  const base = counted.where;
-  const baseParams = counted.params;
-  let pageWhere = paged.where;
-  const pageParams = [...paged.params];
-  if (query.after) {
-    const keyset = keysetClause(column, query.order.desc, query.after);
-    pageWhere = `${paged.where} AND ${keyset.sql}`;
-    pageParams.push(...keyset.params);
-  }
-  pageParams.push(query.limit + 1, query.offset);
-  const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
+  const { counted, page: paged, order } = listStatements(spec, query, filters, visibleRows);
   const select = spec.select
     .split(",")
     .map((c) => `t.${c.trim()}`)
     .join(", ");
   const count = async () =>
     query.knownTotal ??
-    (await q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${counted.from} WHERE ${base}`), baseParams)).rows[0]!.n;
+    (await q.query<{ n: number }>(numbered(`SELECT count(*)::int AS n FROM ${counted.from} WHERE ${counted.where}`), counted.params))
+      .rows[0]!.n;
   const [page, totalCount] = await Promise.all([
-    q.query<TRow>(numbered(`SELECT ${select} FROM ${paged.from} WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`), pageParams),
+    q.query<TRow>(numbered(`SELECT ${select} FROM ${paged.from} WHERE ${paged.where} ORDER BY ${order} LIMIT ? OFFSET ?`), paged.params),
     count(),
   ]);
   const rows = page.rows;

@@ -1,8 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
-import { exact, keysetClause, type Clause } from "../rows/table.js";
+import { exact, type Clause } from "../rows/table.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { pastCursor, planVisibility, topRange, type VisibilityPlan } from "../visibility.js";
+import { listStatements, topRange, type VisibilityPlan } from "../visibility.js";
 
 export { exact, type Clause };
 
@@ -50,34 +50,17 @@ export class ListRunner {
     filters: Clause[],
     toRecord: (row: TRow) => TRecord,
   ): ListResult<TRecord> {
-    const column = spec.orderColumns[query.order.field];
-    const dir = query.order.desc ? "DESC" : "ASC";
-    const rootsVisible = spec.rootsVisible === true;
-    const plan = planVisibility(query.visibleWithin, query.hierarchy, rootsVisible);
-    // The count ignores the position; a page in uid order reads only the tops past its cursor.
-    const counted = visibleRows(spec.table, plan, query, filters);
-    const paged =
-      column === "uid" && query.after ? visibleRows(spec.table, pastCursor(plan, query.after, query.order.desc), query, filters) : counted;
-    const base = counted.where;
-    const baseParams = counted.params;
-    let pageWhere = paged.where;
-    const pageParams = [...paged.params];
-    if (query.after) {
-      const keyset = keysetClause(column, query.order.desc, query.after);
-      pageWhere = `${paged.where} AND ${keyset.sql}`;
-      pageParams.push(...keyset.params);
-    }
-    pageParams.push(query.limit + 1, query.offset);
-    const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
+    const { counted, page, order } = listStatements(spec, query, filters, visibleRows);
     // Each row travels as one JSON array: better-sqlite3 spends ~0.4 µs on every
     // value it hands to JavaScript, JSON.parse a fraction of that.
     const select = this.columnsOf(spec.select)
       .map((c) => `t.${c}`)
       .join(", ");
-    const sql = `SELECT json_array(${select}) FROM ${paged.from} WHERE ${pageWhere} ORDER BY ${order} LIMIT ? OFFSET ?`;
+    const sql = `SELECT json_array(${select}) FROM ${page.from} WHERE ${page.where} ORDER BY ${order} LIMIT ? OFFSET ?`;
 
-    const totalCount = query.knownTotal ?? (this.run(`SELECT count(*) FROM ${counted.from} WHERE ${base}`, baseParams, "get") as number);
-    const texts = this.run(sql, pageParams, "all") as string[];
+    const totalCount =
+      query.knownTotal ?? (this.run(`SELECT count(*) FROM ${counted.from} WHERE ${counted.where}`, counted.params, "get") as number);
+    const texts = this.run(sql, page.params, "all") as string[];
     const hasMore = texts.length > query.limit;
     if (hasMore) texts.length = query.limit;
     const columns = this.columnsOf(spec.select);
