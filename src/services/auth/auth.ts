@@ -30,9 +30,11 @@ export const WHOAMI_GROUP_LIMIT = 100;
 
 /** A capability's human name ("repo.list"), as v1 roles and WhoAmI write it. */
 export function capabilityHumanName(c: number): string {
-  const value = CapabilitySchema.value[c as keyof typeof CapabilitySchema.value];
-  return value ? getOption(value, capabilityNameOption) || value.name : String(c);
+  return HUMAN_NAMES.get(c) ?? String(c);
 }
+
+/** Each capability's human name, read from the enum's options once (getOption builds an extension container per call). */
+const HUMAN_NAMES = new Map(CapabilitySchema.values.map((v) => [v.number, getOption(v, capabilityNameOption) || v.name]));
 
 /** Every capability's human name, in enum order (UNKNOWN left out). */
 const ALL_CAPABILITY_NAMES = CapabilitySchema.values.filter((v) => v.number !== 0).map((v) => capabilityHumanName(v.number));
