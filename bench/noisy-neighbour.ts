@@ -7,7 +7,10 @@
  * alone for BENCH_PHASE seconds, then for as long again while an attack runs
  * from another process (bench/attacks.ts, from 127.0.0.2). Each row gives the
  * client's p99 with the attack against its p99 alone, measured back to back,
- * and the server's peak RSS during the attack against its peak alone.
+ * the server's peak RSS during the attack against its peak alone, and the
+ * share of a core the server used in each phase (what the attack made the
+ * server do, as opposed to what the attacker's own process took from the
+ * shared cores).
  * Goal: every ratio within 2×, RSS within quiet + 2 × the message limit.
  *
  * Environment: BENCH_PHASE seconds per phase (6), BENCH_ONLY=<attack name>.
@@ -23,7 +26,7 @@ import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { mintAdminToken, ROOT, startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
 import { restCall, restCreateGroup } from "../scripts/support/groups-client.js";
-import { residentKib } from "../scripts/support/server-watch.js";
+import { cpuSeconds, residentKib } from "../scripts/support/server-watch.js";
 import { LatencyLog } from "../scripts/support/soak-stats.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { OidcIssuer } from "../test/support/oidc-issuer.js";
@@ -137,12 +140,15 @@ async function legitimate(s: Setup, ms: number): Promise<{ log: LatencyLog; fail
   return { log, failures };
 }
 
-/** Peak RSS (KiB) of pid while work runs, sampled every 100 ms. */
-async function peakRss<T>(pid: number, work: Promise<T>): Promise<{ result: T; peakKib: number }> {
+/** Peak RSS (KiB) of pid while work runs, sampled every 100 ms, and the share of one core pid used meanwhile. */
+async function peakRss<T>(pid: number, work: Promise<T>): Promise<{ result: T; peakKib: number; cpuShare: number }> {
   let peakKib = residentKib(pid) ?? 0;
   const timer = setInterval(() => (peakKib = Math.max(peakKib, residentKib(pid) ?? 0)), 100);
+  const started = performance.now();
+  const cpuBefore = cpuSeconds(pid) ?? 0;
   try {
-    return { result: await work, peakKib };
+    const result = await work;
+    return { result, peakKib, cpuShare: ((cpuSeconds(pid) ?? 0) - cpuBefore) / ((performance.now() - started) / 1000) };
   } finally {
     clearInterval(timer);
   }
@@ -182,6 +188,7 @@ async function measure(name: (typeof ATTACKS)[number]): Promise<void> {
     const growth = (loud.peakKib - quiet.peakKib) / 1024;
     const over = growth * 1024 * 1024 > 2 * MESSAGE_LIMIT ? " ✗" : "";
     const rss = `${(quiet.peakKib / 1024).toFixed(0)} → ${(loud.peakKib / 1024).toFixed(0)} MiB (${growth >= 0 ? "+" : ""}${growth.toFixed(0)}${over})`;
+    const cpu = `${(quiet.cpuShare * 100).toFixed(0)}% → ${(loud.cpuShare * 100).toFixed(0)}%`;
     for (const call of CALLS) {
       const q = quiet.result.log.summary((k) => k === call);
       const l = loud.result.log.summary((k) => k === call);
@@ -189,7 +196,7 @@ async function measure(name: (typeof ATTACKS)[number]): Promise<void> {
       const failed = `${loud.result.failures[call] ?? 0}/${l.calls + (loud.result.failures[call] ?? 0)}`;
       const mark = ratio > 2 ? " ✗" : "";
       console.log(
-        `| ${name} | ${call} | ${fmt(q.p99)} | ${fmt(l.p99)} | ${ratio.toFixed(2)}×${mark} | ${failed} | ${call === CALLS[0] ? rss : ""} |`,
+        `| ${name} | ${call} | ${fmt(q.p99)} | ${fmt(l.p99)} | ${ratio.toFixed(2)}×${mark} | ${failed} | ${call === CALLS[0] ? rss : ""} | ${call === CALLS[0] ? cpu : ""} |`,
       );
     }
   } finally {
@@ -203,6 +210,8 @@ const seconds = PHASE_MS / 1000;
 console.log(
   `noisy neighbour: a fresh server per attack, ${seconds} s quiet then ${seconds} s attacked; goal p99 ≤ 2× quiet, RSS ≤ quiet + 8 MiB`,
 );
-console.log("| attack | call | p99 quiet | p99 attacked | ratio | failed attacked | peak RSS quiet → attacked |");
-console.log("|---|---|---:|---:|---:|---:|---|");
+console.log(
+  "| attack | call | p99 quiet | p99 attacked | ratio | failed attacked | peak RSS quiet → attacked | server CPU quiet → attacked |",
+);
+console.log("|---|---|---:|---:|---:|---:|---|---|");
 for (const name of ATTACKS) if (ONLY === undefined || name === ONLY) await measure(name);

@@ -8,6 +8,7 @@ import {
   type ConnectionLimits,
 } from "./connection-limits.js";
 import { boundPipelining } from "./pipelining.js";
+import { stopReading } from "./socket-reading.js";
 
 /** The HTTP/2 connection preface every gRPC client sends first (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -26,6 +27,11 @@ export interface OnePortTimeouts {
   http2Idle?: number;
 }
 
+/**
+ * What a closing connection reads and drops at most while it lingers: enough for the client to
+ * have read the answer sent before it (its kernel discards an unread answer on a reset).
+ */
+const MAX_LINGER_BYTES = 64 * 1024;
 /** A closing connection may linger this long at most for its peer's close (see lingerOnClose). */
 const MAX_LINGER_MS = 5_000;
 
@@ -160,7 +166,7 @@ export function createOnePortServer(
  * unread (the client sees EPIPE or ECONNRESET, not the 413). Node closes such
  * a socket through destroySoon; here that ends our side, reads and drops
  * whatever still arrives, and destroys the socket when the client closes its
- * side or after ms at most.
+ * side or after ms; past MAX_LINGER_BYTES it stops reading and waits for the timer.
  */
 function lingerOnClose(socket: net.Socket, ms: number): void {
   socket.destroySoon = function lingeringClose(this: net.Socket): void {
@@ -173,6 +179,14 @@ function lingerOnClose(socket: net.Socket, ms: number): void {
     const timer = setTimeout(() => this.destroy(), ms).unref();
     this.once("close", () => clearTimeout(timer));
     this.once("end", () => this.destroy());
+    // Bytes, not only time: a client still pushing a refused body at loopback speed would
+    // otherwise have the server read and drop gigabytes for it. Past the bound the socket
+    // stops reading (the client's writes stall, its reads of the answer do not) until the timer.
+    let dropped = 0;
+    this.on("data", (chunk: Buffer) => {
+      dropped += chunk.byteLength;
+      if (dropped > MAX_LINGER_BYTES) stopReading(this);
+    });
     this.resume();
   };
 }
