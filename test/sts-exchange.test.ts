@@ -460,6 +460,88 @@ describe("sign-in (PLATFORM_USER_ISSUERS)", () => {
   });
 });
 
+describe("upstream token lifetime bounds (a leaked long-lived token is worthless)", () => {
+  const HOUR = 3600;
+  const DAY = 24 * HOUR;
+  const DECADE = 3650 * DAY;
+  const STATIC_ISS = "https://offline-bounds.example";
+  let key: IssuerKey;
+  let robot: Identity;
+  let idp: { uid: string };
+  const CLIENT_ID = "bounds-client";
+  before(async () => {
+    key = await generateIssuerKey("ES256", "bounds-1");
+    robot = await createIdentity(org.uid, {
+      name: "bounded robot",
+      staticKeys: { issuer: STATIC_ISS, subject: "robot", issuerKeys: OidcIssuer.jwksText([key]) },
+    });
+    const roles = await rest(srv.url, "GET", `/iam/v2beta1/roles?name=viewer`);
+    const viewer = roles.body.roles.find((r: { name: string }) => r.name === "viewer").uid;
+    const created = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
+      name: "bounds sso",
+      defaultRole: viewer,
+      oidc: { issuer: A.url, clientId: CLIENT_ID, clientSecret: "bounds-secret" },
+    });
+    assert.equal(created.status, 200, JSON.stringify(created.body));
+    idp = created.body;
+  });
+
+  /** A static-keys token for robot; claims set to undefined are left out. */
+  const staticToken = (claims: Record<string, unknown>) => {
+    const payload: Record<string, unknown> = { iss: STATIC_ISS, sub: "robot", aud: AUTH, iat: now(), exp: now() + 300, ...claims };
+    for (const k of Object.keys(payload)) if (payload[k] === undefined) delete payload[k];
+    return signJwt({ alg: "ES256", kid: key.kid, typ: "JWT" }, payload, key.privateKey);
+  };
+  /** An exchange that must be refused exactly as an expired token of the same kind is. */
+  async function assertRefusedLikeExpired(token: string, expired: string, params: Params, what: string): Promise<void> {
+    const refused = await exchange(token, params);
+    const control = await exchange(expired, params);
+    assertNoToken(refused, what);
+    assert.deepEqual({ status: refused.status, body: refused.body }, { status: control.status, body: control.body }, what);
+    report(`upstream lifetime bound: ${what} → HTTP ${refused.status} ${refused.body.details?.[0]?.reason ?? ""}`);
+  }
+  const past = { iat: now() - 2 * HOUR, exp: now() - HOUR };
+
+  test("static keys: exp − iat of 10 years, 24 h + 1 s, or 10 years with no iat → refused as an expired token is; 23 h and 24 h → accepted", async () => {
+    const params = { aud: BASE, identity: robot.uid };
+    const expired = staticToken(past);
+    await exchangeOk(staticToken({ exp: now() + 23 * HOUR }), params);
+    await exchangeOk(staticToken({ exp: now() + DAY }), params);
+    for (const [what, claims] of [
+      ["static-keys token, exp 10 years out", { exp: now() + DECADE }],
+      ["static-keys token, exp − iat = 24 h + 1 s", { exp: now() + DAY + 1 }],
+      ["static-keys token, no iat, exp 10 years out", { iat: undefined, exp: now() + DECADE }],
+      ["static-keys token, iat 10 years ago, exp 1 h out", { iat: now() - DECADE, exp: now() + HOUR }],
+    ] as const) {
+      await assertRefusedLikeExpired(staticToken(claims), expired, params, what);
+    }
+  });
+
+  test("online issuer (claimMatch): exp 30 days out → refused as an expired token is; 1 h and 7 days → accepted", async () => {
+    const params = { aud: BASE, identity: deployer.uid };
+    await exchangeOk(deployerToken({ exp: now() + HOUR }), params);
+    await exchangeOk(deployerToken({ exp: now() + 7 * DAY }), params);
+    const expired = deployerToken(past);
+    await assertRefusedLikeExpired(deployerToken({ exp: now() + 30 * DAY }), expired, params, "online issuer token, exp 30 days out");
+    await assertRefusedLikeExpired(deployerToken({ exp: now() + DECADE }), expired, params, "online issuer token, exp 10 years out");
+    await assertRefusedLikeExpired(deployerToken({ iat: undefined, exp: now() + DECADE }), expired, params, "online, no iat, 10 years");
+  });
+
+  test("sign-in (PLATFORM_USER_ISSUERS and an organization's identity provider): exp 30 days out → refused; 1 h → accepted", async () => {
+    const sub = `bounded-${randomBytes(4).toString("hex")}`;
+    const userToken = (claims: Record<string, unknown>) => A.idToken({ sub, aud: AUTH, ...claims });
+    await assertRefusedLikeExpired(userToken({ exp: now() + 30 * DAY }), userToken(past), { aud: BASE }, "sign-in token, exp 30 days out");
+    const lookup = await rest(srv.url, "GET", `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(A.url)}&subject=${sub}`);
+    assert.equal((await rest(srv.url, "GET", `/iam/v2beta1/identities/${lookup.body.uid}`)).status, 404, "nobody registered");
+    await exchangeOk(userToken({ exp: now() + HOUR }), { aud: BASE });
+
+    const ssoToken = (claims: Record<string, unknown>) => A.idToken({ sub, aud: CLIENT_ID, ...claims });
+    const viaIdp = { aud: BASE, identity_provider: idp.uid };
+    await assertRefusedLikeExpired(ssoToken({ exp: now() + 30 * DAY }), ssoToken(past), viaIdp, "provider sign-in token, exp 30 days out");
+    await exchangeOk(ssoToken({ exp: now() + HOUR }), viaIdp);
+  });
+});
+
 // ---------------------------------------------------------------------------
 // RFC 8725 forged-token battery (reliability-tests.md §2.2)
 // ---------------------------------------------------------------------------

@@ -30,6 +30,19 @@ interface ConnectionAccount {
   addressKey: string;
 }
 
+/**
+ * Code run on each stream grpc-js is about to serve (its header list within
+ * the limit), before grpc-js and before the unfinished-bytes bound: a 'data'
+ * listener it adds sees every chunk before grpc-js decodes it.
+ */
+export type StreamObserver = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void;
+
+/** The hook limitGrpcHttp2 offers, so that no other module patches grpc-js's internals again. */
+export interface GrpcHttp2Streams {
+  /** Runs `observer` on every stream from now on, after the observers registered before it. */
+  observe(observer: StreamObserver): void;
+}
+
 /** The grpc-js internal this module relies on, checked at start-up. */
 interface Http2ServerFactory {
   createHttp2Server(credentials: grpc.ServerCredentials): http2.Http2Server;
@@ -41,11 +54,13 @@ interface Http2ServerFactory {
  * per-connection memory bound. This wraps its (private) createHttp2Server
  * to reach that server and to run before grpc-js on every stream: refuse a
  * header list over the limit, give every error status grpc-js writes on its
- * own a google.rpc.Status, and bound the unfinished request bytes per
- * connection, per client address and over the process. Throws at start-up when a grpc-js upgrade removed the method,
- * rather than serving without these limits.
+ * own a google.rpc.Status, run the registered stream observers, and bound the
+ * unfinished request bytes per connection, per client address and over the
+ * process. This is the one place that patches grpc-js. Throws at start-up when
+ * a grpc-js upgrade removed the method, rather than serving without these limits.
  */
-export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
+export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHttp2Streams {
+  const observers: StreamObserver[] = [];
   const factory = server as unknown as Http2ServerFactory;
   const create = factory.createHttp2Server;
   if (typeof create !== "function") throw new Error("@grpc/grpc-js has no Server.createHttp2Server: the HTTP/2 limits cannot be applied");
@@ -62,6 +77,7 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
       // acknowledged it (until then, 64 KiB); this holds before that too.
       if (headerListSize(rawHeaders) > limits.maxHeaderListBytes) return stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
       addStatusDetails(stream, String(headers[":path"] ?? ""));
+      for (const observe of observers) observe(stream, headers);
       const session = stream.session;
       if (session) {
         let account = accounts.get(session);
@@ -72,6 +88,11 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): void {
       for (const listener of grpcListeners) listener.call(h2, stream, headers, flags, rawHeaders);
     });
     return h2;
+  };
+  return {
+    observe(observer) {
+      observers.push(observer);
+    },
   };
 }
 
@@ -112,7 +133,8 @@ function boundUnfinished(stream: http2.ServerHttp2Stream, account: ConnectionAcc
     }
     stream.off("data", onData);
     release(counted);
-    refuse(stream, over, limits);
+    const { reason, holder, limit } = REFUSALS[over];
+    refuseStream(stream, reason, `${holder} more than ${limit(limits)} bytes of unfinished request messages; retry the call`);
   };
   stream.on("data", onData);
   stream.once("close", () => release(counted));
@@ -129,10 +151,12 @@ const REFUSALS: Record<ByteBudgetScope | "connection", { reason: string; holder:
   server: { reason: SERVER_BUDGET_EXCEEDED, holder: "The server holds", limit: (l) => l.pending.limits.total },
 };
 
-/** Ends a stream with RESOURCE_EXHAUSTED (trailers-only when nothing was sent yet) and stops its upload. */
-function refuse(stream: http2.ServerHttp2Stream, over: ByteBudgetScope | "connection", limits: Http2Limits): void {
-  const { reason, holder, limit } = REFUSALS[over];
-  const message = `${holder} more than ${limit(limits)} bytes of unfinished request messages; retry the call`;
+/**
+ * Ends a stream with RESOURCE_EXHAUSTED and one ErrorInfo of `reason`
+ * (trailers-only when nothing was sent yet) and stops its upload, before
+ * grpc-js decodes any more of it.
+ */
+export function refuseStream(stream: http2.ServerHttp2Stream, reason: string, message: string): void {
   const answered = !stream.headersSent;
   if (answered) {
     const err = toConnectError(new ApiError(Code.ResourceExhausted, reason, message), DEFAULT_ERROR_DOMAIN);

@@ -12,7 +12,7 @@ import {
 import type { WrappedService } from "../wrap.js";
 import { grpcService, methodDefinition } from "./adapter.js";
 import { healthService, type HealthState } from "./health.js";
-import { limitGrpcHttp2 } from "./http2.js";
+import { limitGrpcHttp2, type GrpcHttp2Streams } from "./http2.js";
 import { limitReflectionStreams } from "./reflection-http2.js";
 import { DEFAULT_MAX_REFLECTION_REQUESTS, reflectionHandler, reflectionMethod, type ReflectionStreamLimits } from "./reflection-stream.js";
 import type { ReflectionSchema } from "./reflection.js";
@@ -77,7 +77,7 @@ export function createGrpcServer(
           "grpc.max_connection_age_grace_ms": opts.idleMs ?? DEFAULT_IDLE_MS,
         }),
   });
-  limitGrpcHttp2(server, {
+  const streams = limitGrpcHttp2(server, {
     maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
     // Two messages of the largest size in flight at once, and never less than 16 MiB.
     unfinishedBytesPerConnection: Math.max(16 * 1024 * 1024, 2 * opts.maxMessageBytes),
@@ -88,7 +88,7 @@ export function createGrpcServer(
     server.addService(definition, implementation);
   }
   addHealth(server, health);
-  addReflection(server, reflection, {
+  addReflection(server, streams, reflection, {
     maxRequests: opts.reflection?.maxRequests ?? DEFAULT_MAX_REFLECTION_REQUESTS,
     lifetimeMs: opts.reflection?.lifetimeMs ?? opts.idleMs ?? DEFAULT_IDLE_MS,
   });
@@ -132,13 +132,13 @@ function addHealth(server: grpc.Server, health: HealthState): void {
   );
 }
 
-function addReflection(server: grpc.Server, schema: ReflectionSchema, limits: ReflectionStreamLimits): void {
+function addReflection(server: grpc.Server, streams: GrpcHttp2Streams, schema: ReflectionSchema, limits: ReflectionStreamLimits): void {
   const handler = reflectionHandler(schema, limits);
   const methods = [ServerReflection.typeName, REFLECTION_V1ALPHA].map(reflectionMethod);
   for (const method of methods) server.addService({ serverReflectionInfo: method }, { serverReflectionInfo: handler });
   // One request past the limit still reaches the handler, which refuses it with a status after the answers.
   limitReflectionStreams(
-    server,
+    streams,
     methods.map((m) => m.path),
     { maxMessages: limits.maxRequests + 1, lifetimeMs: limits.lifetimeMs },
   );
