@@ -17,6 +17,25 @@ import { ACCESS_TOKEN_TYPE } from "./tokens.js";
 /** Algorithms accepted from upstream issuers; never "none", never HMAC. */
 export const UPSTREAM_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"];
 const CLOCK_TOLERANCE = 60;
+
+/**
+ * The longest lifetime (exp − iat, seconds) a static-keys identity's token may
+ * claim: 24 hours. Such a token is a workload's self-signed credential, and
+ * `platform-api sign-jwt` issues 1 hour (its cap); a day leaves room for other
+ * signers and a batch job's slow start, while a token signed for 10 years with
+ * a registered key stops being worth anything a day after its iat.
+ */
+export const MAX_STATIC_TOKEN_LIFETIME_SECONDS = 24 * 3600;
+
+/**
+ * The longest lifetime (exp − iat, seconds) a token of an online issuer
+ * (discovery + JWKS: claimMatch identities, identity providers, sign-in
+ * issuers) may claim: 7 days. Real providers stay far below it (GitHub
+ * Actions 5–60 min, Google and Entra ID about an hour, Kubernetes projected
+ * service-account tokens 1 h by default and days when so configured), so
+ * none breaks, but a leaked token an issuer minted for years is refused.
+ */
+export const MAX_ONLINE_TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600;
 const DISCOVERY_TTL_MS = 10 * 60_000;
 /** How long a failed issuer is not fetched again (whatever the number of exchanges naming it). */
 export const ISSUER_FAILURE_TTL_MS = 30_000;
@@ -139,7 +158,7 @@ export class UpstreamVerifier {
     if (!operator && userIssuerProblem(iss, this.policy) !== undefined) throw untrusted("issuers must use https on a public address");
     const share = operator ? undefined : tenant;
     const known = await this.keysOf(iss, operator, share);
-    return verifyWith(token, this.keyResolver(known, share), iss, this.now());
+    return verifyWith(token, this.keyResolver(known, share), iss, this.now(), MAX_ONLINE_TOKEN_LIFETIME_SECONDS);
   }
 
   /** Verifies a token against a pre-registered JWKS (static-keys identities). */
@@ -150,7 +169,7 @@ export class UpstreamVerifier {
     } catch {
       throw untrusted("the identity's registered keys are unusable");
     }
-    return verifyWith(token, keys, issuer, this.now());
+    return verifyWith(token, keys, issuer, this.now(), MAX_STATIC_TOKEN_LIFETIME_SECONDS);
   }
 
   private async keysOf(iss: string, operator: boolean, tenant: string | undefined): Promise<KnownIssuer> {
@@ -276,7 +295,19 @@ function unverifiedIssuer(token: string): string {
   }
 }
 
-async function verifyWith(token: string, keys: JWTVerifyGetKey, issuer: string, now: number): Promise<UpstreamClaims> {
+/**
+ * Verifies signature, issuer and validity period. iat is required and may not
+ * lie in the future, and exp − iat may not exceed maxLifetimeSeconds, so exp
+ * is at most maxLifetimeSeconds (plus the skew tolerated) after now: a token
+ * claiming a longer life gets the same answer as an expired one.
+ */
+async function verifyWith(
+  token: string,
+  keys: JWTVerifyGetKey,
+  issuer: string,
+  now: number,
+  maxLifetimeSeconds: number,
+): Promise<UpstreamClaims> {
   try {
     const { payload } = await jwtVerify(token, keys, {
       algorithms: UPSTREAM_ALGORITHMS,
@@ -286,7 +317,11 @@ async function verifyWith(token: string, keys: JWTVerifyGetKey, issuer: string, 
       currentDate: new Date(now),
     });
     if (typeof payload.sub !== "string" || payload.sub === "") throw new Error("sub");
-    if (typeof payload.iat === "number" && payload.iat > now / 1000 + CLOCK_TOLERANCE) throw new Error("iat in the future");
+    const { iat, exp } = payload;
+    // Checked here too, not only by requiredClaims: a missing iat must never make the lifetime NaN (which passes).
+    if (typeof iat !== "number" || typeof exp !== "number") throw new Error("exp and iat are required");
+    if (iat > now / 1000 + CLOCK_TOLERANCE) throw new Error("iat in the future");
+    if (exp - iat > maxLifetimeSeconds) throw new Error("lifetime too long");
     return payload as UpstreamClaims;
   } catch (err) {
     // The key resolver's UNAVAILABLE (a JWKS re-fetch that could not happen) passes as it is.

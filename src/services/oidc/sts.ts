@@ -55,6 +55,8 @@ function personName(claims: UpstreamClaims): string {
  * identity on first sign-in. When the upstream token could not be checked
  * (its issuer did not answer, or the organization's share of fetch capacity
  * is in use) the answer is UNAVAILABLE, not a refusal: see upstream.ts.
+ * An upstream token claiming a longer life than its kind allows (static keys
+ * 24 h, online issuers 7 days: upstream.ts) is refused as an expired one is.
  */
 export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
   const { store } = deps;
