@@ -114,6 +114,19 @@ function flood(silent: SilentIssuer, exchange: (n: number) => Promise<RestResult
   };
 }
 
+/** A claim-match identity named "deployer" in org; returns its uid. */
+async function identityIn(srv: TestServer, org: string, claimMatch: object): Promise<string> {
+  const res = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org}`, { name: "deployer", claimMatch });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  return res.body.uid;
+}
+
+/** An exchange of token at srv for an API token of identity (or a sign-in, without one). */
+function exchangeAt(srv: TestServer, token: string, identity?: string): Promise<RestResult> {
+  const query = `aud=${encodeURIComponent(BASE)}${identity ? `&identity=${identity}` : ""}`;
+  return rest(srv.url, "GET", `/sts/exchange?${query}`, undefined, { authorization: `Bearer ${token}` });
+}
+
 describe("fetch capacity is fair between tenants (default settings)", () => {
   let srv: TestServer;
   let good: OidcIssuer;
@@ -130,25 +143,19 @@ describe("fetch capacity is fair between tenants (default settings)", () => {
     const hostileOrg = await createGroup(srv.url, null, "hostile org");
     const goodOrg = await createGroup(srv.url, null, "good org");
     const port = new URL(silent.url).port;
-    hostileIdentity = await identity(hostileOrg.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/t\\d+`, subject: "x" });
-    goodPatternIdentity = await identity(goodOrg.uid, { issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`, subject: "deployer" });
-    goodExactIdentity = await identity(goodOrg.uid, { issuer: good.url, subject: "deployer" });
+    hostileIdentity = await identityIn(srv, hostileOrg.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/t\\d+`, subject: "x" });
+    goodPatternIdentity = await identityIn(srv, goodOrg.uid, {
+      issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`,
+      subject: "deployer",
+    });
+    goodExactIdentity = await identityIn(srv, goodOrg.uid, { issuer: good.url, subject: "deployer" });
   });
   after(async () => {
     await srv.close();
     await Promise.all([good.close(), operator.close(), silent.close()]);
   });
 
-  async function identity(org: string, claimMatch: object): Promise<string> {
-    const res = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org}`, { name: "deployer", claimMatch });
-    assert.equal(res.status, 200, JSON.stringify(res.body));
-    return res.body.uid;
-  }
-
-  const exchange = (token: string, identity?: string): Promise<RestResult> =>
-    rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}${identity ? `&identity=${identity}` : ""}`, undefined, {
-      authorization: `Bearer ${token}`,
-    });
+  const exchange = (token: string, identity?: string) => exchangeAt(srv, token, identity);
   // Signed with the EC key: cheap to make, and never checked (nothing verifies a token whose issuer cannot be fetched).
   const hostileExchange = (n: number) =>
     exchange(good.idToken({ iss: `${silent.url}/t${n}`, sub: "x", aud: BASE }, { key: good.ec }), hostileIdentity);
@@ -228,32 +235,26 @@ describe("reserved capacity: issuers that answered before and operator issuers (
     hostile = [];
     for (const name of ["hostile a", "hostile b"]) {
       const org = await createGroup(srv.url, null, name);
-      hostile.push(await identity(org.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/${name.at(-1)}\\d+`, subject: "x" }));
+      hostile.push(await identityIn(srv, org.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/${name.at(-1)}\\d+`, subject: "x" }));
     }
     const goodOrg = await createGroup(srv.url, null, "good org");
-    goodPatternIdentity = await identity(goodOrg.uid, { issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`, subject: "deployer" });
-    goodExactIdentity = await identity(goodOrg.uid, { issuer: good.url, subject: "deployer" });
+    goodPatternIdentity = await identityIn(srv, goodOrg.uid, {
+      issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`,
+      subject: "deployer",
+    });
+    goodExactIdentity = await identityIn(srv, goodOrg.uid, { issuer: good.url, subject: "deployer" });
   });
   after(async () => {
     await srv.close();
     await Promise.all([good.close(), operator.close(), silent.close()]);
   });
 
-  async function identity(org: string, claimMatch: object): Promise<string> {
-    const res = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org}`, { name: "deployer", claimMatch });
-    assert.equal(res.status, 200, JSON.stringify(res.body));
-    return res.body.uid;
-  }
-
   /** Tokens dated by the server's (skewed) clock. */
   const token = (issuer: OidcIssuer, claims: Record<string, unknown>, opts?: SignOptions) => {
     const now = Math.floor((Date.now() + skew) / 1000);
     return issuer.idToken({ iat: now, exp: now + 300, ...claims }, opts);
   };
-  const exchange = (bearer: string, identity?: string): Promise<RestResult> =>
-    rest(srv.url, "GET", `/sts/exchange?aud=${encodeURIComponent(BASE)}${identity ? `&identity=${identity}` : ""}`, undefined, {
-      authorization: `Bearer ${bearer}`,
-    });
+  const exchange = (bearer: string, identity?: string) => exchangeAt(srv, bearer, identity);
 
   test("with every unreserved slot held, a known issuer's refresh and an operator sign-in still succeed; a new issuer gets UNAVAILABLE", async (t) => {
     assert.equal((await exchange(token(good, { sub: "deployer", aud: BASE }), goodExactIdentity)).status, 200, "the issuer answers once");

@@ -113,3 +113,14 @@ export function listStatements<TOrder extends string>(
   const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
   return { counted, page: { from: paged.from, where, params }, order };
 }
+
+/**
+ * The WHERE clause of a plan with at most one top: a plain range on the uid
+ * (which lets the planner walk an order index and stop at the page's end),
+ * or root-level rows too when roots; falseSql is the engine's false.
+ */
+export function singleTopClause(top: string | undefined, roots: boolean, falseSql: string): Clause {
+  const inTop = top === undefined ? null : { sql: "t.uid >= ? AND t.uid < ?", params: topRange(top) };
+  if (roots) return { sql: `t.parent_uid IS NULL${inTop ? ` OR (${inTop.sql})` : ""}`, params: inTop?.params ?? [] };
+  return inTop ?? { sql: falseSql, params: [] };
+}

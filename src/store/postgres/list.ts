@@ -1,7 +1,7 @@
 import { ancestorsOf } from "../../domain/uidp.js";
 import { exact, type Clause } from "../rows/table.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { listStatements, topRange, type VisibilityPlan } from "../visibility.js";
+import { listStatements, singleTopClause, type VisibilityPlan } from "../visibility.js";
 
 export { exact, type Clause };
 
@@ -101,13 +101,7 @@ function rowSource(table: string, plan: VisibilityPlan): { from: Clause; where: 
   const plain = { from: { sql: `${table} AS t`, params: [] }, where: [] as Clause[] };
   if (plan.kind === "all") return plain;
   const { tops, roots } = plan;
-  if (tops.length <= 1) {
-    const inTop = tops.length === 0 ? null : { sql: "t.uid >= ? AND t.uid < ?", params: topRange(tops[0]!) };
-    const clause = roots
-      ? { sql: `t.parent_uid IS NULL${inTop ? ` OR (${inTop.sql})` : ""}`, params: inTop?.params ?? [] }
-      : (inTop ?? { sql: "FALSE", params: [] });
-    return { ...plain, where: [clause] };
-  }
+  if (tops.length <= 1) return { ...plain, where: [singleTopClause(tops[0], roots, "FALSE")] };
   // OFFSET 0 keeps the lateral subquery a subquery: flattened, the planner may
   // walk an order index over the whole table and test every top per row.
   const range = `r.uid >= v.top COLLATE "C" AND r.uid < (v.top || '0') COLLATE "C"`;

@@ -2,7 +2,7 @@ import type { Database, Statement } from "better-sqlite3";
 import { ancestorsOf } from "../../domain/uidp.js";
 import { exact, type Clause } from "../rows/table.js";
 import type { HierarchyFilter, ListQuery, ListResult } from "../store.js";
-import { listStatements, topRange, type VisibilityPlan } from "../visibility.js";
+import { listStatements, singleTopClause, type VisibilityPlan } from "../visibility.js";
 
 export { exact, type Clause };
 
@@ -141,13 +141,7 @@ function rowSource(table: string, plan: VisibilityPlan): { from: Clause; where: 
   const plain = { from: { sql: `${table} AS t`, params: [] }, where: [] as Clause[] };
   if (plan.kind === "all") return plain;
   const { tops, roots } = plan;
-  if (tops.length <= 1) {
-    const inTop = tops.length === 0 ? null : { sql: "t.uid >= ? AND t.uid < ?", params: topRange(tops[0]!) };
-    const clause = roots
-      ? { sql: `t.parent_uid IS NULL${inTop ? ` OR (${inTop.sql})` : ""}`, params: inTop?.params ?? [] }
-      : (inTop ?? { sql: "0", params: [] });
-    return { ...plain, where: [clause] };
-  }
+  if (tops.length <= 1) return { ...plain, where: [singleTopClause(tops[0], roots, "0")] };
   const joined = `json_each(?) AS v CROSS JOIN ${table} AS t ON t.uid >= v.value AND t.uid < v.value || '0'`;
   const params = [JSON.stringify(tops)];
   if (!roots) return { from: { sql: joined, params }, where: [] };
