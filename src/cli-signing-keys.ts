@@ -84,7 +84,8 @@ Adds a new signing key. New tokens are signed with it, by running servers from t
 
 Retires the signing key <kid> now: every server refuses its tokens from its next request (401, "signed by a retired signing key"), it leaves /.well-known/jwks.json, it never signs again, and its private half is erased. The newest key, the one that signs, cannot be retired this way: use \`platform-api rotate-key --retire <kid>\`, which adds its successor in the same step. \`platform-api list-keys\` shows the kids. Exits 0 when retired (or retired already), 1 when <kid> is no key or is the newest, 2 on usage errors. ${environment}`,
       async run(args) {
-        if (args.length !== 1 || args[0] === "" || args[0]!.startsWith("-")) return fail(RETIRE_USAGE, 2);
+        // A kid is base64url and may begin with "-": whatever the one argument is, it names the key.
+        if (args.length !== 1 || args[0] === "") return fail(RETIRE_USAGE, 2);
         const kid = args[0]!;
         return withStore(async (store) => {
           let outcome: string;

@@ -207,13 +207,16 @@ describe("retire-key refuses a key's tokens at once, on every process of the dat
     const refused = await cli("retire-key", signingKid);
     assert.equal(refused.code, 1);
     assert.match(refused.stderr, new RegExp(`is the newest key, the one that signs; .*rotate-key --retire ${signingKid}`));
+    // Kids are base64url: one in 64 begins with "-", and it is a kid, not an option.
     for (const args of [
       ["retire-key", "no-such-kid"],
+      ["retire-key", "-no-such-kid"],
       ["rotate-key", "--retire", "no-such-kid"],
+      ["rotate-key", "--retire", "-no-such-kid"],
     ]) {
       const res = await cli(...args);
       assert.equal(res.code, 1, args.join(" "));
-      assert.match(res.stderr, /no signing key has kid "no-such-kid"/);
+      assert.match(res.stderr, new RegExp(`no signing key has kid "${args.at(-1)}"`));
     }
     assert.deepEqual(await storedKeys(a), keys, "nothing changed: no key added, none retired");
     assert.deepEqual(await statuses(signed), [200, 200]);
