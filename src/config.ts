@@ -315,7 +315,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
     corsOrigins,
     maxMessageBytes,
-    anonymousMessageBytes: integer(env, "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", 64 * 1024, 1024, 64 * 1024 * 1024, problems),
+    // Never more than any other message.
+    anonymousMessageBytes: Math.min(
+      maxMessageBytes,
+      integer(env, "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", 64 * 1024, 1024, 64 * 1024 * 1024, problems),
+    ),
     requestBodyTimeoutMs: integer(env, "PLATFORM_REQUEST_BODY_TIMEOUT_MS", 30_000, 100, 3_600_000, problems),
     allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
     issuerFetches,

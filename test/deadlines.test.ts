@@ -114,6 +114,16 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
   let srv: TestServer;
   /** What the store's groups.create saw, by group name: whether its signal aborted before the fallback. */
   const seen = new Map<string, boolean>();
+  /** Resolves when the store's groups.create for a name has settled; waiters registered before it do too. */
+  const settled = new Map<string, () => void>();
+  const storeCallSettled = (name: string) =>
+    seen.has(name)
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => {
+          settled.set(name, resolve);
+          // Liveness bound only: past the 60 s fallback, the handler never ran.
+          setTimeout(resolve, 65_000).unref();
+        });
   before(async () => {
     srv = await startTestServer({
       // groups.create waits for its signal instead of writing; 60 s is the fallback a path without the abort would hit.
@@ -132,6 +142,7 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
               });
             });
             seen.set(record.name, aborted);
+            settled.get(record.name)?.();
             throw new Error("the test store writes nothing");
           };
         }),
@@ -153,8 +164,7 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
       const code = await call(name);
       assert.ok(code === "deadline_exceeded" || code === Code.DeadlineExceeded || code === grpc.status.DEADLINE_EXCEEDED, String(code));
       // The handler ran (the deadline was far enough), and its signal aborted rather than waiting out the fallback.
-      const deadline = Date.now() + 65_000;
-      while (!seen.has(name) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      await storeCallSettled(name);
       assert.equal(seen.get(name), true, "the store call's signal aborted at the deadline");
     });
   }

@@ -121,6 +121,24 @@ async function identityIn(srv: TestServer, org: string, claimMatch: object): Pro
   return res.body.uid;
 }
 
+/**
+ * The good tenant's two "deployer" identities in org: one matching any
+ * `${good.url}/g<n>` issuer (a fetch per never-seen name), one good's own issuer.
+ */
+async function goodTenant(
+  srv: TestServer,
+  good: OidcIssuer,
+  org: string,
+): Promise<{ goodPatternIdentity: string; goodExactIdentity: string }> {
+  return {
+    goodPatternIdentity: await identityIn(srv, org, {
+      issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`,
+      subject: "deployer",
+    }),
+    goodExactIdentity: await identityIn(srv, org, { issuer: good.url, subject: "deployer" }),
+  };
+}
+
 /** An exchange of token at srv for an API token of identity (or a sign-in, without one). */
 function exchangeAt(srv: TestServer, token: string, identity?: string): Promise<RestResult> {
   const query = `aud=${encodeURIComponent(BASE)}${identity ? `&identity=${identity}` : ""}`;
@@ -144,11 +162,7 @@ describe("fetch capacity is fair between tenants (default settings)", () => {
     const goodOrg = await createGroup(srv.url, null, "good org");
     const port = new URL(silent.url).port;
     hostileIdentity = await identityIn(srv, hostileOrg.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/t\\d+`, subject: "x" });
-    goodPatternIdentity = await identityIn(srv, goodOrg.uid, {
-      issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`,
-      subject: "deployer",
-    });
-    goodExactIdentity = await identityIn(srv, goodOrg.uid, { issuer: good.url, subject: "deployer" });
+    ({ goodPatternIdentity, goodExactIdentity } = await goodTenant(srv, good, goodOrg.uid));
   });
   after(async () => {
     await srv.close();
@@ -238,11 +252,7 @@ describe("reserved capacity: issuers that answered before and operator issuers (
       hostile.push(await identityIn(srv, org.uid, { issuerPattern: `http://127\\.0\\.0\\.1:${port}/${name.at(-1)}\\d+`, subject: "x" }));
     }
     const goodOrg = await createGroup(srv.url, null, "good org");
-    goodPatternIdentity = await identityIn(srv, goodOrg.uid, {
-      issuerPattern: `${good.url.replace(/\./g, "\\.")}/g\\d+`,
-      subject: "deployer",
-    });
-    goodExactIdentity = await identityIn(srv, goodOrg.uid, { issuer: good.url, subject: "deployer" });
+    ({ goodPatternIdentity, goodExactIdentity } = await goodTenant(srv, good, goodOrg.uid));
   });
   after(async () => {
     await srv.close();

@@ -50,15 +50,20 @@ function liveMemory(): number {
 }
 
 /**
- * Resolves once this process (the server's) has been nearly idle for half a
- * second: whatever the server does with what it was sent, it has done.
+ * Resolves once this process (the server's) has been nearly idle, and the
+ * session's socket has moved no byte, for three intervals in a row: whatever
+ * the server does with what it was sent, it has done. CPU alone is not enough
+ * on a loaded machine, where a process starved of CPU looks idle while work
+ * is still pending; the socket's byte counts move while anything is.
  */
-async function quiet(): Promise<void> {
-  for (let idle = 0; idle < 2; ) {
+async function quiet(s: http2.ClientHttp2Session): Promise<void> {
+  const moved = () => s.socket.bytesRead + s.socket.bytesWritten;
+  for (let idle = 0; idle < 3; ) {
     const cpu = process.cpuUsage();
+    const bytes = moved();
     await delay(250);
     const used = process.cpuUsage(cpu);
-    idle = used.user + used.system < 25_000 ? idle + 1 : 0;
+    idle = used.user + used.system < 25_000 && moved() === bytes ? idle + 1 : 0;
   }
 }
 
@@ -227,7 +232,7 @@ describe("what one reflection stream may cost", () => {
     );
     try {
       await within(60_000, Promise.all(calls.map((c) => c.sent)), "requests sent");
-      await quiet();
+      await within(60_000, quiet(s), "the server done with what it was sent");
       const grown = (liveMemory() - base) / MiB;
       t.diagnostic(`live memory grew ${grown.toFixed(1)} MiB (client and server, one process) for 100 × 100 × 13 KB answers asked`);
       assert.ok(grown < 48, `live memory grew ${grown.toFixed(1)} MiB`);

@@ -216,15 +216,21 @@ export class TokenService {
     const version = this.keysVersion();
     const now = this.now();
     const records = await this.keys.signingKeys();
+    // A kid names one key forever: keys imported by the last read are kept, only new ones are imported.
+    const previous = this.loaded;
     const byKid = new Map<string, LoadedKey>();
     for (const status of keyStatuses(records, now)) {
-      const key = (await importJWK(JSON.parse(status.record.publicJwk) as JWK, ALGORITHM)) as CryptoKey;
+      const key =
+        previous?.byKid.get(status.record.kid)?.key ??
+        ((await importJWK(JSON.parse(status.record.publicJwk) as JWK, ALGORITHM)) as CryptoKey);
       byKid.set(status.record.kid, { status, key });
     }
     const newest = records.at(-1);
     const signing =
       newest && newest.retireTime === undefined
-        ? { kid: newest.kid, key: (await importJWK(JSON.parse(newest.privateJwk) as JWK, ALGORITHM)) as CryptoKey }
+        ? previous?.signing?.kid === newest.kid
+          ? previous.signing
+          : { kid: newest.kid, key: (await importJWK(JSON.parse(newest.privateJwk) as JWK, ALGORITHM)) as CryptoKey }
         : null;
     this.loaded = { byKid, signing, version, loadedAt: now };
     return this.loaded;

@@ -44,6 +44,8 @@ const FETCH_TIMEOUT_MS = 5_000;
 const NEW_ISSUER_TIMEOUT_MS = 2_000;
 const MAX_DOCUMENT_BYTES = 256 * 1024;
 const JWKS_COOLDOWN_MS = 30_000;
+/** Text of registered static JWKS whose imported keys are kept (least recently used go first). */
+const STATIC_KEYS_CACHE_BYTES = 4 * 1024 * 1024;
 
 /** Thrown (as UNAUTHENTICATED) whenever an upstream token cannot be trusted. */
 function untrusted(why: string): UnauthenticatedError {
@@ -112,6 +114,8 @@ export type UpstreamClaims = JWTPayload & { iss: string; sub: string };
 export class UpstreamVerifier {
   private readonly known: QueryCache<KnownIssuer>;
   private readonly failed: QueryCache<FailedIssuer>;
+  /** Static-keys identities' key sets by their registered JWKS text, at most STATIC_KEYS_CACHE_BYTES of it. */
+  private readonly staticKeys = new QueryCache<JWTVerifyGetKey>(STATIC_KEYS_CACHE_BYTES);
   private readonly inFlight = new Map<string, Promise<KnownIssuer>>();
   private readonly slots: FetchSlots;
   private readonly policy: IssuerPolicy;
@@ -163,11 +167,15 @@ export class UpstreamVerifier {
 
   /** Verifies a token against a pre-registered JWKS (static-keys identities). */
   async verifyStatic(token: string, jwks: string, issuer: string): Promise<UpstreamClaims> {
-    let keys: JWTVerifyGetKey;
-    try {
-      keys = createLocalJWKSet(JSON.parse(jwks));
-    } catch {
-      throw untrusted("the identity's registered keys are unusable");
+    let keys = this.staticKeys.get(jwks);
+    if (!keys) {
+      try {
+        keys = createLocalJWKSet(JSON.parse(jwks));
+      } catch {
+        throw untrusted("the identity's registered keys are unusable");
+      }
+      // Kept so each registered key is imported once, not per exchange; weighed by its text.
+      this.staticKeys.set(jwks, keys, jwks.length);
     }
     return verifyWith(token, keys, issuer, this.now(), MAX_STATIC_TOKEN_LIFETIME_SECONDS);
   }

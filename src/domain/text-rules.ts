@@ -69,10 +69,45 @@ export function rejectControlCharacters(method: DescMethod, request: unknown): v
   if (violation) throw new InvalidArgumentError([violation]);
 }
 
+/** The fields of each message type that can hold text at any depth, found once per type. */
+const TEXT_FIELDS = new WeakMap<DescMessage, readonly DescField[]>();
+
+/** The fields of schema the walk must visit: the others can hold no text, however deep. */
+function textFieldsOf(schema: DescMessage): readonly DescField[] {
+  let fields = TEXT_FIELDS.get(schema);
+  if (fields === undefined) {
+    fields = schema.fields.filter((f) => holdsTextDirectly(f) || (f.message !== undefined && reachesText(f.message)));
+    TEXT_FIELDS.set(schema, fields);
+  }
+  return fields;
+}
+
+/** A string value or a string map key in the field itself. */
+function holdsTextDirectly(field: DescField): boolean {
+  if (field.fieldKind === "map" && field.mapKey === ScalarType.STRING) return true;
+  return field.scalar === ScalarType.STRING;
+}
+
+/** Whether any message type reachable from schema (itself included, cycles too) has a text field. */
+function reachesText(schema: DescMessage): boolean {
+  const seen = new Set<DescMessage>();
+  const stack = [schema];
+  while (stack.length > 0) {
+    const message = stack.pop()!;
+    if (seen.has(message)) continue;
+    seen.add(message);
+    for (const field of message.fields) {
+      if (holdsTextDirectly(field)) return true;
+      if (field.message) stack.push(field.message);
+    }
+  }
+  return false;
+}
+
 function messageViolation(schema: DescMessage, message: unknown, prefix: string, depth: number, bodyField = ""): FieldViolation | null {
   if (depth > MAX_DEPTH || typeof message !== "object" || message === null) return null;
   const fields = message as Record<string, unknown>;
-  for (const field of schema.fields) {
+  for (const field of textFieldsOf(schema)) {
     let value: unknown;
     if (field.oneof) {
       const chosen = fields[field.oneof.localName] as { case?: string; value?: unknown } | undefined;
@@ -100,13 +135,7 @@ function fieldViolation(field: DescField, value: unknown, path: string, next: st
     case "list": {
       if (!Array.isArray(value)) return null;
       for (let i = 0; i < value.length; i++) {
-        const item: unknown = value[i];
-        const found =
-          field.listKind === "message"
-            ? messageViolation(field.message, item, `${path}[${i}].`, depth + 1)
-            : field.listKind === "scalar" && field.scalar === ScalarType.STRING && typeof item === "string"
-              ? controlCharacterViolation(`${path}[${i}]`, item, multiline)
-              : null;
+        const found = itemViolation(field, field.listKind, value[i], `${path}[${i}]`, multiline, depth);
         if (found) return found;
       }
       return null;
@@ -117,12 +146,7 @@ function fieldViolation(field: DescField, value: unknown, path: string, next: st
         // A key is named by its map alone: it cannot name itself in a path.
         const badKey = controlCharacterViolation(path, key);
         if (badKey) return { field: path, description: `has a key that ${badKey.description}` };
-        const found =
-          field.mapKind === "message"
-            ? messageViolation(field.message, item, `${path}[${key}].`, depth + 1)
-            : field.mapKind === "scalar" && field.scalar === ScalarType.STRING && typeof item === "string"
-              ? controlCharacterViolation(`${path}[${key}]`, item, multiline)
-              : null;
+        const found = itemViolation(field, field.mapKind, item, `${path}[${key}]`, multiline, depth);
         if (found) return found;
       }
       return null;
@@ -130,6 +154,22 @@ function fieldViolation(field: DescField, value: unknown, path: string, next: st
     default:
       return null;
   }
+}
+
+/** The violation in one item of a list or a map; path names the item. */
+function itemViolation(
+  field: DescField & { fieldKind: "list" | "map" },
+  kind: "message" | "scalar" | "enum",
+  item: unknown,
+  path: string,
+  multiline: boolean,
+  depth: number,
+): FieldViolation | null {
+  if (kind === "message" && field.message) return messageViolation(field.message, item, `${path}.`, depth + 1);
+  if (kind === "scalar" && field.scalar === ScalarType.STRING && typeof item === "string") {
+    return controlCharacterViolation(path, item, multiline);
+  }
+  return null;
 }
 
 /** Deeper than any stored record nests. */

@@ -407,9 +407,7 @@ function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyR
 function installRest(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
   app.decorate("errorDomainFor", (method: string, url: string) => transcoder.errorDomainFor(method, url));
   // Our parsers live in their own scope: the Connect plugin registers its own.
-  // An anonymous body is never allowed more than any other.
-  const anonymousBodyLimit = Math.min(limits.anonymousBodyLimit, limits.bodyLimit);
-  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, { ...limits, anonymousBodyLimit }));
+  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, limits));
   installErrorHandlers(app, limits.bodyLimit);
 }
 

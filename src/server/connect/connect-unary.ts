@@ -10,7 +10,7 @@ import { holdReading } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { callSignal, type WrappedHandler } from "../wrap.js";
 import { limitedBody } from "./message-limit.js";
-import { isJsonUnary } from "./paths.js";
+import { isJsonUnary, requestTimeoutMs } from "./paths.js";
 import { decodeRequest, readAll } from "./request-check.js";
 import { sendRpcError } from "./rpc-errors.js";
 
@@ -39,8 +39,8 @@ export interface ConnectUnaryOptions {
 /** The fast path's handler for `method`: serves a "connect-unary-plain" request. */
 export function connectUnary(method: DescMethod, handler: WrappedHandler, opts: ConnectUnaryOptions) {
   return (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
-    const timeout = req.headers["connect-timeout-ms"];
-    return serve(req, reply, method, handler, isJsonUnary(req.headers), timeout === undefined ? undefined : Number(timeout), opts);
+    const timeoutMs = requestTimeoutMs("connect-unary-plain", req.headers);
+    return serve(req, reply, method, handler, isJsonUnary(req.headers), timeoutMs, opts);
   };
 }
 

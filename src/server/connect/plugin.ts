@@ -82,7 +82,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
     const wrapped = opts.unaryHandlers.get(handler.requestPath);
-    const messageLimit = wrapped?.needsToken ? opts.maxMessageBytes : Math.min(opts.anonymousMessageBytes, opts.maxMessageBytes);
+    const messageLimit = wrapped?.needsToken ? opts.maxMessageBytes : opts.anonymousMessageBytes;
     const compressions = boundedCompressions(messageLimit, domain);
     const fast =
       wrapped &&

@@ -155,9 +155,10 @@ export function installResponseCompression(app: FastifyInstance, skip: (req: Fas
     addVary(reply);
     const bytes = Buffer.byteLength(payload);
     const coding = bytes >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
-    const body = coding === null ? null : await compressBounded(payload, bytes, coding);
+    if (coding === null) return payload;
+    const body = await compressBounded(payload, bytes, coding);
     if (body === null) return payload;
-    reply.header("content-encoding", coding!).removeHeader("content-length");
+    reply.header("content-encoding", coding).removeHeader("content-length");
     return body;
   });
 }

@@ -19,18 +19,14 @@ export class PoolJobs {
   /** Runs job at once when a slot is free; null (and no job) when all are taken. */
   tryRun<T>(job: () => Promise<T>): Promise<T> | null {
     if (this.running >= this.capacity) return null;
-    return this.hold(job);
+    this.running++;
+    return this.finally(job);
   }
 
   /** Runs job when a slot is free, waiting on the event loop (not in the pool) until then. */
   async run<T>(job: () => Promise<T>): Promise<T> {
     if (this.running >= this.capacity) await new Promise<void>((resolve) => this.waiting.push(resolve));
     else this.running++;
-    return this.finally(job);
-  }
-
-  private hold<T>(job: () => Promise<T>): Promise<T> {
-    this.running++;
     return this.finally(job);
   }
 
