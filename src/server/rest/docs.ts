@@ -13,26 +13,34 @@ const ASSETS: Record<string, string> = {
   "favicon-32x32.png": "image/png",
 };
 
+/**
+ * Every URL in the page and in init.js is relative to the page's own address,
+ * so /docs also works behind a proxy that mounts the server under a path and
+ * strips it (https://example.com/platform/docs loads
+ * /platform/docs/swagger-ui.css and /platform/openapi.json). The page is
+ * served only at /docs, never /docs/, so "docs/…" always names the assets.
+ */
 const PAGE = `<!doctype html>
 <html lang="en">
 <head>
   <meta charset="utf-8">
   <title>Platform API — docs</title>
-  <link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
-  <link rel="stylesheet" href="/docs/swagger-ui.css">
+  <link rel="icon" type="image/png" href="docs/favicon-32x32.png">
+  <link rel="stylesheet" href="docs/swagger-ui.css">
 </head>
 <body>
   <div id="swagger-ui"></div>
-  <script src="/docs/swagger-ui-bundle.js"></script>
-  <script src="/docs/swagger-ui-standalone-preset.js"></script>
-  <script src="/docs/init.js"></script>
+  <script src="docs/swagger-ui-bundle.js"></script>
+  <script src="docs/swagger-ui-standalone-preset.js"></script>
+  <script src="docs/init.js"></script>
 </body>
 </html>
 `;
 
 // Paste a token with "Authorize"; it is kept across reloads in this browser only.
+// Swagger UI fetches url relative to the page: /openapi.json, or /platform/openapi.json under a prefix.
 const INIT = `window.ui = SwaggerUIBundle({
-  url: "/openapi.json",
+  url: "openapi.json",
   dom_id: "#swagger-ui",
   deepLinking: true,
   persistAuthorization: true,
@@ -91,8 +99,9 @@ export function installDocs(app: FastifyInstance, document: object, apiUrl: stri
 function installPages(app: FastifyInstance, stored: StoredEncodings): void {
   app.get("/docs", async (req, reply) => stored.send(req, reply, "docs"));
   // Where people look first: the bare address and the slash-ended spelling both lead to the page.
-  app.get("/", async (_req, reply) => reply.redirect("/docs", 302));
-  app.get("/docs/", async (_req, reply) => reply.redirect("/docs", 301));
+  // Relative targets, so that behind a proxy /platform/ and /platform/docs/ lead to /platform/docs.
+  app.get("/", async (_req, reply) => reply.redirect("docs", 302));
+  app.get("/docs/", async (_req, reply) => reply.redirect("../docs", 301));
   app.get("/docs/init.js", async (req, reply) => stored.send(req, reply, "init.js"));
   app.get("/docs/:file", async (req, reply) => {
     const name = (req.params as { file: string }).file;

@@ -11,7 +11,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file platformapi/iam/v1/roles.proto.
  */
 export const file_platformapi_iam_v1_roles: GenFile = /*@__PURE__*/
-  fileDesc("Ch5wbGF0Zm9ybWFwaS9pYW0vdjEvcm9sZXMucHJvdG8SEnBsYXRmb3JtYXBpLmlhbS52MSJfCgRSb2xlEg8KAmlkGAEgASgJQgPgQQMSEQoEbmFtZRgCIAEoCUID4EEDEhgKC2Rlc2NyaXB0aW9uGAMgASgJQgPgQQMSGQoMY2FwYWJpbGl0aWVzGAQgAygJQgPgQQNiBnByb3RvMw", [file_google_api_field_behavior]);
+  fileDesc("Ch5wbGF0Zm9ybWFwaS9pYW0vdjEvcm9sZXMucHJvdG8SEnBsYXRmb3JtYXBpLmlhbS52MSJfCgRSb2xlEg8KAmlkGAEgASgJQgPgQQMSEQoEbmFtZRgCIAEoCUID4EEDEhgKC2Rlc2NyaXB0aW9uGAMgASgJQgPgQQMSGQoMY2FwYWJpbGl0aWVzGAQgAygJQgPgQQNCtgEKFmNvbS5wbGF0Zm9ybWFwaS5pYW0udjFCClJvbGVzUHJvdG9QAVpEZ2l0aHViLmNvbS9wbGF0Zm9ybS1hcGkvcGxhdGZvcm0tYXBpL2dlbi9nby9wbGF0Zm9ybWFwaS9pYW0vdjE7aWFtdjGiAgZQSUFNVjGqAhJQbGF0Zm9ybWFwaS5JYW0uVjHKAhJQbGF0Zm9ybWFwaVxJYW1cVjHqAhRQbGF0Zm9ybWFwaTo6SWFtOjpWMWIGcHJvdG8z", [file_google_api_field_behavior]);
 
 /**
  * Role is the v1 shape of a role, as WhoAmI reports it. v1 names
