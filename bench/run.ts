@@ -1,9 +1,13 @@
 /**
  * `npm run bench`: the performance budget of DESIGN.md, measured side by side
- * in one run. Every figure is a ratio to a bare fastify route returning the
- * same bytes (the ceiling for this stack on this machine), so runs on
- * different or busy machines stay comparable. Targets run in child processes.
- * The API server runs as users run it (`npm start`): `node bin/platform-api.js
+ * in one run. Rows are compared with ceilings measured in the same rounds,
+ * so runs on different or busy machines stay comparable: a bare fastify
+ * route returning the very status, headers and bytes the server answered
+ * (HTTP rows), and a bare @grpc/grpc-js server returning the very message
+ * bytes and metadata (the gRPC row), each in a plain node process
+ * (bench/ceilings.mjs). HTTP/1.1 rows load with autocannon (50 connections),
+ * h2c rows with h2load (4 connections × 32 streams, one thread). The API
+ * server runs as users run it (`npm start`): `node bin/platform-api.js
  * serve`, compiled, at the default LOG_LEVEL, its stdout (one JSON line per
  * RPC) appended to a file. The cost of logging is a ratio of the same run,
  * between two more servers that serve only REST Get, one at that level and one
@@ -12,29 +16,30 @@
  * the main server cannot be the logged half of the pair.
  *
  * Environment: BENCH_ROUNDS (5), BENCH_DURATION seconds per row (4),
- * BENCH_GROUPS (100000), BENCH_ONLY=<scenario key substring>,
- * BENCH_CPU_PROF=<dir> for one V8 CPU profile of the server per scenario,
- * BENCH_LOG_LEVEL (the measured server's LOG_LEVEL, default info),
- * and BENCH_BACKEND=postgres (`npm run bench:postgres`): the same rows on a
- * throwaway PostgreSQL cluster with fsync on, served with 1 and then 2 worker
- * processes.
+ * BENCH_GROUPS (100000), BENCH_ONLY=<comma-separated scenario key substrings>
+ * (the ceilings those rows are compared with run too), BENCH_CPU_PROF=<dir>
+ * for one V8 CPU profile of the server per scenario, BENCH_LOG_LEVEL (the
+ * measured server's LOG_LEVEL, default info), and BENCH_BACKEND=postgres
+ * (`npm run bench:postgres`): the same rows on a throwaway PostgreSQL cluster
+ * with fsync on, served with 1 and then 2 worker processes.
+ * BENCH_COMPARE=<another checkout, built> runs that checkout's server too, on
+ * the same data, and measures its REST Get, gRPC Get, List and Connect rows
+ * in the same rounds: before and after a change, on a noisy machine.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import * as Net from "node:net";
+import type { ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import http2 from "node:http2";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { create, toBinary } from "@bufbuild/protobuf";
-import autocannon from "autocannon";
-import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { adminSubject } from "../src/auth/authenticator.js";
-import { TokenService } from "../src/auth/tokens.js";
-import { openStore } from "../src/store/open.js";
-import { grpcClient } from "../test/support/grpc.js";
+import type autocannon from "autocannon";
+import { GetGroupRequestSchema } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { startPgCluster, type PgCluster } from "../test/support/pg-cluster.js";
+import { recordGrpcAnswer, recordHttpAnswer, startCeiling, type Ceiling } from "./ceiling-targets.js";
 import { postgresCommitRate, sqliteCommitRate } from "./commit-rate.js";
+import { autocannonLoad, cpuMillis, H2LOAD, h2loadRow, type H2Request, type Row } from "./load.js";
+import { printBudget, printCpuPerCall, printTable, Samples, type ScenarioInfo } from "./report.js";
+import { okCount, seed, startServer, stopServer, type ServerTarget } from "./server-target.js";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -42,252 +47,24 @@ const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
 /** BENCH_CPU_PROF=<dir>: the measured server writes one V8 CPU profile per scenario there, <pid>-<n>.cpuprofile (open in Chrome DevTools). */
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF;
-/** BENCH_ONLY=<substring>: run only the rows whose key contains it (the ceilings always run); "restGet" runs both REST Get rows. */
-const ONLY = process.env.BENCH_ONLY?.toLowerCase();
+/** BENCH_ONLY=<substrings, comma-separated>: run only the rows whose key contains one; "restGet" runs every REST Get row. */
+const ONLY = process.env.BENCH_ONLY?.toLowerCase()
+  .split(",")
+  .map((s) => s.trim())
+  .filter(Boolean);
 const POSTGRES = process.env.BENCH_BACKEND === "postgres";
 /** BENCH_LOG_LEVEL: the measured server's LOG_LEVEL; by default the server's own default, as users run it. */
 const LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? "info";
-/** The administrator's bearer token, set once the data directory is seeded. */
-let authHeaders: Record<string, string> = {};
+const GET_GROUP = "/platformapi.iam.v2beta1.GroupsService/GetGroup";
+/** BENCH_COMPARE: the root of another built checkout whose server is measured alongside (the rows COMPARED). */
+const COMPARE = process.env.BENCH_COMPARE;
+const COMPARED = ["restGet", "listFirst", "grpcGet", "connectGet"];
 
-interface Row {
-  name: string;
-  rps: number;
-  p50: number;
-  p99: number;
-  /** CPU time the target process spent per request, in µs (Linux /proc only). */
-  cpuPerRequest?: number;
-}
-
-/** User + system CPU time of a process in ms, from /proc; null where there is no /proc. */
-function cpuMillis(pid: number): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime + stime, in clock ticks of 10 ms
-  } catch {
-    return null;
-  }
-}
-
-/** A bare fastify route returning the bytes of bytesFile (targets.ts), in its own process. */
-function startCeiling(bytesFile: string): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "targets.ts"), "ceiling", bytesFile], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout! });
-    lines.on("line", (line) => {
-      const m = /^PORT (\d+)$/.exec(line);
-      if (m) resolve({ child, port: Number(m[1]) });
-    });
-    child.once("exit", (code) => reject(new Error(`the ceiling target exited with ${code}`)));
-  });
-}
-
-/** The server's start-up, once per process: the log level and where its stdout goes differ between the two. */
-interface ServerTarget {
-  child: ChildProcess;
-  port: number;
-  /** The file the server's stdout (its log) goes to. */
-  logFile: string;
-}
-
-/**
- * `platform-api serve` as users run it (`npm start`): the compiled bin under
- * plain node, LOG_LEVEL=logLevel, stdout appended to logFile; on PostgreSQL
- * with `workers` processes when databaseUrl is set, else SQLite in dataDir.
- * Resolves once /readyz answers 200.
- */
-async function startServer(opts: {
-  dataDir: string;
-  databaseUrl: string;
-  workers: number;
-  logLevel: string;
-  logFile: string;
-}): Promise<ServerTarget> {
-  const probe = Net.createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const port = (probe.address() as { port: number }).port;
-  await new Promise((resolve) => probe.close(resolve));
-  const env = {
-    ...process.env,
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    PLATFORM_DATABASE_URL: opts.databaseUrl,
-    PLATFORM_DATA_DIR: opts.dataDir,
-    PLATFORM_WORKERS: String(opts.workers),
-    PLATFORM_BASE_URL: "http://bench.local",
-    PLATFORM_AUTH_URL: "http://bench.local",
-    LOG_LEVEL: opts.logLevel,
-  };
-  // BENCH_CPU_PROF: on SQLite, one profile per scenario (SIGUSR2, see profile-on-signal.mjs); on PostgreSQL,
-  // each process writes one profile of its whole run when it exits.
-  const profile = !CPU_PROF_DIR
-    ? []
-    : POSTGRES
-      ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR]
-      : ["--import", join(import.meta.dirname, "profile-on-signal.mjs")];
-  const stdout = openSync(opts.logFile, "a");
-  const child = spawn(process.execPath, [...profile, join(import.meta.dirname, "..", "bin", "platform-api.js"), "serve"], {
-    env,
-    stdio: ["ignore", stdout, "inherit"],
-  });
-  closeSync(stdout);
-  for (let i = 0; i < 300 && child.exitCode === null; i++) {
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ready) return { child, port, logFile: opts.logFile };
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill("SIGKILL");
-  throw new Error(`the server (LOG_LEVEL=${opts.logLevel}) did not become ready; its log: ${opts.logFile}`);
-}
-
-/** Stops a server as an operator would (SIGTERM) and waits for it to exit. */
-async function stopServer(server: ServerTarget): Promise<void> {
-  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
-  const exited = new Promise((r) => server.child.once("exit", r));
-  server.child.kill("SIGTERM");
-  await exited;
-}
-
-/** Whether the row with this key runs: BENCH_ONLY selects rows by key; the ceilings always run. */
-function selected(key: string): boolean {
-  return key.startsWith("ceiling") || !ONLY || key.toLowerCase().includes(ONLY);
-}
-
-async function load(name: string, url: string, opts: Partial<autocannon.Options> = {}): Promise<Row> {
-  const result = await autocannon({
-    url,
-    connections: CONNECTIONS,
-    duration: DURATION,
-    ...opts,
-    headers: { ...authHeaders, ...opts.headers },
-  });
-  const bad = result.non2xx + result.errors;
-  if (bad > 0) {
-    const statuses = Object.entries(result.statusCodeStats ?? {})
-      .map(([code, { count }]) => `${code}×${count}`)
-      .join(", ");
-    throw new Error(`${name}: ${bad} failed requests (statuses ${statuses}; ${result.errors} errors, ${result.timeouts} timeouts)`);
-  }
-  return { name, rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
-}
-
-/** gRPC unary load with h2load (Debian nghttp2-client): one process, h2c, 4 connections × 32 streams. */
-async function h2loadGrpc(name: string, port: number, uid: string, token: string, dir: string): Promise<Row | null> {
-  const h2load = ["/usr/bin/h2load", "/usr/local/bin/h2load"].find((p) => existsSync(p));
-  if (!h2load) return null;
-  const message = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid }));
-  const frame = Buffer.alloc(5 + message.length);
-  frame.writeUInt32BE(message.length, 1);
-  frame.set(message, 5);
-  const body = join(dir, "grpc-get.bin");
-  writeFileSync(body, frame);
-  const log = join(dir, "h2load.log");
-  const args = [
-    "-D",
-    String(DURATION),
-    "-c",
-    "4",
-    "-m",
-    "32",
-    "-d",
-    body,
-    "--log-file",
-    log,
-    "-H",
-    "content-type: application/grpc",
-    "-H",
-    "te: trailers",
-    "-H",
-    `authorization: Bearer ${token}`,
-    `http://127.0.0.1:${port}/platformapi.iam.v2beta1.GroupsService/GetGroup`,
-  ];
-  rmSync(log, { force: true }); // h2load appends to an existing log
-  const okBefore = await grpcOkCount(port);
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn(h2load, args, { stdio: "ignore" });
-    child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`h2load exited ${code}`))));
-  });
-  const micros = readFileSync(log, "utf8")
-    .trim()
-    .split("\n")
-    .map((l) => l.split(/\s+/))
-    .filter((f) => f[1] === "200")
-    .map((f) => Number(f[2]));
-  // HTTP 200 is also how gRPC answers an error: the server's own count of OK calls must agree.
-  const ok = (await grpcOkCount(port)) - okBefore;
-  if (ok < micros.length) throw new Error(`${name}: h2load saw ${micros.length} responses, the server answered ${ok} with OK`);
-  micros.sort((a, b) => a - b);
-  const at = (q: number) => Math.round(micros[Math.floor(q * (micros.length - 1))]! / 1000);
-  return { name, rps: micros.length / DURATION, p50: at(0.5), p99: at(0.99) };
-}
-
-/** platform_requests_total of OK gRPC GetGroup calls, from the server's /metrics. */
-async function grpcOkCount(port: number): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const line = text
-    .split("\n")
-    .find(
-      (l) =>
-        l.startsWith("platform_requests_total{") &&
-        l.includes('method="GetGroup"') &&
-        l.includes('protocol="grpc"') &&
-        l.includes('code="ok"'),
-    );
-  return line ? Number(line.split(" ").pop()) : 0;
-}
-
-async function grpcLoad(name: string, port: number, uid: string, token: string): Promise<Row> {
-  const client = grpcClient(GroupsService, port, { token });
-  await client.call("getGroup", { uid });
-  const latencies: number[] = [];
-  const end = Date.now() + DURATION * 1000;
-  const worker = async () => {
-    while (Date.now() < end) {
-      const t = performance.now();
-      await client.call("getGroup", { uid });
-      latencies.push(performance.now() - t);
-    }
-  };
-  await Promise.all(Array.from({ length: CONNECTIONS }, worker));
-  client.close();
-  latencies.sort((a, b) => a - b);
-  const at = (q: number) => Math.round(latencies[Math.floor(q * (latencies.length - 1))]!);
-  return { name, rps: latencies.length / DURATION, p50: at(0.5), p99: at(0.99) };
-}
-
-/** Seeds GROUPS groups: 1,000 organizations with folders below, in one transaction; returns an admin token. */
-async function seed(dataDir: string, databaseUrl: string): Promise<{ uid: string; orgUid: string; token: string }> {
-  const store = await openStore({ dataDir, databaseUrl });
-  const tokens = await TokenService.open(store.keys, { issuer: "http://bench.local", audience: "http://bench.local" });
-  const token = (await tokens.mint(await adminSubject(store.keys))).token;
-  const now = Date.now();
-  let first = "";
-  let org = "";
-  await store.transaction(async (tx) => {
-    for (let i = 0; i < GROUPS; i++) {
-      const isOrg = i % 100 === 0;
-      const uid = isOrg ? randomBytes(20).toString("hex") : `${org}/${randomBytes(8).toString("hex")}`;
-      if (isOrg) org = uid;
-      first ||= uid;
-      await tx.groups.create({
-        uid,
-        parentUid: isOrg ? null : org,
-        name: `group ${i}`,
-        description: "seeded for the benchmark",
-        verified: false,
-        resourceLimits: {},
-        createTime: now + i,
-        updateTime: now + i,
-      });
-    }
-  });
-  await store.close();
-  return { uid: first, orgUid: first, token };
+/** One row of the table: which process it loads, how, and which ceiling it is compared with. */
+interface Scenario extends ScenarioInfo {
+  /** The process whose CPU is counted (default: the main server). */
+  target?: ChildProcess;
+  run: () => Promise<Row>;
 }
 
 async function main(): Promise<void> {
@@ -302,26 +79,52 @@ async function main(): Promise<void> {
       await cluster.createDatabase("bench");
       databaseUrl = cluster.url("bench");
     }
-    const seeded = await seed(dataDir, databaseUrl);
-    authHeaders = { authorization: `Bearer ${seeded.token}` };
+    const seeded = await seed(dataDir, databaseUrl, GROUPS);
     const commitRate = POSTGRES ? await postgresCommitRate(cluster!.url(), DURATION, 10) : sqliteCommitRate(dataDir, DURATION);
     console.log(
       `single-row commits of a bare table, same engine and disk: ${Math.round(commitRate)}/s${POSTGRES ? " (10 connections)" : ""}`,
     );
+    // BENCH_CPU_PROF: on SQLite, one profile per scenario (SIGUSR2, see profile-on-signal.mjs); on PostgreSQL,
+    // each process writes one profile of its whole run when it exits.
+    const profile = !CPU_PROF_DIR
+      ? []
+      : POSTGRES
+        ? ["--cpu-prof", "--cpu-prof-dir", CPU_PROF_DIR]
+        : ["--import", join(import.meta.dirname, "profile-on-signal.mjs")];
     for (const processes of POSTGRES ? [1, 2] : [1]) {
-      const start = (logLevel: string, logFile: string) => startServer({ dataDir, databaseUrl, workers: processes, logLevel, logFile });
+      const start = (logLevel: string, logFile: string) =>
+        startServer({ dataDir, databaseUrl, workers: processes, logLevel, logFile, profile });
       // As users run it: the default level, one JSON line per RPC appended to a file.
       const server = await start(LOG_LEVEL, join(dataDir, `server-${processes}.log`));
       const pair: Partial<LoggingPair> = {};
+      let baseline: ServerTarget | undefined;
       try {
+        if (COMPARE)
+          baseline = await startServer({
+            dataDir,
+            databaseUrl,
+            workers: processes,
+            logLevel: LOG_LEVEL,
+            logFile: join(dataDir, "baseline.log"),
+            profile: [],
+            root: COMPARE,
+          });
         // The cost of logging: two servers with the same history, differing only in their level.
         if (selected("restGetLogged") || selected("restGetSilent")) {
           pair.logged = await start(LOG_LEVEL, join(dataDir, `server-${processes}-logged.log`));
           pair.silent = await start("silent", join(dataDir, `server-${processes}-silent.log`));
         }
-        await measure(server, pair.logged && pair.silent ? (pair as LoggingPair) : undefined, seeded, dataDir, commitRate, processes);
+        await measure(
+          server,
+          pair.logged && pair.silent ? (pair as LoggingPair) : undefined,
+          seeded,
+          dataDir,
+          commitRate,
+          processes,
+          baseline,
+        );
       } finally {
-        const started = [server, pair.logged, pair.silent].filter((s): s is ServerTarget => s !== undefined);
+        const started = [server, pair.logged, pair.silent, baseline].filter((s): s is ServerTarget => s !== undefined);
         await Promise.all(started.map(stopServer));
       }
       const size = statSync(server.logFile).size;
@@ -333,10 +136,37 @@ async function main(): Promise<void> {
   }
 }
 
+/** Whether the row with this key was asked for (BENCH_ONLY). */
+function selected(key: string): boolean {
+  return !ONLY || ONLY.some((o) => key.toLowerCase().includes(o));
+}
+
 /** Two servers that serve only the REST Get rows of the logging cost: one at LOG_LEVEL, one silent. */
 interface LoggingPair {
   logged: ServerTarget;
   silent: ServerTarget;
+}
+
+/** The status of one h2c request with prior knowledge: whether the server serves this protocol over HTTP/2. */
+async function h2cStatus(request: H2Request): Promise<number> {
+  const url = new URL(request.url);
+  const session = http2.connect(url.origin);
+  try {
+    return await new Promise<number>((resolve, reject) => {
+      session.once("error", reject);
+      const stream = session.request({
+        ":method": request.body ? "POST" : "GET",
+        ":path": url.pathname + url.search,
+        ...request.headers,
+      });
+      stream.once("response", (headers) => resolve(Number(headers[":status"])));
+      stream.once("error", reject);
+      stream.resume();
+      stream.end(request.body && Buffer.from(request.body));
+    });
+  } finally {
+    session.close();
+  }
 }
 
 /** Every row against one running server (and the logging pair), in rounds, then the table and the budget. */
@@ -347,109 +177,167 @@ async function measure(
   dataDir: string,
   commitRate: number,
   processes: number,
+  baseline?: ServerTarget,
 ): Promise<void> {
-  const headers = authHeaders;
-  const children: ChildProcess[] = [];
+  const headers = { authorization: `Bearer ${seeded.token}` };
+  const ceilings: Ceiling[] = [];
   try {
     const base = `http://127.0.0.1:${server.port}`;
     const getPath = `/iam/v2beta1/groups/${seeded.uid}`;
-    const getBody = await (await fetch(base + getPath, { headers })).text();
-    const bytesFile = join(dataDir, "ceiling.json");
-    writeFileSync(bytesFile, getBody);
-    const ceilingTarget = await startCeiling(bytesFile);
-    children.push(ceilingTarget.child);
-    const listBytesFile = join(dataDir, "ceiling-list.json");
-    writeFileSync(listBytesFile, await (await fetch(`${base}/iam/v2beta1/groups?page_size=50`, { headers })).text());
-    const listCeilingTarget = await startCeiling(listBytesFile);
-    children.push(listCeilingTarget.child);
+    const listPath = `/iam/v2beta1/groups?page_size=50`;
+    const getGroup = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: seeded.uid }));
+    const http1 = (name: string, url: string, opts: Partial<autocannon.Options> = {}) =>
+      autocannonLoad(name, url, { connections: CONNECTIONS, durationS: DURATION, ...opts, headers: { ...headers, ...opts.headers } });
+    const h2c = (name: string, request: H2Request) => h2loadRow(name, request, { durationS: DURATION, dir: dataDir });
 
-    const deep = await (await fetch(`${base}/iam/v2beta1/groups?page_size=50&skip=${GROUPS - 1000}`, { headers })).json();
-    const deepPath = `/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(deep.nextPageToken)}`;
+    // The ceilings answer what the server answered, byte for byte, on exact routes.
+    const answers = [await recordHttpAnswer(base + getPath, headers), await recordHttpAnswer(base + listPath, headers)];
+    const httpCeiling = await startCeiling("http", { routes: answers }, join(dataDir, "ceiling-http.json"));
+    ceilings.push(httpCeiling);
+    const grpcAnswer = H2LOAD && (await recordGrpcAnswer(server.port, GET_GROUP, getGroup, seeded.token));
+    const grpcCeiling = grpcAnswer ? await startCeiling("grpc", grpcAnswer, join(dataDir, "ceiling-grpc.json")) : undefined;
+    if (grpcCeiling) ceilings.push(grpcCeiling);
+    else console.log("(h2load not found: no h2c rows; on Debian: apt-get install nghttp2-client)");
 
+    const deep = await (await fetch(`${base}${listPath}&skip=${GROUPS - 1000}`, { headers })).json();
+    const deepPath = `${listPath}&page_token=${encodeURIComponent(deep.nextPageToken)}`;
     // Every page of the list in turn: more pages than the page cache holds, so each is a miss.
-    const pagePaths = [`/iam/v2beta1/groups?page_size=50`];
-    if (!ONLY || "listwalk".includes(ONLY)) {
+    const pagePaths = [listPath];
+    if (selected("listWalk")) {
       for (let token = ""; ; ) {
-        const page = await (
-          await fetch(`${base}/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(token)}`, { headers })
-        ).json();
+        const page = await (await fetch(`${base}${listPath}&page_token=${encodeURIComponent(token)}`, { headers })).json();
         if (!page.nextPageToken) break;
         token = page.nextPageToken;
-        pagePaths.push(`/iam/v2beta1/groups?page_size=50&page_token=${encodeURIComponent(token)}`);
+        pagePaths.push(`${listPath}&page_token=${encodeURIComponent(token)}`);
       }
     }
     let nextPage = 0;
 
-    // Every row but the ceilings and the logging pair measures `server`; `target` is the process whose CPU is counted.
-    const scenarios: { key: string; target?: ChildProcess; run: () => Promise<Row> }[] = [
+    const grpcRequest = (port: number): H2Request => ({
+      url: `http://127.0.0.1:${port}${GET_GROUP}`,
+      headers: { "content-type": "application/grpc", te: "trailers", ...headers },
+      body: grpcFrame(getGroup),
+    });
+    const restH2c: H2Request = { url: base + getPath, headers };
+    const connectH2c: H2Request = { url: base + GET_GROUP, headers: { "content-type": "application/proto", ...headers }, body: getGroup };
+    // REST and Connect over h2c exist once the server serves them there (an older server answers 415).
+    const h2cServed = async (request: H2Request) => H2LOAD !== undefined && (await h2cStatus(request)) === 200;
+    const [restOverH2c, connectOverH2c] = [await h2cServed(restH2c), await h2cServed(connectH2c)];
+    if (H2LOAD && !(restOverH2c && connectOverH2c))
+      console.log("(this server does not serve REST or Connect over h2c: those rows are left out)");
+
+    const http = (key: string, ceiling = "ceiling") => ({ key, transport: "HTTP/1.1", ceiling });
+    const scenarios: Scenario[] = [
       {
-        key: "ceiling",
-        target: ceilingTarget.child,
-        run: () => load("ceiling: bare fastify, same bytes", `http://127.0.0.1:${ceilingTarget.port}${getPath}`),
-      },
-      {
-        key: "ceilingList",
-        target: listCeilingTarget.child,
+        ...http("ceiling"),
+        target: httpCeiling.child,
         run: () =>
-          load("ceiling: bare fastify, list page bytes", `http://127.0.0.1:${listCeilingTarget.port}/iam/v2beta1/groups?page_size=50`),
+          autocannonLoad("ceiling: bare fastify, same answer", `http://127.0.0.1:${httpCeiling.port}${getPath}`, {
+            connections: CONNECTIONS,
+            durationS: DURATION,
+          }),
       },
-      { key: "restGet", run: () => load("REST Get group (with auth)", base + getPath) },
       {
-        key: "restGetLogged",
+        ...http("ceilingList", "ceilingList"),
+        target: httpCeiling.child,
+        run: () =>
+          autocannonLoad("ceiling: bare fastify, list page answer", `http://127.0.0.1:${httpCeiling.port}${listPath}`, {
+            connections: CONNECTIONS,
+            durationS: DURATION,
+          }),
+      },
+      ...(grpcCeiling
+        ? [
+            {
+              key: "ceilingGrpc",
+              transport: "h2c",
+              ceiling: "ceilingGrpc",
+              target: grpcCeiling.child,
+              run: () => h2c("ceiling: bare grpc-js, same answer", grpcRequest(grpcCeiling.port)),
+            },
+          ]
+        : []),
+      { ...http("restGet"), run: () => http1("REST Get group (with auth)", base + getPath) },
+      {
+        ...http("restGetLogged"),
         target: pair?.logged.child,
-        run: () => load(`REST Get, logging pair: LOG_LEVEL=${LOG_LEVEL}`, `http://127.0.0.1:${pair!.logged.port}${getPath}`),
+        run: () => http1(`REST Get, logging pair: LOG_LEVEL=${LOG_LEVEL}`, `http://127.0.0.1:${pair!.logged.port}${getPath}`),
       },
       {
-        key: "restGetSilent",
+        ...http("restGetSilent"),
         target: pair?.silent.child,
-        run: () => load("REST Get, logging pair: LOG_LEVEL=silent", `http://127.0.0.1:${pair!.silent.port}${getPath}`),
+        run: () => http1("REST Get, logging pair: LOG_LEVEL=silent", `http://127.0.0.1:${pair!.silent.port}${getPath}`),
       },
-      { key: "listFirst", run: () => load(`REST List 50 of ${GROUPS} (first page)`, `${base}/iam/v2beta1/groups?page_size=50`) },
+      ...(restOverH2c
+        ? [{ key: "restGetH2c", transport: "h2c", ceiling: "ceiling", run: () => h2c("REST Get group (h2load)", restH2c) }]
+        : []),
+      { ...http("listFirst", "ceilingList"), run: () => http1(`REST List 50 of ${GROUPS} (first page)`, base + listPath) },
       {
-        key: "listFirstBrotli",
+        ...http("listFirstBrotli", "ceilingList"),
         run: () =>
-          load(`REST List 50 of ${GROUPS} (first page, Accept-Encoding as fetch sends it: br)`, `${base}/iam/v2beta1/groups?page_size=50`, {
+          http1(`REST List 50 of ${GROUPS} (first page, Accept-Encoding as fetch sends it: br)`, base + listPath, {
             headers: { "accept-encoding": "gzip, deflate, br" },
           }),
       },
       {
-        key: "listFirstGzip",
+        ...http("listFirstGzip", "ceilingList"),
         run: () =>
-          load(
-            `REST List 50 of ${GROUPS} (first page, Accept-Encoding: gzip as curl --compressed)`,
-            `${base}/iam/v2beta1/groups?page_size=50`,
-            {
-              headers: { "accept-encoding": "gzip" },
-            },
-          ),
+          http1(`REST List 50 of ${GROUPS} (first page, Accept-Encoding: gzip as curl --compressed)`, base + listPath, {
+            headers: { "accept-encoding": "gzip" },
+          }),
       },
-      { key: "listDeep", run: () => load(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath) },
       {
-        key: "listWalk",
+        ...http("listDeep", "ceilingList"),
+        run: () => http1(`REST List 50 of ${GROUPS} (page ${Math.round((GROUPS - 1000) / 50)})`, base + deepPath),
+      },
+      {
+        ...http("listWalk", "ceilingList"),
         run: () =>
-          load(`REST List 50 of ${GROUPS} (all ${pagePaths.length} pages in turn: uncached)`, base + pagePaths[0], {
+          http1(`REST List 50 of ${GROUPS} (all ${pagePaths.length} pages in turn: uncached)`, base + pagePaths[0], {
             requests: [{ setupRequest: (req) => ({ ...req, path: pagePaths[nextPage++ % pagePaths.length]! }) }],
           }),
       },
+      ...(H2LOAD
+        ? [
+            {
+              key: "grpcGet",
+              transport: "h2c",
+              ceiling: "ceilingGrpc",
+              run: async () => {
+                // gRPC answers errors with HTTP 200 too: the server's own count of OK calls must agree.
+                const before = await okCount(server.port, "grpc");
+                const row = await h2c("gRPC Get group (h2load)", grpcRequest(server.port));
+                const ok = (await okCount(server.port, "grpc")) - before;
+                if (ok < row.rps * DURATION)
+                  throw new Error(`gRPC Get: h2load saw ${row.rps * DURATION} answers, the server answered ${ok} OK`);
+                return row;
+              },
+            },
+          ]
+        : []),
       {
-        key: "grpcGet",
-        run: async () =>
-          (await h2loadGrpc("gRPC Get group (h2load)", server.port, seeded.uid, seeded.token, dataDir)) ??
-          (await grpcLoad("gRPC Get group (grpc-js client, client-bound)", server.port, seeded.uid, seeded.token)),
-      },
-      {
-        key: "connectGet",
+        ...http("connectGet"),
         run: () =>
-          load("Connect Get group (protobuf POST, as connect-web sends it)", `${base}/platformapi.iam.v2beta1.GroupsService/GetGroup`, {
+          http1("Connect Get group (protobuf POST, as connect-web sends it)", base + GET_GROUP, {
             method: "POST",
             headers: { "content-type": "application/proto" },
-            body: Buffer.from(toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: seeded.uid }))),
+            body: Buffer.from(getGroup),
           }),
       },
+      ...(connectOverH2c
+        ? [
+            {
+              key: "connectGetH2c",
+              transport: "h2c",
+              ceiling: "ceiling",
+              run: () => h2c("Connect Get group (protobuf POST, h2load)", connectH2c),
+            },
+          ]
+        : []),
       {
-        key: "create",
+        ...http("create"),
         run: () =>
-          load("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
+          http1("REST Create group (fsync per commit)", `${base}/iam/v2beta1/groups/${seeded.orgUid}`, {
             method: "POST",
             headers: { "content-type": "application/json" },
             body: JSON.stringify({ name: "bench folder" }),
@@ -457,85 +345,167 @@ async function measure(
           }),
       },
     ];
-    // The gRPC row checks its answers against one process's /metrics: one process only.
-    const rows = scenarios.filter((s) => selected(s.key) && (s.key !== "grpcGet" || processes === 1));
-    // Rounds alternate the scenarios, so a slow spell of a shared machine hits
-    // every row alike; each figure is the median over rounds, and each ratio the
-    // median of ratios taken within a round. Every other round runs them in
-    // reverse, so no row always follows the same one (the two halves of the
-    // logging pair take turns going first).
-    const samples = new Map<string, Row[]>(rows.map((s) => [s.key, []]));
-    const profiles = new Map<number, number>();
-    for (let round = 0; round < ROUNDS; round++) {
-      for (const s of round % 2 === 0 ? rows : [...rows].reverse()) {
-        const target = s.target ?? server.child;
-        const before = cpuMillis(target.pid!);
-        const profiled = CPU_PROF_DIR !== undefined && !POSTGRES && round === 0 && !s.key.startsWith("ceiling");
-        if (profiled) target.kill("SIGUSR2");
-        const row = await s.run();
-        if (profiled) {
-          target.kill("SIGUSR2");
-          profiles.set(target.pid!, (profiles.get(target.pid!) ?? 0) + 1);
-          console.error(`profile of ${s.key}: ${join(CPU_PROF_DIR!, `${target.pid}-${profiles.get(target.pid!)}.cpuprofile`)}`);
-          await new Promise((r) => setTimeout(r, 500)); // written before the next scenario starts
-        }
-        const after = cpuMillis(target.pid!);
-        if (before !== null && after !== null && processes === 1) row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
-        samples.get(s.key)!.push(row);
-      }
-    }
-    const median = (values: number[]) => {
-      const sorted = [...values].sort((a, b) => a - b);
-      const mid = Math.floor(sorted.length / 2);
-      return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-    };
-    const figures = new Map<string, Row>();
-    for (const [key, runs] of samples) {
-      const cpu = runs.map((r) => r.cpuPerRequest).filter((c): c is number => c !== undefined);
-      figures.set(key, {
-        name: runs[0]!.name,
-        rps: median(runs.map((r) => r.rps)),
-        p50: median(runs.map((r) => r.p50)),
-        p99: median(runs.map((r) => r.p99)),
-        cpuPerRequest: cpu.length === runs.length ? median(cpu) : undefined,
-      });
-    }
-    /** Median over rounds of a/b in req/s, as a percentage. */
-    const ratio = (a: string, b: string) => median(samples.get(a)!.map((r, i) => r.rps / samples.get(b)![i]!.rps)) * 100;
+    // The logging pair needs its servers; the gRPC row checks its answers against one process's /metrics.
+    const wanted = scenarios.filter(
+      (s) =>
+        selected(s.key) &&
+        !(s.key.startsWith("restGet") && s.key !== "restGet" && s.key !== "restGetH2c" && !pair) &&
+        (s.key !== "grpcGet" || processes === 1),
+    );
+    if (baseline)
+      wanted.push(
+        ...baselineRows(baseline, { getPath, listPath, headers, getGroup, grpcRequest, http1, h2c }).filter((s) =>
+          selected(s.key.split("@")[0]!),
+        ),
+      );
+    const needed = new Set(wanted.map((s) => s.ceiling));
+    const rows = [...scenarios.filter((s) => s.key.startsWith("ceiling") && needed.has(s.key)), ...wanted];
+    const samples = await runRounds(rows, server, processes);
 
     const backend = POSTGRES ? `PostgreSQL, ${processes} server process${processes > 1 ? "es" : ""}` : "SQLite, one process";
     console.log(
-      `\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row, ${CONNECTIONS} connections; medians`,
+      `\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row; HTTP/1.1 by autocannon, ${CONNECTIONS} connections; h2c by h2load, 4 connections × 32 streams; medians`,
     );
-    console.log("| scenario | req/s | p50 ms | p99 ms | server CPU µs/req | vs ceiling |");
-    console.log("|---|---:|---:|---:|---:|---:|");
-    for (const [key, r] of figures) {
-      const cpu = r.cpuPerRequest === undefined ? "–" : Math.round(r.cpuPerRequest);
-      console.log(`| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${cpu} | ${ratio(key, "ceiling").toFixed(1)}% |`);
-    }
-    const budget = (label: string, keys: string[], value: () => number, target: number, unit = "%") => {
-      if (!keys.every((k) => figures.has(k))) return;
-      const v = value();
-      console.log(`${v >= target ? "meets" : "MISSES"}  ${label}: ${v.toFixed(1)}${unit} (budget ≥ ${target}${unit})`);
-    };
+    printTable(samples, rows);
     console.log("\nBudget (DESIGN.md):");
-    budget("REST Get with auth / ceiling", ["restGet"], () => ratio("restGet", "ceiling"), 30);
+    const budget = (label: string, keys: string[], value: () => number, bound: { atLeast?: number; atMost?: number }, unit?: string) =>
+      printBudget(samples, label, keys, value, bound, unit);
+    budget("REST Get with auth / ceiling", ["restGet", "ceiling"], () => samples.ratio("restGet", "ceiling"), { atLeast: 35 });
     budget(
       `logging: REST Get at LOG_LEVEL=${LOG_LEVEL} / at silent`,
       ["restGetLogged", "restGetSilent"],
-      () => ratio("restGetLogged", "restGetSilent"),
-      95,
+      () => samples.ratio("restGetLogged", "restGetSilent"),
+      {
+        atLeast: 95,
+      },
     );
-    budget("gRPC Get / REST Get", ["grpcGet", "restGet"], () => ratio("grpcGet", "restGet"), 70);
-    budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => figures.get("listFirst")!.rps, 3000, " req/s");
-    budget("deep page / first page", ["listDeep", "listFirst"], () => ratio("listDeep", "listFirst"), 90);
-    budget("creates / single-row commits of the same engine", ["create"], () => (figures.get("create")!.rps / commitRate) * 100, 50);
-    if (figures.has("listFirst")) {
-      console.log(`        (List first page / bare fastify serving the same list bytes: ${ratio("listFirst", "ceilingList").toFixed(1)}%)`);
+    budget("gRPC Get / REST Get", ["grpcGet", "restGet"], () => samples.ratio("grpcGet", "restGet"), { atLeast: 80 });
+    budget(`List 50 of ${GROUPS}, first page`, ["listFirst"], () => samples.figure("listFirst").rps, { atLeast: 3000 }, " req/s");
+    budget("deep page / first page", ["listDeep", "listFirst"], () => samples.ratio("listDeep", "listFirst"), { atLeast: 90 });
+    budget("creates / single-row commits of the same engine", ["create"], () => (samples.figure("create").rps / commitRate) * 100, {
+      atLeast: 50,
+    });
+    // "gRPC and the new HTTP/2 paths cost no more server CPU per call than REST over HTTP/1.1."
+    const cpuOf = (r: Row) => r.cpuPerRequest;
+    for (const [key, label] of [
+      ["grpcGet", "gRPC"],
+      ["restGetH2c", "REST over h2c"],
+      ["connectGetH2c", "Connect over h2c"],
+    ] as const) {
+      budget(`server CPU per call, ${label} / REST over HTTP/1.1`, [key, "restGet"], () => samples.ratio(key, "restGet", cpuOf), {
+        atMost: 100,
+      });
     }
+    if (samples.has("grpcGet", "ceilingGrpc"))
+      console.log(`        (gRPC Get / bare grpc-js serving the same answer: ${samples.ratio("grpcGet", "ceilingGrpc").toFixed(1)}%)`);
+    if (samples.has("listFirst", "ceilingList"))
+      console.log(
+        `        (List first page / bare fastify serving the same list answer: ${samples.ratio("listFirst", "ceilingList").toFixed(1)}%)`,
+      );
+    if (baseline) printComparison(samples);
+    printCpuPerCall(
+      samples,
+      [
+        { key: "ceiling", label: "bare fastify, HTTP/1.1" },
+        { key: "ceilingGrpc", label: "bare grpc-js, h2c" },
+        { key: "restGet", label: "REST, HTTP/1.1" },
+        { key: "restGetH2c", label: "REST, h2c" },
+        { key: "connectGet", label: "Connect, HTTP/1.1" },
+        { key: "connectGetH2c", label: "Connect, h2c" },
+        { key: "grpcGet", label: "gRPC, h2c" },
+      ],
+      "restGet",
+    );
   } finally {
-    for (const c of children) c.kill("SIGTERM");
+    for (const c of ceilings) c.child.kill("SIGTERM");
   }
+}
+
+/**
+ * Runs every row ROUNDS times. Rounds alternate the scenarios, so a slow
+ * spell of a shared machine hits every row alike; every other round runs
+ * them in reverse, so no row always follows the same one (the two halves of
+ * the logging pair take turns going first). With BENCH_CPU_PROF, the first
+ * round of each server row is profiled.
+ */
+async function runRounds(rows: Scenario[], server: ServerTarget, processes: number): Promise<Samples> {
+  const samples = new Samples();
+  const profiles = new Map<number, number>();
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const s of round % 2 === 0 ? rows : [...rows].reverse()) {
+      const target = s.target ?? server.child;
+      const before = cpuMillis(target.pid!);
+      const profiled = CPU_PROF_DIR !== undefined && !POSTGRES && round === 0 && !s.key.startsWith("ceiling");
+      if (profiled) target.kill("SIGUSR2");
+      const row = await s.run();
+      if (profiled) {
+        target.kill("SIGUSR2");
+        profiles.set(target.pid!, (profiles.get(target.pid!) ?? 0) + 1);
+        console.error(`profile of ${s.key}: ${join(CPU_PROF_DIR!, `${target.pid}-${profiles.get(target.pid!)}.cpuprofile`)}`);
+        await new Promise((r) => setTimeout(r, 500)); // written before the next scenario starts
+      }
+      const after = cpuMillis(target.pid!);
+      // With several worker processes, the CPU of the process started is not all the server's.
+      if (before !== null && after !== null && (processes === 1 || s.key.startsWith("ceiling")))
+        row.cpuPerRequest = ((after - before) * 1000) / (row.rps * DURATION);
+      samples.add(s.key, row);
+    }
+  }
+  return samples;
+}
+
+/** How the rows of the main server are made, for the same rows against BENCH_COMPARE's server. */
+interface RowMakers {
+  getPath: string;
+  listPath: string;
+  headers: Record<string, string>;
+  getGroup: Uint8Array;
+  grpcRequest: (port: number) => H2Request;
+  http1: (name: string, url: string, opts?: Partial<autocannon.Options>) => Promise<Row>;
+  h2c: (name: string, request: H2Request) => Promise<Row>;
+}
+
+/** The COMPARED rows against BENCH_COMPARE's server, keyed "<key>@baseline", its process's CPU counted. */
+function baselineRows(baseline: ServerTarget, make: RowMakers): Scenario[] {
+  const base = `http://127.0.0.1:${baseline.port}`;
+  const row = (key: string, transport: string, ceiling: string, run: () => Promise<Row>): Scenario => ({
+    key: `${key}@baseline`,
+    transport,
+    ceiling,
+    target: baseline.child,
+    run: async () => ({ ...(await run()), name: `BENCH_COMPARE: ${key}` }),
+  });
+  return [
+    row("restGet", "HTTP/1.1", "ceiling", () => make.http1("", base + make.getPath)),
+    row("listFirst", "HTTP/1.1", "ceilingList", () => make.http1("", base + make.listPath)),
+    ...(H2LOAD ? [row("grpcGet", "h2c", "ceilingGrpc", () => make.h2c("", make.grpcRequest(baseline.port)))] : []),
+    row("connectGet", "HTTP/1.1", "ceiling", () =>
+      make.http1("", base + GET_GROUP, {
+        method: "POST",
+        headers: { "content-type": "application/proto" },
+        body: Buffer.from(make.getGroup),
+      }),
+    ),
+  ];
+}
+
+/** This checkout against BENCH_COMPARE's, row by row: req/s and server CPU per call, as ratios within each round. */
+function printComparison(samples: Samples): void {
+  console.log("\nThis checkout / BENCH_COMPARE's (median of ratios within each round):");
+  for (const key of COMPARED) {
+    if (!samples.has(key, `${key}@baseline`)) continue;
+    const rps = samples.ratio(key, `${key}@baseline`);
+    const cpu = samples.ratio(key, `${key}@baseline`, (r) => r.cpuPerRequest);
+    console.log(`  ${key.padEnd(12)} req/s ${rps.toFixed(1)}%   server CPU per call ${cpu.toFixed(1)}%`);
+  }
+}
+
+/** A gRPC message frame: uncompressed, its length, the message. */
+function grpcFrame(message: Uint8Array): Uint8Array {
+  const frame = Buffer.alloc(5 + message.length);
+  frame.writeUInt32BE(message.length, 1);
+  frame.set(message, 5);
+  return frame;
 }
 
 await main();

@@ -1,4 +1,5 @@
 import {
+  create,
   getOption,
   ScalarType,
   type DescField,
@@ -63,6 +64,20 @@ interface Route {
   variablePaths: string[][];
   /** Set when PATCH without an explicit mask infers update_mask from the body's keys. */
   maskFrom: { bodyField: DescField; bodyMessage: DescMessage } | null;
+  /**
+   * The top-level string fields the template's variables name, in order,
+   * when they are all the request can hold besides query parameters (no
+   * body): a request with no query is then built by setting them directly,
+   * which is what proto3 JSON parsing would make of them, without the JSON.
+   */
+  pathOnly: DescField[] | null;
+}
+
+/** A route found for one method and path, kept by admission for the handling of the same request. */
+interface Match {
+  method: string;
+  path: string;
+  found: { route: Route; groups: string[] };
 }
 
 /** A transcoding result: what to send back over HTTP. */
@@ -85,7 +100,7 @@ export interface RestRequest {
   signal?: AbortSignal;
   /** Carried to the handler (requestIdKey) for logs. */
   requestId: string;
-  /** The peer's IP address (clientAddressKey), for per-address limits. */
+  /** The client's address (clientAddressKey), for per-address limits: the request's clientAddress (see client-address.ts). */
   clientAddress?: string;
   /** The context values admit() filled for this request, if it was admitted before its body was read. */
   values?: ContextValues;
@@ -213,6 +228,8 @@ function queryValue(name: string, raw: string, field: DescField): JsonValue {
 export class RestTranscoder {
   private readonly buckets = new Map<string, Route[]>();
   private readonly unbucketed: Route[] = [];
+  /** What admission matched, by the context values it handed on: handle() need not match the same path again. */
+  private readonly admitted = new WeakMap<ContextValues, Match>();
   /** Every REST operation served: the source of the OpenAPI document. */
   readonly operations: RestOperation[] = [];
 
@@ -253,6 +270,12 @@ export class RestTranscoder {
     const bodyField = method.input.fields.find((f) => f.name === binding.body);
     if (maskField && bodyField?.fieldKind === "message") maskFrom = { bodyField, bodyMessage: bodyField.message };
     const variablePaths = template.variables.map((v) => jsonPathOf(method.input, v.fieldPath));
+    const variableFields = template.variables.map((v) =>
+      v.fieldPath.length === 1 ? method.input.fields.find((f) => f.name === v.fieldPath[0]) : undefined,
+    );
+    const stringFields = variableFields.filter(
+      (f): f is DescField => f?.fieldKind === "scalar" && f.scalar === ScalarType.STRING && f.oneof === undefined,
+    );
     const route: Route = {
       httpMethod: binding.method,
       template,
@@ -263,6 +286,7 @@ export class RestTranscoder {
       query,
       variablePaths,
       maskFrom,
+      pathOnly: binding.body === "" && stringFields.length === variableFields.length ? stringFields : null,
     };
     if (template.prefix === null) this.unbucketed.push(route);
     else {
@@ -328,7 +352,9 @@ export class RestTranscoder {
   async admit(req: RestAdmission): Promise<{ values: ContextValues; needsToken: boolean }> {
     const values = requestValues(req);
     const q = req.url.indexOf("?");
-    const found = this.match(req.method, q < 0 ? req.url : req.url.slice(0, q));
+    const path = q < 0 ? req.url : req.url.slice(0, q);
+    const found = this.match(req.method, path);
+    if (found) this.admitted.set(values, { method: req.method, path, found });
     if (found) await found.route.handler.admit({ requestHeader: req.headers, values, protocolName: "rest", timeoutMs: () => undefined });
     // No route: no body is read (the answer is a 404 or 405), so it needs no more than an anonymous one.
     return { values, needsToken: found?.route.handler.needsToken ?? false };
@@ -341,14 +367,18 @@ export class RestTranscoder {
   async handle(req: RestRequest): Promise<RestResponse> {
     const q = req.url.indexOf("?");
     const path = q < 0 ? req.url : req.url.slice(0, q);
-    const found = this.match(req.method, path);
+    const admitted = req.values && this.admitted.get(req.values);
+    const found = admitted && admitted.method === req.method && admitted.path === path ? admitted.found : this.match(req.method, path);
     if (!found) throw new RouteNotFoundError(this.allowedMethods(path));
     const { route, groups } = found;
     let request;
     try {
-      const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
-      const bodyField = route.body !== "" && route.body !== "*" ? route.body : "";
-      request = messageFromJson(route.method.input, json, { bodyField, registry: this.registry });
+      if (route.pathOnly && q < 0 && isEmptyBody(req.body)) request = pathOnlyRequest(route, route.pathOnly, groups);
+      else {
+        const json = this.requestJson(route, groups, q < 0 ? "" : req.url.slice(q + 1), req.body);
+        const bodyField = route.body !== "" && route.body !== "*" ? route.body : "";
+        request = messageFromJson(route.method.input, json, { bodyField, registry: this.registry });
+      }
     } catch (err) {
       // Decoding failures belong to the method's service, like its own errors.
       throw toConnectError(err, areaErrorDomain(route.service.typeName));
@@ -392,16 +422,7 @@ export class RestTranscoder {
       json.updateMask = inferredMask(route.maskFrom.bodyMessage, jsonBody);
     }
     // Path variables last: the path wins over the body.
-    route.template.variables.forEach((v, i) => {
-      const raw = groups[i] ?? "";
-      let value: string;
-      try {
-        value = decodeVariable(raw, v.multiSegment);
-      } catch {
-        throw invalidField(v.fieldPath.join("."), "is not validly percent-encoded");
-      }
-      setPath(json, route.variablePaths[i]!, value);
-    });
+    route.template.variables.forEach((_, i) => setPath(json, route.variablePaths[i]!, pathVariable(route, groups, i)));
     return json;
   }
 
@@ -422,6 +443,31 @@ export class RestTranscoder {
       }
     }
   }
+}
+
+/** The decoded value of a route's i-th path variable; INVALID_ARGUMENT naming it when it is not validly percent-encoded. */
+function pathVariable(route: Route, groups: string[], i: number): string {
+  const variable = route.template.variables[i]!;
+  try {
+    return decodeVariable(groups[i] ?? "", variable.multiSegment);
+  } catch {
+    throw invalidField(variable.fieldPath.join("."), "is not validly percent-encoded");
+  }
+}
+
+/** Whether a request carries no body: none at all, or a JSON object without keys (which a body-less route accepts). */
+function isEmptyBody(body: unknown): boolean {
+  if (body === undefined) return true;
+  if (typeof body !== "object" || body === null || Array.isArray(body) || body instanceof URLSearchParams) return false;
+  for (const _ in body) return false;
+  return true;
+}
+
+/** The request of a route whose variables name top-level string fields only, from its path alone (Route.pathOnly). */
+function pathOnlyRequest(route: Route, fields: DescField[], groups: string[]) {
+  const request = create(route.method.input) as unknown as Record<string, unknown>;
+  fields.forEach((field, i) => (request[field.localName] = pathVariable(route, groups, i)));
+  return request;
 }
 
 /** A request's context values before anything is known of its caller: its id and address. */
