@@ -8,13 +8,14 @@ import { FailedPreconditionError } from "./domain/errors.js";
 import { isUidp } from "./domain/uidp.js";
 import { PACKAGE_VERSION } from "./package-root.js";
 import { prepareStore, startServer } from "./server/app.js";
+import { checkTlsFiles } from "./server/http/tls.js";
 import { StartupError, systemErrorCode } from "./startup-error.js";
 import { copyStore } from "./store/copy.js";
 import { openStore as openConfiguredStore, openEngine } from "./store/open.js";
 import { requireDatabase } from "./store/sqlite/data-dir.js";
 import { openSqliteStore } from "./store/sqlite/index.js";
 import type { Store } from "./store/store.js";
-import { isWorker, runPrimary } from "./workers.js";
+import { isWorker, onCloseNow, runPrimary } from "./workers.js";
 
 export interface Command {
   summary: string;
@@ -66,7 +67,7 @@ function listenError(err: unknown, cfg: Config): unknown {
 const COMMANDS: Record<string, Command> = {
   serve: {
     summary: "start the server (the default command)",
-    help: `Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully. It creates the database on first start. Start-up problems (an invalid setting, a port in use, an unusable data directory or database) print one line and exit 2.
+    help: `Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully: /readyz and gRPC health answer NOT_SERVING for PLATFORM_DRAIN_MS while calls are still served, then the listener closes and calls in flight have PLATFORM_SHUTDOWN_GRACE_MS to finish; a second signal skips the rest of the drain. With PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE the port serves TLS, and SIGHUP (or a change to either file) re-reads them. It creates the database on first start. Start-up problems (an invalid setting, a port in use, an unusable data directory or database) print one line and exit 2.
 
 environment (name=default):
 ${environmentHelp()}`,
@@ -80,14 +81,23 @@ ${environmentHelp()}`,
         } finally {
           await store.close();
         }
-        return runPrimary(cfg.workers);
+        // Checked once here, or each worker would print the same start-up error.
+        if (cfg.tls) checkTlsFiles(cfg.tls);
+        return runPrimary(cfg.workers, { reloadOnSighup: cfg.tls !== undefined });
       }
       const store = await openStore(cfg, true);
       const server = await startServer({ config: cfg, store }).catch(async (err: unknown) => {
         await store.close().catch(() => {});
         throw listenError(err, cfg);
       });
+      // A second signal skips the rest of the drain. A worker takes that from its primary only: the one
+      // Ctrl-C or systemd stop reaches every process of the group, so a worker sees each signal twice.
+      let signals = 0;
       const stop = (signal: string) => {
+        if (++signals > 1) {
+          if (!isWorker()) void server.close();
+          return;
+        }
         server.app.log.info({ signal }, "shutting down");
         server.close().then(
           () => process.exit(0),
@@ -97,8 +107,11 @@ ${environmentHelp()}`,
           },
         );
       };
-      process.once("SIGTERM", () => stop("SIGTERM"));
-      process.once("SIGINT", () => stop("SIGINT"));
+      process.on("SIGTERM", () => stop("SIGTERM"));
+      process.on("SIGINT", () => stop("SIGINT"));
+      if (isWorker()) onCloseNow(() => void server.close());
+      // SIGHUP re-reads the certificate (from the primary, in a worker); without TLS it keeps its default meaning.
+      if (cfg.tls) process.on("SIGHUP", () => server.reloadTls("SIGHUP"));
       return new Promise<number>(() => {});
     },
   },

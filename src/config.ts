@@ -2,6 +2,7 @@ import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "./server/http/byte-budget.js";
 import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "./server/http/connection-limits.js";
+import { trustedProxyProblems } from "./server/http/trusted-proxies.js";
 
 /** The server's configuration, read once at start from the environment. */
 export interface Config {
@@ -16,14 +17,26 @@ export interface Config {
    * the embedded SQLite store in dataDir.
    */
   databaseUrl: string;
-  /** The API's own address: the audience of the tokens it issues. */
+  /** The API's own address: the audience of the tokens it issues (default http://localhost:<port>, https:// with TLS). */
   baseUrl: string;
+  /**
+   * The one port serves TLS with this certificate chain and key (PEM files;
+   * PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE, both or neither;
+   * default none: plaintext). Re-read on SIGHUP and when the files change.
+   */
+  tls?: { certFile: string; keyFile: string };
   /** The token-issuing address (issuer of API tokens; serves /sts/exchange). */
   authUrl: string;
   /** pino level: fatal, error, warn, info, debug, trace or silent. */
   logLevel: string;
   /** How long shutdown waits for in-flight calls before closing connections. */
   shutdownGraceMs: number;
+  /**
+   * How long, after SIGTERM, /readyz and gRPC health answer NOT_SERVING while
+   * calls are still served, before the listener closes: the time a balancer
+   * needs to notice (its check interval times the failures it waits for).
+   */
+  drainMs: number;
   /** Issuers whose ID tokens sign people in (PLATFORM_USER_ISSUERS). */
   userIssuers: string[];
   /** Audiences a sign-in ID token must carry one of (PLATFORM_USER_AUDIENCES; default: the auth URL). */
@@ -105,9 +118,25 @@ export interface Config {
   /**
    * Open connections per process from one client address, an IPv6 /64
    * counting as one (PLATFORM_MAX_CONNECTIONS_PER_ADDRESS; default 256).
-   * Behind a reverse proxy every connection is the proxy's: raise it.
+   * Connections from a trusted proxy (trustedProxies) are exempt: they carry many clients.
    */
   maxConnectionsPerAddress: number;
+  /**
+   * Reverse proxies believed about their clients (PLATFORM_TRUSTED_PROXIES:
+   * comma-separated CIDR ranges or addresses, IPv4 and IPv6; default none).
+   * Only from these peers does the client address come from Forwarded or
+   * X-Forwarded-For (the rightmost hop not in the list), and a PROXY header
+   * is accepted; their connections count only in the connection total, not
+   * per address. Every per-address limit and the log line use that address.
+   */
+  trustedProxies: string[];
+  /**
+   * Every connection starts with a PROXY protocol v1 or v2 header (HAProxy
+   * send-proxy, nginx stream proxy_protocol, AWS NLB), whose client address
+   * becomes the connection's; a connection without one is closed
+   * (PLATFORM_PROXY_PROTOCOL: on or off; default off).
+   */
+  proxyProtocol: boolean;
   /**
    * Bytes of native-gRPC request messages still arriving that the process
    * holds at most, over every connection (PLATFORM_MAX_PENDING_REQUEST_BYTES;
@@ -142,13 +171,24 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "HOST", default: "0.0.0.0", meaning: "interface to listen on" },
   { name: "PLATFORM_DATA_DIR", default: "./data", meaning: "directory of the SQLite database (platform.db); created if missing" },
   { name: "PLATFORM_DATABASE_URL", default: "none", meaning: "postgres://…: store everything in PostgreSQL instead of SQLite" },
-  { name: "PLATFORM_BASE_URL", default: "http://localhost:<PORT>", meaning: "the API's own address (audience of issued tokens)" },
+  {
+    name: "PLATFORM_BASE_URL",
+    default: "http://localhost:<PORT>",
+    meaning: "the API's own address (audience of issued tokens); https:// with TLS",
+  },
   { name: "PLATFORM_AUTH_URL", default: "the base URL", meaning: "issuer of API tokens; serves discovery, JWKS and /sts/exchange" },
+  {
+    name: "PLATFORM_TLS_CERT_FILE",
+    default: "none",
+    meaning: "PEM certificate chain: the port serves TLS (h2, http/1.1); SIGHUP re-reads",
+  },
+  { name: "PLATFORM_TLS_KEY_FILE", default: "none", meaning: "PEM private key of that certificate (set both or neither)" },
   { name: "PLATFORM_USER_ISSUERS", default: "none", meaning: "comma-separated OIDC issuers whose ID tokens sign people in" },
   { name: "PLATFORM_USER_AUDIENCES", default: "the auth URL", meaning: "audiences a sign-in ID token must carry one of" },
   { name: "PLATFORM_CORS_ORIGINS", default: "none", meaning: "comma-separated browser origins allowed to call the API (* for any)" },
   { name: "LOG_LEVEL", default: "info", meaning: "fatal, error, warn, info, debug, trace or silent" },
   { name: "PLATFORM_SHUTDOWN_GRACE_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for calls in flight" },
+  { name: "PLATFORM_DRAIN_MS", default: "5000", meaning: "after SIGTERM, how long /readyz says 503 while calls are served" },
   { name: "PLATFORM_MAX_MESSAGE_BYTES", default: "4194304", meaning: "largest request message on every protocol, after decompression" },
   { name: "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", default: "65536", meaning: "largest request message of a method that needs no token" },
   { name: "PLATFORM_REQUEST_BODY_TIMEOUT_MS", default: "30000", meaning: "a unary Connect/gRPC-Web body must have arrived within this" },
@@ -180,6 +220,12 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     default: String(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
     meaning: "open connections per process from one client address (IPv6: one /64)",
   },
+  {
+    name: "PLATFORM_TRUSTED_PROXIES",
+    default: "none",
+    meaning: "comma-separated CIDRs of proxies whose Forwarded/X-Forwarded-For and PROXY headers are believed",
+  },
+  { name: "PLATFORM_PROXY_PROTOCOL", default: "off", meaning: "on: every connection must start with a PROXY v1/v2 header" },
   {
     name: "PLATFORM_MAX_PENDING_REQUEST_BYTES",
     default: "auto",
@@ -248,6 +294,28 @@ function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): bool
   return false;
 }
 
+function onOff(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "" || raw === "off") return false;
+  if (raw === "on") return true;
+  problems.push(`${name}=${raw}: must be on or off`);
+  return false;
+}
+
+/** The TLS certificate and key files, absolute; both or neither may be set. */
+function tlsFiles(env: NodeJS.ProcessEnv, problems: string[]): Config["tls"] {
+  const certFile = env.PLATFORM_TLS_CERT_FILE ?? "";
+  const keyFile = env.PLATFORM_TLS_KEY_FILE ?? "";
+  if (certFile === "" && keyFile === "") return undefined;
+  if (certFile === "" || keyFile === "") {
+    const [set, unset] =
+      certFile === "" ? ["PLATFORM_TLS_KEY_FILE", "PLATFORM_TLS_CERT_FILE"] : ["PLATFORM_TLS_CERT_FILE", "PLATFORM_TLS_KEY_FILE"];
+    problems.push(`${set} is set but ${unset} is not: set both or neither`);
+    return undefined;
+  }
+  return { certFile: resolve(certFile), keyFile: resolve(keyFile) };
+}
+
 /** A comma-separated list, blanks dropped. */
 function list(raw: string | undefined): string[] {
   return (raw ?? "")
@@ -260,7 +328,8 @@ function list(raw: string | undefined): string[] {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const problems: string[] = [];
   const port = integer(env, "PORT", 8080, 0, 65535, problems);
-  const baseUrl = url(env, "PLATFORM_BASE_URL", `http://localhost:${port}`, problems);
+  const tls = tlsFiles(env, problems);
+  const baseUrl = url(env, "PLATFORM_BASE_URL", `${tls ? "https" : "http"}://localhost:${port}`, problems);
   const logLevel = env.LOG_LEVEL ?? "info";
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${logLevel}: must be one of ${LOG_LEVELS.join(", ")}`);
   const authUrl = url(env, "PLATFORM_AUTH_URL", baseUrl, problems);
@@ -302,15 +371,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     pendingRequestBytes,
     problems,
   );
+  const trustedProxies = list(env.PLATFORM_TRUSTED_PROXIES);
+  for (const problem of trustedProxyProblems(trustedProxies)) problems.push(`PLATFORM_TRUSTED_PROXIES: ${problem}`);
   const config: Config = {
     port,
     host: env.HOST ?? "0.0.0.0",
     dataDir: resolve(env.PLATFORM_DATA_DIR ?? "./data"),
     databaseUrl,
     baseUrl,
+    tls,
     authUrl,
     logLevel,
     shutdownGraceMs: integer(env, "PLATFORM_SHUTDOWN_GRACE_MS", 10_000, 0, 600_000, problems),
+    drainMs: integer(env, "PLATFORM_DRAIN_MS", 5_000, 0, 600_000, problems),
     userIssuers,
     userAudiences: userAudiences.length > 0 ? userAudiences : [authUrl],
     corsOrigins,
@@ -341,6 +414,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       1_000_000,
       problems,
     ),
+    trustedProxies,
+    proxyProtocol: onOff(env, "PLATFORM_PROXY_PROTOCOL", problems),
     healthWatchMaxMs: integer(env, "PLATFORM_HEALTH_WATCH_MAX_MS", 1_800_000, 100, 86_400_000, problems),
     http2MaxConnectionAgeMs: integer(env, "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", 3_600_000, 100, 604_800_000, problems),
     pendingRequestBytes,

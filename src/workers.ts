@@ -6,6 +6,9 @@ const START_UP_FAILED = 2;
 /** How long a worker that died is given before it is started again, at most. */
 const MAX_RESTART_DELAY_MS = 10_000;
 
+/** The message by which the primary tells its workers to skip the rest of their drain (a second signal). */
+const CLOSE_NOW = "platform-api:close-now";
+
 /** What the primary process writes about its workers (one JSON line each, like the workers' own logs). */
 function note(level: "info" | "warn" | "error", msg: string, fields: Record<string, unknown> = {}): void {
   const levels = { info: 30, warn: 40, error: 50 };
@@ -18,11 +21,13 @@ function note(level: "info" | "warn" | "error", msg: string, fields: Record<stri
  * Runs `count` worker processes of this same command on the one port
  * (node:cluster hands each incoming connection to one of them), restarts a
  * worker that dies, and on SIGTERM/SIGINT passes the signal on and exits 0
- * once every worker has shut down gracefully. A worker that fails to start with
+ * once every worker has drained and shut down gracefully; a second signal
+ * tells them to skip the rest of the drain. A worker that fails to start with
  * exit code 2 (a start-up error, already printed) stops them all with code 2.
+ * With opts.reloadOnSighup (TLS on), SIGHUP is passed on to every worker.
  * Resolves with the exit code.
  */
-export function runPrimary(count: number): Promise<number> {
+export function runPrimary(count: number, opts: { reloadOnSighup?: boolean } = {}): Promise<number> {
   return new Promise<number>((resolve) => {
     let stopping = false;
     let failures = 0;
@@ -65,8 +70,23 @@ export function runPrimary(count: number): Promise<number> {
       if (live.size === 0) resolve(exitCode);
       for (const worker of live) worker.process.kill(signal);
     };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
+    // A signal once stopping (a second Ctrl-C) tells the workers to skip the rest of their drain.
+    const closeNow = (signal: NodeJS.Signals) => {
+      note("info", "closing now: the drain is cut short", { signal });
+      for (const worker of live) if (worker.isConnected()) worker.send(CLOSE_NOW, () => {});
+    };
+    const onSignal = (signal: NodeJS.Signals) => (stopping ? closeNow(signal) : stop(signal));
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+    // Each worker re-reads the TLS certificate itself.
+    if (opts.reloadOnSighup) process.on("SIGHUP", () => live.forEach((worker) => worker.process.kill("SIGHUP")));
+  });
+}
+
+/** In a worker: calls fn when the primary says to skip the rest of the drain. */
+export function onCloseNow(fn: () => void): void {
+  process.on("message", (message) => {
+    if (message === CLOSE_NOW) fn();
   });
 }
 

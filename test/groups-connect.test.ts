@@ -19,6 +19,9 @@ const TRANSPORTS: { kind: TransportKind; label: string }[] = [
   { kind: "connect-h1", label: "Connect over HTTP/1.1" },
   { kind: "grpc-web-h1", label: "gRPC-Web over HTTP/1.1" },
   { kind: "grpc-h2c", label: "gRPC over h2c (connect-node)" },
+  { kind: "connect-h2c", label: "Connect over h2c" },
+  { kind: "grpc-web-h2c", label: "gRPC-Web over h2c" },
+  { kind: "connect-get-h2c", label: "Connect (useHttpGet) over h2c" },
 ];
 
 for (const { kind, label } of TRANSPORTS) {
@@ -143,5 +146,3 @@ describe("GroupsService via Connect GET (useHttpGet) over HTTP/1.1", () => {
     assert.deepEqual(t.requests, [`POST ${rpc}CreateGroup`, `GET ${rpc}GetGroup`, `GET ${rpc}ListGroups`, `GET ${rpc}GetGroup`]);
   });
 });
-
-void test.skip("Connect over h2c: not served; h2c on this port is gRPC-only by design (Connect uses HTTP/1.1)");

@@ -81,9 +81,17 @@ async function runCli(args: string[], env: Record<string, string> = {}) {
   return { code, signal, stdout: cli.stdout(), stderr: cli.stderr() };
 }
 
-/** The environment of a server on a free port over dataDir. */
+/** The environment of a server on a free port over dataDir; no drain before the close (test/drain.test.ts has it). */
 function serverEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
-  return { PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, PLATFORM_BASE_URL: BASE_URL, LOG_LEVEL: "info", ...extra };
+  return {
+    PORT: "0",
+    HOST: "127.0.0.1",
+    PLATFORM_DATA_DIR: dataDir,
+    PLATFORM_BASE_URL: BASE_URL,
+    LOG_LEVEL: "info",
+    PLATFORM_DRAIN_MS: "0",
+    ...extra,
+  };
 }
 
 /** The JSON log lines a server printed on stdout. */

@@ -139,7 +139,7 @@ test("an uncaught exception in the turn that logged: the lines are in the file b
     const logging = serverLogging("info");
     const app = Fastify({ logger: logging.options });
     for (let i = 0; i < 500; i++) {
-      logging.rpc(app.log, { reqId: "fatal-" + i, principal: "", rpc: "s/M", protocol: "rest", code: "ok", durationMs: 1 });
+      logging.rpc(app.log, { reqId: "fatal-" + i, principal: "", remoteAddress: "", rpc: "s/M", protocol: "rest", code: "ok", durationMs: 1 });
     }
     app.log.error("about to fail");
     throw new Error("injected fatal error");

@@ -340,7 +340,21 @@ test("the rpc line, formatted by the server rather than pino, is laid out as pin
   assert.ok(pinos.length > 0, "pino wrote lines of its own");
   const pinoLine = pinos[0]!;
   const keys = Object.keys(line);
-  assert.deepEqual(keys, ["level", "time", "pid", "hostname", "reqId", "principal", "rpc", "protocol", "code", "durationMs", "msg"]);
+  assert.deepEqual(keys, [
+    "level",
+    "time",
+    "pid",
+    "hostname",
+    "reqId",
+    "principal",
+    "remoteAddress",
+    "rpc",
+    "protocol",
+    "code",
+    "durationMs",
+    "msg",
+  ]);
+  assert.equal(line.remoteAddress, "127.0.0.1", "the client's address");
   assert.deepEqual(Object.keys(pinoLine).slice(0, 4), keys.slice(0, 4), "pino's own lines start the same way");
   assert.equal(Object.keys(pinoLine).at(-1), "msg", "and end with msg");
   assert.equal(line.pid, pinoLine.pid);

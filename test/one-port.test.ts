@@ -459,7 +459,7 @@ test("grpc adapter: ctx.signal stays unaborted after a successful call, aborts w
 // Deliberate limit: every h2c connection is gRPC; REST over h2c gets grpc-js's 415.
 // ---------------------------------------------------------------------------
 
-test("REST over h2c is unsupported on the one port: GET /healthz gets 415 from grpc-js (200 over HTTP/1.1)", async () => {
+test("REST over h2c on the one port: GET /healthz is 200 as over HTTP/1.1 (test/http2-protocols.test.ts has the rest)", async () => {
   const srv = await startTestServer();
   let session: http2.ClientHttp2Session | undefined;
   try {
@@ -469,7 +469,7 @@ test("REST over h2c is unsupported on the one port: GET /healthz gets 415 from g
     req.end();
     req.resume();
     const [headers] = (await within(5000, once(req, "response"), "h2c response")) as [http2.IncomingHttpHeaders];
-    assert.equal(headers[":status"], 415);
+    assert.equal(headers[":status"], 200);
     await within(5000, once(req, "close"), "h2c stream close");
   } finally {
     session?.destroy();

@@ -150,7 +150,8 @@ test("graceful shutdown: gRPC calls alone in flight complete before the store cl
 test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the grace period is over", async (t) => {
   const GRACE_S = 2; // scripts/support/cli-server.ts runs servers with PLATFORM_SHUTDOWN_GRACE_MS=2000
   const dataDir = mkdtempSync(join(tmpdir(), "platform-sigterm-"));
-  const srv = await startServerProcess(dataDir);
+  // No drain: this is about the close after it (test/drain.test.ts has the drain).
+  const srv = await startServerProcess(dataDir, { env: { PLATFORM_DRAIN_MS: "0" } });
   // A raw client that never acknowledges, never answers GOAWAY, never closes its end.
   const silent = await rawH2(srv.port);
   // A node:http2 client with a call whose request never ends.

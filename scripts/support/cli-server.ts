@@ -25,6 +25,8 @@ function environment(dataDir: string, logLevel: string): NodeJS.ProcessEnv {
     PORT: "0",
     LOG_LEVEL: logLevel,
     PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    // Benchmarks and the soak stop their servers with no balancer to tell: no drain.
+    PLATFORM_DRAIN_MS: "0",
   };
 }
 

@@ -205,6 +205,12 @@ export class TokenService {
     return keys;
   }
 
+  /** The loaded key table when it is current (what current() would return without reading), else null. */
+  private fresh(now: number): LoadedKeys | null {
+    const keys = this.loaded;
+    return keys && keys.version >= this.keysVersion() && now - keys.loadedAt < KEY_MAX_AGE_MS ? keys : null;
+  }
+
   /** Reads the key table once for every caller waiting on it. */
   private reload(): Promise<LoadedKeys> {
     this.reloading ??= this.load().finally(() => (this.reloading = null));
@@ -263,10 +269,9 @@ export class TokenService {
 
   /** Verifies a token we issued; throws UnauthenticatedError for anything else. */
   async verify(token: string): Promise<VerifiedToken> {
-    // Before the cache: a token is one exact string, never a lenient re-spelling of it.
-    if (!isCanonicalCompactJws(token)) throw new TokenRejectedError(NOT_OURS, "not a canonical compact JWS");
     const now = this.now();
-    const keys = await this.current();
+    const keys = this.fresh(now) ?? (await this.current());
+    // The cache holds only exact strings that passed the canonical check below, so a hit needs no second check.
     const hit = this.verified.get(token);
     if (hit) {
       const signer = keys.byKid.get(hit.kid);
@@ -277,6 +282,8 @@ export class TokenService {
       // Expired, or its key was retired since: verified again below, which says which.
       this.verified.delete(token);
     }
+    // A token is one exact string, never a lenient re-spelling of it.
+    if (!isCanonicalCompactJws(token)) throw new TokenRejectedError(NOT_OURS, "not a canonical compact JWS");
     this.onCache(false);
     let payload: JWTPayload;
     let signer: LoadedKey | undefined;

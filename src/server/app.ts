@@ -1,9 +1,6 @@
 import { randomBytes } from "node:crypto";
-import type { AddressInfo } from "node:net";
-import { join } from "node:path";
 import { createRegistry, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import type * as grpc from "@grpc/grpc-js";
+import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
@@ -15,33 +12,33 @@ import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
-import { ApiError, invalidField } from "../domain/errors.js";
+import { invalidField } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
-import { redactedUrl } from "../store/postgres/url.js";
 import { seedBuiltinRoles } from "../store/seed.js";
-import { DATABASE_FILE } from "../store/sqlite/data-dir.js";
 import type { Store } from "../store/store.js";
 import { connectPlugin } from "./connect/plugin.js";
-import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "./errors.js";
-import { healthService, HealthState } from "./grpc/health.js";
+import { healthService, HealthState, ServingStatus } from "./grpc/health.js";
 import { reflectionSchema } from "./grpc/reflection.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc/server.js";
 import { createByteBudget } from "./http/byte-budget.js";
+import { createClientAddresses, installClientAddresses } from "./http/client-address.js";
 import { clientErrorHandler } from "./http/client-errors.js";
-import { installResponseCompression, isRpcRequest, REQUEST_CODINGS, requestCoding } from "./http/compression.js";
+import { installResponseCompression, isRpcRequest } from "./http/compression.js";
 import { installCors } from "./http/cors.js";
-import { HeaderView } from "./http/header-view.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
 import { nextRequestId, requestIdFrom } from "./http/request-id.js";
-import { bearerChallenge } from "./http/www-authenticate.js";
+import { installHealthAndMetrics, installWellKnown } from "./http/system-routes.js";
+import { createTlsTermination } from "./http/tls.js";
+import { listen, ServerLifecycle } from "./lifecycle.js";
+import { lazyChildLogger } from "./observe/lazy-logger.js";
 import { serverLogging } from "./observe/logging.js";
-import { instrumentStore, Metrics, metricsTokenMatches } from "./observe/metrics.js";
-import { admittedValues, installRestAdmission, type RestBodyLimits } from "./rest/body-admission.js";
+import { instrumentStore, Metrics } from "./observe/metrics.js";
 import { installDocs } from "./rest/docs.js";
 import { openApiDocument } from "./rest/openapi.js";
-import { RestTranscoder, RouteNotFoundError, type RestOperation } from "./rest/transcoder.js";
+import { installRest, sendError } from "./rest/routes.js";
+import { RestTranscoder, type RestOperation } from "./rest/transcoder.js";
 import { requestIdKey, wrapService, type CallObserver, type WrappedService } from "./wrap.js";
 
 /** What a running server needs from its caller. */
@@ -61,7 +58,7 @@ export interface ServerOptions {
 export interface RunningServer {
   /** The bound port (useful with PORT=0). */
   port: number;
-  /** http://127.0.0.1:<port> */
+  /** http://127.0.0.1:<port>, https:// with TLS */
   url: string;
   app: FastifyInstance;
   health: HealthState;
@@ -71,9 +68,13 @@ export interface RunningServer {
   tokens: TokenService;
   /** The uid the built-in administrator acts as. */
   adminSubject: string;
+  /** Re-reads the TLS certificate and key (SIGHUP); false when TLS is off or the new pair was refused (logged). */
+  reloadTls(trigger: string): boolean;
   /**
-   * Graceful stop: health goes NOT_SERVING, the listener stops accepting,
-   * in-flight calls finish (up to the grace period), then the store closes.
+   * Graceful stop: health goes NOT_SERVING while calls are still served for
+   * PLATFORM_DRAIN_MS, then the listener stops accepting, in-flight calls
+   * finish (up to the grace period), then the store closes. Called again
+   * while draining, it skips the rest of the drain (see ServerLifecycle).
    */
   close(): Promise<void>;
 }
@@ -140,7 +141,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
   const logging = serverLogging(config.logLevel, opts.logStream);
-  const calls = new CallsInFlight();
+  const lifecycle = new ServerLifecycle({ drainMs: config.drainMs, graceMs: config.shutdownGraceMs });
+  const { calls } = lifecycle;
   const observer: CallObserver = {
     started(protocol) {
       calls.started();
@@ -158,6 +160,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       logging.rpc(app.log, {
         reqId: call.requestId,
         principal: call.principal,
+        remoteAddress: call.remoteAddress,
         rpc: `${call.service}/${call.method}`,
         protocol: call.protocol,
         code: call.code,
@@ -176,10 +179,15 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     [...CONTRACT_FILES, ...[Health, ServerReflection, ServerReflectionV1alpha].map((s) => s.file)],
     [...apiNames, ...SYSTEM_SERVICES],
   );
+  // Read first: a missing or mismatched pair stops the start with one line. Reloads are logged once `app` exists.
+  const tls = config.tls && createTlsTermination(config.tls, (level, fields, msg) => app.log[level](fields, msg));
   const timeouts = opts.timeouts ?? timeoutsFor(config.keepAliveTimeoutMs, config.http2IdleTimeoutMs);
   const pendingRequestBytes = createByteBudget({ total: config.pendingRequestBytes, perAddress: config.pendingRequestBytesPerAddress });
   metrics.watchPendingRequestBytes(() => pendingRequestBytes.held);
+  // Who each connection's and request's client is, for every per-address limit and the log line.
+  const clients = createClientAddresses({ trustedProxies: config.trustedProxies, proxyProtocol: config.proxyProtocol });
   const grpcServer = createGrpcServer(wrapped, health, reflection, {
+    clients,
     maxMessageBytes: config.maxMessageBytes,
     pendingRequestBytes,
     idleMs: timeouts.http2Idle,
@@ -192,6 +200,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     logger: logging.options,
     // Calls are logged once each, by the wrapper, on every protocol.
     logController: new LogController({ disableRequestLogging: true }),
+    // A request's child logger is made only if something logs through it (most requests log nothing there).
+    childLoggerFactory: lazyChildLogger,
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
     bodyLimit: config.maxMessageBytes,
     return503OnClosing: true,
@@ -203,11 +213,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     frameworkErrors: (err, _req, reply) =>
       void sendError(reply as FastifyReply, err.code === "FST_ERR_BAD_URL" ? invalidField("path", "is not validly percent-encoded") : err),
     serverFactory: (handler) => {
-      front = createOnePortServer(handler, grpcServer, timeouts, {
-        total: config.maxConnections,
-        perAddress: config.maxConnectionsPerAddress,
-        onRefused: (cap) => metrics.connectionsRefused.inc(cap),
-      });
+      front = createOnePortServer(
+        handler,
+        grpcServer,
+        timeouts,
+        {
+          total: config.maxConnections,
+          perAddress: config.maxConnectionsPerAddress,
+          onRefused: (cap) => metrics.connectionsRefused.inc(cap),
+        },
+        clients,
+        tls,
+      );
       return front as unknown as ReturnType<NonNullable<Parameters<typeof Fastify>[0] & object>["serverFactory"] & object>;
     },
   });
@@ -215,6 +232,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     reply.header("x-request-id", req.id);
     done();
   });
+  lifecycle.install(app);
+  installClientAddresses(app, clients);
   // Objects the routes send (errors, health, discovery) are JSON ending with a newline, like the REST bodies.
   app.setReplySerializer((payload) => `${JSON.stringify(payload)}\n`);
   installCors(app, config.corsOrigins);
@@ -225,7 +244,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     contextValues: (req) =>
       createContextValues()
         .set(requestIdKey, String(req.id ?? nextRequestId()))
-        .set(clientAddressKey, req.socket.remoteAddress ?? ""),
+        .set(clientAddressKey, req.clientAddress),
     shutdownTimeoutMs: config.shutdownGraceMs,
     maxMessageBytes: config.maxMessageBytes,
     anonymousMessageBytes: config.anonymousMessageBytes,
@@ -235,145 +254,31 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       wrapped.flatMap((w) => w.service.methods.map((m) => [`/${w.service.typeName}/${m.name}`, w.handlers[m.localName]!])),
     ),
   });
-  app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
-  app.get("/metrics", async (req, reply) => {
-    if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
-      reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
-      return sendError(
-        reply,
-        new ApiError(Code.Unauthenticated, "UNAUTHENTICATED", "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>"),
-      );
-    }
-    return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
-  });
+  installHealthAndMetrics(app, { config, store, serving: () => health.status("") === ServingStatus.SERVING, metrics });
   installDocs(
     app,
     openApiDocument(transcoder.operations, { title: "Platform API", version: PACKAGE_VERSION, serverUrl: config.baseUrl }),
     config.baseUrl,
     metrics.registry,
   );
-  app.get("/.well-known/openid-configuration", async (_req, reply) =>
-    reply.header("cache-control", "public, max-age=300").send({
-      issuer: config.authUrl,
-      jwks_uri: `${config.authUrl}/.well-known/jwks.json`,
-      token_endpoint: `${config.authUrl}/sts/exchange`,
-      response_types_supported: ["token"],
-      subject_types_supported: ["public"],
-      id_token_signing_alg_values_supported: ["ES256"],
-    }),
-  );
-  app.get("/.well-known/jwks.json", async (_req, reply) => reply.header("cache-control", "public, max-age=300").send(await tokens.jwks()));
-  app.get("/readyz", async (_req, reply) => {
-    // One cheap read: a database that stopped answering makes the process not ready at once.
-    const reachable = await store.refresh().then(
-      () => true,
-      () => false,
-    );
-    const ready = health.status("") === 1 && reachable && store.ready();
-    return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not ready" });
-  });
+  installWellKnown(app, config, tokens);
 
-  // fastify would log one "listening" line per interface; ours is the single start-up line below.
-  const level = app.log.level;
-  app.log.level = "warn";
-  try {
-    await app.listen({ port: config.port, host: config.host });
-  } finally {
-    app.log.level = level;
-  }
-  const port = (app.server.address() as AddressInfo).port;
-  const facts = startupFacts(config, port);
-  app.log.info(facts, startupLine(facts));
-  let closing: Promise<void> | undefined;
+  const port = await listen(app, config, store);
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
+    url: `${config.tls ? "https" : "http"}://127.0.0.1:${port}`,
     app,
     health,
     restOperations: transcoder.operations,
     tokens,
     adminSubject: admin,
     // The log lines of every call answered are written before close() resolves (and the process exits).
-    close: () => (closing ??= shutdown(app, front!, grpcServer, health, store, calls, config.shutdownGraceMs).finally(logging.flush)),
+    reloadTls: (trigger) => tls?.reload(trigger) ?? false,
+    close: () => {
+      tls?.close();
+      return lifecycle.close({ app, front: front!, grpcServer, health, store, flush: logging.flush });
+    },
   };
-}
-
-/** What the start-up line says, as fields: version, where it listens, the backend and its data, the docs. */
-function startupFacts(config: Config, port: number) {
-  // With PORT=0 the default base URL names port 0; the address to browse is the one actually bound.
-  const base = config.baseUrl === `http://localhost:${config.port}` ? `http://localhost:${port}` : config.baseUrl;
-  return {
-    version: PACKAGE_VERSION,
-    listen: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
-    backend: config.databaseUrl !== "" ? "postgresql" : "sqlite",
-    data: config.databaseUrl !== "" ? redactedUrl(config.databaseUrl) : join(config.dataDir, DATABASE_FILE),
-    docs: `${base}/docs`,
-  };
-}
-
-function startupLine(f: ReturnType<typeof startupFacts>): string {
-  const backend = f.backend === "postgresql" ? "PostgreSQL" : "SQLite";
-  return `platform-api ${f.version} listening on ${f.listen} (REST, gRPC, Connect, gRPC-Web) · ${backend} ${f.data} · docs ${f.docs}`;
-}
-
-async function shutdown(
-  app: FastifyInstance,
-  front: OnePortServer,
-  grpcServer: grpc.Server,
-  health: HealthState,
-  store: Store,
-  calls: CallsInFlight,
-  graceMs: number,
-): Promise<void> {
-  const deadline = Date.now() + graceMs;
-  health.shutdown();
-  const grpcDone = new Promise<void>((resolve) => {
-    const force = setTimeout(() => {
-      grpcServer.forceShutdown();
-      resolve();
-    }, graceMs);
-    grpcServer.tryShutdown(() => {
-      clearTimeout(force);
-      resolve();
-    });
-  });
-  // GOAWAY after tryShutdown has begun, so grpcDone waits for the calls in flight.
-  front.drainGrpc(graceMs);
-  const force = setTimeout(() => front.closeAllConnections(), graceMs);
-  await Promise.all([app.close(), grpcDone]);
-  clearTimeout(force);
-  // A call whose client went away has no connection left to wait for, but its
-  // handler may still be writing: the store closes after it (or the grace).
-  await calls.settled(deadline - Date.now());
-  await store.close();
-  app.log.info({ durationMs: Date.now() - (deadline - graceMs) }, "platform-api stopped");
-}
-
-/** How many calls are being handled, and a wait for none. */
-class CallsInFlight {
-  private running = 0;
-  private waiters: (() => void)[] = [];
-
-  started(): void {
-    this.running++;
-  }
-
-  finished(): void {
-    if (--this.running > 0) return;
-    for (const wake of this.waiters.splice(0)) wake();
-  }
-
-  /** Resolves when no call is running, or after ms. */
-  settled(ms: number): Promise<void> {
-    if (this.running <= 0 || ms <= 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.waiters.push(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
-  }
 }
 
 /**
@@ -384,114 +289,4 @@ class CallsInFlight {
 function registerConnect(router: ConnectRouter, services: readonly WrappedService[], health: HealthState): void {
   for (const svc of services) router.service(svc.service as DescService, svc.handlers as never);
   router.service(Health, healthService(health));
-}
-
-declare module "fastify" {
-  interface FastifyInstance {
-    /** ErrorInfo.domain of an error on a request to method and url (RestTranscoder.errorDomainFor). */
-    errorDomainFor?: (method: string, url: string) => string;
-  }
-}
-
-function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {
-  // Whatever refused it (body parser, size limit, the service), a request to a route answers in its service's domain.
-  const domain = reply.server.errorDomainFor?.(reply.request.method, reply.request.url) ?? DEFAULT_ERROR_DOMAIN;
-  const rendered = restErrorBody(toConnectError(err, domain, (e) => reply.log.error({ err: e }, "internal error")));
-  const code = status ?? rendered.status;
-  if (code === 401 && !reply.hasHeader("www-authenticate"))
-    reply.header("www-authenticate", bearerChallenge(reply.request.headers.authorization));
-  return reply.code(code).type("application/json").send(rendered.body);
-}
-
-/** The REST side: admission, JSON and form parsing, the generic transcoder route, and error rendering. */
-function installRest(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
-  app.decorate("errorDomainFor", (method: string, url: string) => transcoder.errorDomainFor(method, url));
-  // Our parsers live in their own scope: the Connect plugin registers its own.
-  void app.register(async (scope) => installTranscoderRoute(scope, transcoder, limits));
-  installErrorHandlers(app, limits.bodyLimit);
-}
-
-function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder, limits: RestBodyLimits): void {
-  // A body in a coding we cannot read would only fail as "not valid JSON": say what is wrong before reading it.
-  app.addHook("onRequest", async (req, reply) => {
-    if (requestCoding(req.headers["content-encoding"]) !== "unsupported") return;
-    const accepted = REQUEST_CODINGS.join(", ");
-    const coding = String(req.headers["content-encoding"]).trim().slice(0, 40);
-    const err = new ApiError(
-      Code.InvalidArgument,
-      "UNSUPPORTED_CONTENT_ENCODING",
-      `Content-Encoding ${coding} is not supported here: send ${accepted} or no coding`,
-    );
-    return sendError(reply.header("accept-encoding", accepted), err, 415);
-  });
-  // The caller is authenticated from the headers before the body is read, which is then limited by route.
-  installRestAdmission(app, transcoder, limits);
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
-    const text = (body as string).trim();
-    if (text === "") return done(null, undefined);
-    try {
-      done(null, JSON.parse(text));
-    } catch {
-      done(invalidField("body", "is not valid JSON"));
-    }
-  });
-  app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, body, done) => {
-    done(null, new URLSearchParams(body as string));
-  });
-
-  app.route({
-    method: ["GET", "POST", "PUT", "PATCH", "DELETE"],
-    url: "/*",
-    handler: async (req, reply) => {
-      try {
-        // Handlers run synchronously against the store: no cancellation signal to wire.
-        const res = await transcoder.handle({
-          requestId: req.id,
-          clientAddress: req.socket.remoteAddress ?? "",
-          // HEAD is GET without the body: fastify drops the payload and keeps its length and type.
-          method: req.method === "HEAD" ? "GET" : req.method,
-          url: req.url,
-          headers: HeaderView.ofNode(req.headers),
-          body: req.body,
-          values: admittedValues(req),
-        });
-        res.headers?.forEach((value, key) => void reply.header(key, value));
-        return reply.code(res.status).type("application/json").send(res.body);
-      } catch (err) {
-        if (err instanceof RouteNotFoundError) return notFound(reply, req.method, err.allowed);
-        return sendError(reply, err);
-      }
-    },
-  });
-}
-
-function installErrorHandlers(app: FastifyInstance, bodyLimit: number): void {
-  app.setNotFoundHandler((req, reply) => notFound(reply, req.method, []));
-  app.setErrorHandler((err: Error & { statusCode?: number; code?: string; limit?: number }, req, reply) => {
-    if (err instanceof ApiError || err instanceof ConnectError) return sendError(reply, err);
-    const status = err.statusCode ?? 500;
-    if (status === 413) {
-      // The rest of a body over the limit is not read: the connection ends with the answer.
-      if (!req.raw.complete) reply.header("connection", "close");
-      const limit = err.limit ?? bodyLimit;
-      return sendError(reply, new ApiError(Code.ResourceExhausted, "BODY_TOO_LARGE", `Request body exceeds ${limit} bytes`), 413);
-    }
-    if (status === 415) return sendError(reply, invalidField("Content-Type", "must be application/json"), 415);
-    if (status >= 400 && status < 500) return sendError(reply, invalidField("request", "is malformed"), status);
-    return sendError(reply, err);
-  });
-}
-
-function notFound(reply: FastifyReply, method: string, routeMethods: string[]): FastifyReply {
-  const allowed = routeMethods.includes("GET") ? [...routeMethods, "HEAD"] : routeMethods;
-  if (allowed.length > 0) {
-    reply.header("allow", allowed.join(", "));
-    return sendError(
-      reply,
-      new ApiError(Code.Unimplemented, "METHOD_NOT_ALLOWED", `Method ${method} is not allowed here; use ${allowed.join(" or ")}`),
-      405,
-    );
-  }
-  return sendError(reply, new ApiError(Code.NotFound, "ROUTE_NOT_FOUND", "No such route"));
 }

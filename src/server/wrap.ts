@@ -1,7 +1,7 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { Code, createContextKey, type ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
-import { principalKey, type Authenticator, type Principal } from "../auth/principal.js";
+import { clientAddressKey, principalKey, type Authenticator, type Principal } from "../auth/principal.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { ApiError } from "../domain/errors.js";
 import { requireUidp } from "../domain/hierarchy.js";
@@ -56,6 +56,8 @@ export interface CallRecord {
   /** The caller's identity uid, "" before authentication succeeded. */
   principal: string;
   requestId: string;
+  /** The client's address, as the entry point found it (clientAddressKey); "" when unknown. */
+  remoteAddress: string;
 }
 
 /** Sees every call start and finish. */
@@ -121,6 +123,7 @@ function wrapMethod(
       durationMs: performance.now() - start,
       principal: context.values.get(principalKey)?.subject ?? "",
       requestId: context.values.get(requestIdKey),
+      remoteAddress: context.values.get(clientAddressKey),
     });
   const mapError = (err: unknown, context: AdmissionContext): ConnectError => {
     const onInternal = opts.onInternalError;

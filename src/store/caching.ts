@@ -37,7 +37,8 @@ export interface CacheStats {
  * and in any number of processes. Every entry is keyed by the version of the
  * table it was read from, as known before the read (so newer data may sit
  * under an older version, never older data under a newer one). The versions
- * are read from the database by refresh(), once per request, and again after
+ * are read from the database by refresh(), once per request (one read serves
+ * the requests of one event-loop turn), and again after
  * each of this process's own writes: a write acknowledged by any process is
  * seen by the next request to every process, with no time-based staleness.
  * A list's total count is kept on its own, so walking the pages of a large
@@ -70,6 +71,20 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
       return zeroVersions();
     });
   const afterWrite = async () => absorb(await versionsAfterWrite());
+  const refreshNow = async () => {
+    await inner.refresh();
+    absorb(await inner.readVersions());
+  };
+  /**
+   * The refresh every call that asked since the last one started will share:
+   * it starts in the check phase of the event loop, after every request read
+   * in this turn has asked for it, so it reads the versions after each of
+   * those requests arrived, and a write acknowledged (by any process) before
+   * a request was sent is seen by it, as with one read per request. A burst
+   * of requests costs one read (PRAGMA data_version, or a round trip) instead
+   * of one each.
+   */
+  let nextRefresh: Promise<void> | null = null;
   // A transaction and the versions after it: in the COMMIT's round trip where the engine can, else read after.
   const transactionThenVersions: NonNullable<Store["transactionThenVersions"]> =
     inner.transactionThenVersions?.bind(inner) ?? (async (fn, signal) => [await inner.transaction(fn, signal), await versionsAfterWrite()]);
@@ -122,9 +137,15 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
     ...parts,
     readVersions: () => inner.readVersions(),
     version,
-    async refresh() {
-      await inner.refresh();
-      absorb(await inner.readVersions());
+    refresh() {
+      nextRefresh ??= new Promise<void>((resolve, reject) =>
+        setImmediate(() => {
+          // Callers from now on wait for the next read: this one may have started before their request arrived.
+          nextRefresh = null;
+          refreshNow().then(resolve, reject);
+        }),
+      );
+      return nextRefresh;
     },
     // Reads inside a transaction go to the engine: what they see may roll back.
     async transaction(fn, signal) {
@@ -139,6 +160,7 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_L
       }
     },
     ready: () => inner.ready(),
+    describe: () => inner.describe(),
     close: () => inner.close(),
     cacheStats: { answers, counts },
   } satisfies Store & { cacheStats: CacheStats };

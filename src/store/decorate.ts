@@ -76,6 +76,7 @@ export function decorateStore(store: Store, wrap: (part: string, method: string,
     refresh: () => store.refresh(),
     transaction: (fn, signal) => store.transaction((tx) => fn(decorateParts(tx, wrap)), signal),
     ready: () => store.ready(),
+    describe: () => store.describe(),
     close: () => store.close(),
   } satisfies Store;
 }

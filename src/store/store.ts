@@ -658,6 +658,12 @@ export interface StoreParts {
   readonly keys: KeyStore;
 }
 
+/** What a store says of itself: its engine and where its data lives (no secrets). */
+export interface StoreDescription {
+  backend: "sqlite" | "postgresql";
+  location: string;
+}
+
 /** The whole persistence layer, composed of role-named parts. */
 export interface Store extends StoreParts {
   /**
@@ -694,6 +700,12 @@ export interface Store extends StoreParts {
   transactionThenVersions?<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]>;
   /** True when the store can serve requests. */
   ready(): boolean;
+  /**
+   * Which engine holds the data and where, for the start-up line: the file
+   * for SQLite, the URL without its password for PostgreSQL. Wrappers pass
+   * it through, so the server never reaches into an engine to say so.
+   */
+  describe(): StoreDescription;
   /** Flushes what it must and closes; idempotent. */
   close(): Promise<void>;
 }

@@ -5,7 +5,14 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Ht
 import { defaultToken } from "./server.js";
 
 /** The connect-node client transports the one port serves. */
-export type TransportKind = "connect-h1" | "connect-get-h1" | "grpc-web-h1" | "grpc-h2c";
+export type TransportKind =
+  | "connect-h1"
+  | "connect-get-h1"
+  | "grpc-web-h1"
+  | "grpc-h2c"
+  | "connect-h2c"
+  | "connect-get-h2c"
+  | "grpc-web-h2c";
 
 /** A transport plus the connections it owns, closed by the test that made it. */
 export interface TestTransport {
@@ -28,6 +35,15 @@ export function testTransport(kind: TransportKind, baseUrl: string, token: strin
     const sessionManager = new Http2SessionManager(baseUrl);
     // connect-node 2.x gRPC transports always speak HTTP/2 (here h2c, prior knowledge).
     const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
+    return { kind, transport, requests: [], close: () => sessionManager.abort() };
+  }
+  if (kind === "connect-h2c" || kind === "connect-get-h2c" || kind === "grpc-web-h2c") {
+    // HTTP/2 with prior knowledge, as connect-web's HTTP/2 transports and proxies with an h2c upstream speak it.
+    const sessionManager = new Http2SessionManager(baseUrl);
+    const transport =
+      kind === "grpc-web-h2c"
+        ? createGrpcWebTransport({ baseUrl, httpVersion: "2", sessionManager, interceptors })
+        : createConnectTransport({ baseUrl, httpVersion: "2", sessionManager, interceptors, useHttpGet: kind === "connect-get-h2c" });
     return { kind, transport, requests: [], close: () => sessionManager.abort() };
   }
   const agent = new http.Agent({ keepAlive: true });

@@ -42,7 +42,8 @@ async function exited(child: ChildProcess): Promise<void> {
 async function tryServe(port: number, env: Record<string, string>, deadline: number): Promise<ServeProcess | string> {
   const child = spawn(process.execPath, ["bin/platform-api.js", "serve"], {
     cwd: ROOT,
-    env: cleanEnv({ HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env, PORT: String(port) }),
+    // No drain by default: a test that stops the server waits for nothing (test/drain.test.ts tests the drain).
+    env: cleanEnv({ HOST: "127.0.0.1", LOG_LEVEL: "warn", PLATFORM_DRAIN_MS: "0", ...env, PORT: String(port) }),
     stdio: ["ignore", "pipe", "pipe"],
   });
   const closed = once(child, "close").catch(() => {});

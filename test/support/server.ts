@@ -93,6 +93,8 @@ export async function startTestServer(
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: "silent",
     PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    // No drain: close() goes straight to closing the listener (test/drain.test.ts sets one).
+    PLATFORM_DRAIN_MS: "0",
     // The test issuers (test/support/oidc-issuer.ts) listen on http://127.0.0.1.
     PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
     ...opts.env,

@@ -6,7 +6,7 @@ import { lightContext } from "../context.js";
 import { toConnectError } from "../errors.js";
 import { compress, MIN_COMPRESS_BYTES, responseCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
-import { holdReading } from "../http/socket-reading.js";
+import { holdBody } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { callSignal, type WrappedHandler } from "../wrap.js";
 import { limitedBody } from "./message-limit.js";
@@ -73,7 +73,7 @@ async function serve(
         ),
     });
     // The caller and the deadline are judged from the headers, before a byte of the body is read.
-    const release = holdReading(req.socket);
+    const release = holdBody(req.raw);
     await handler.admit(ctx).finally(release);
     const wire = limitedBody(req.raw, reply.raw, { limit: opts.limit, domain: opts.domain, unary: true, timeoutMs: opts.bodyTimeoutMs });
     const request = decodeRequest(method.input, await readAll(wire), json, opts.registry);

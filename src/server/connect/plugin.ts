@@ -8,7 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../domain/errors.js";
 import { areaErrorDomain, toConnectError } from "../errors.js";
 import { HeaderView } from "../http/header-view.js";
-import { holdReading } from "../http/socket-reading.js";
+import { holdBody } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import type { WrappedHandler } from "../wrap.js";
 import { connectUnary } from "./connect-unary.js";
@@ -16,7 +16,14 @@ import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT
 import { boundedCompressions, isEnveloped, limitedBody, oversizedGetMessage } from "./message-limit.js";
 import { PATH_OF_REQUEST, protocolNameOf, requestKindOf, requestTimeoutMs } from "./paths.js";
 import { checkedUnaryBody, checkGetMessage, requestMessageCheck } from "./request-check.js";
-import { rpcProtocolOf, sendRpcError, unknownProcedure, type RpcProtocol } from "./rpc-errors.js";
+import {
+  GRPC_WEB_TEXT,
+  rpcProtocolOf,
+  sendRpcError,
+  sendUnsupportedContentType,
+  unknownProcedure,
+  type RpcProtocol,
+} from "./rpc-errors.js";
 
 /** What the Connect side needs from the server. */
 export interface ConnectPluginOptions {
@@ -78,7 +85,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
       return this;
     },
   });
-  addNoopContentTypeParsers(app);
+  leaveBodiesUnread(app);
   for (const handler of router.handlers) {
     const domain = areaErrorDomain(handler.service.typeName);
     const wrapped = opts.unaryHandlers.get(handler.requestPath);
@@ -94,6 +101,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
         bodyTimeoutMs: opts.bodyTimeoutMs,
       });
     app.all(handler.requestPath, async (req, reply) => {
+      if (!speaksServedProtocol(req)) return sendUnsupportedContentType(reply, domain);
       const kind = requestKindOf(req.method, req.headers);
       if (fast && PATH_OF_REQUEST[kind] === "fast") return fast(req, reply);
       const values = opts.contextValues(req);
@@ -107,7 +115,7 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
           protocolName: protocolNameOf(kind),
           timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
         };
-        const release = holdReading(req.socket);
+        const release = holdBody(req.raw);
         try {
           await wrapped.admit(admission);
         } catch (err) {
@@ -217,20 +225,27 @@ function textModeHeader(header: Headers | undefined): Headers {
   return out;
 }
 
-/** Leaves every body connect-node reads to connect-node: fastify must not consume it first. */
-function addNoopContentTypeParsers(app: FastifyInstance): void {
-  const noop = (_req: unknown, _payload: unknown, done: (err: null, body: undefined) => void) => done(null, undefined);
-  app.addContentTypeParser(
-    [
-      connectProtocol.contentTypeUnaryJson,
-      connectProtocol.contentTypeStreamJson,
-      grpcWebProtocol.contentTypeProto,
-      grpcWebProtocol.contentTypeJson,
-      grpcProtocol.contentTypeProto,
-      grpcProtocol.contentTypeJson,
-    ],
-    noop,
-  );
-  for (const type of [grpcProtocol.contentTypeRegExp, grpcWebProtocol.contentTypeRegExp, connectProtocol.contentTypeRegExp])
-    app.addContentTypeParser(type, noop);
+/**
+ * Leaves every body to the routes: fastify must not consume it first (nor
+ * answer a type it has no parser for with REST's 415). A type no protocol
+ * of the router speaks is answered by the route (unsupportedContentType).
+ */
+function leaveBodiesUnread(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", (_req: unknown, _payload: unknown, done: (err: null, body: undefined) => void) => done(null, undefined));
+}
+
+/** Content-Types of the router's protocols: Connect (unary and streaming), gRPC-Web (binary and text), gRPC. */
+const SERVED_CONTENT_TYPES = [
+  connectProtocol.contentTypeRegExp,
+  grpcWebProtocol.contentTypeRegExp,
+  GRPC_WEB_TEXT,
+  grpcProtocol.contentTypeRegExp,
+];
+
+/** Whether a request to a Connect route speaks one of its protocols (a Connect GET carries no Content-Type). */
+function speaksServedProtocol(req: FastifyRequest): boolean {
+  if (req.method === "GET") return true;
+  const contentType = req.headers["content-type"] ?? "";
+  return SERVED_CONTENT_TYPES.some((type) => type.test(contentType));
 }

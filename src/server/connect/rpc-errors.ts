@@ -2,7 +2,7 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import * as connectProtocol from "@connectrpc/connect/protocol-connect";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import type { FastifyReply } from "fastify";
-import { ApiError } from "../../domain/errors.js";
+import { ApiError, invalidField } from "../../domain/errors.js";
 import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
 
 /** gRPC-Web's text mode (base64 bodies), which connect-node does not speak itself (see grpc-web-text.ts). */
@@ -55,6 +55,27 @@ export function sendRpcError(reply: FastifyReply, err: ConnectError): FastifyRep
         .header("content-type", connectProtocol.contentTypeUnaryJson)
         .send(Buffer.from(connectProtocol.errorToJsonBytes(err, undefined)));
   }
+}
+
+/**
+ * A request to a Connect route in none of its protocols: HTTP 415 (what
+ * connect-node answers, with an empty body), here with Connect's error JSON
+ * carrying the same ErrorInfo and BadRequest violation naming Content-Type as
+ * REST's 415. The body is not read.
+ */
+export function sendUnsupportedContentType(reply: FastifyReply, domain: string): FastifyReply {
+  const err = toConnectError(
+    invalidField(
+      "Content-Type",
+      "must be application/proto or application/json (Connect), application/grpc-web (gRPC-Web) or application/grpc",
+    ),
+    domain,
+  );
+  if (!reply.request.raw.complete) reply.header("connection", "close");
+  return reply
+    .code(415)
+    .header("content-type", connectProtocol.contentTypeUnaryJson)
+    .send(Buffer.from(connectProtocol.errorToJsonBytes(err, undefined)));
 }
 
 /** UNIMPLEMENTED for a procedure path no service serves (gRPC answers the same over h2c). */

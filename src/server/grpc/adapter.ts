@@ -14,6 +14,7 @@ import { clientAddressKey } from "../../auth/principal.js";
 import { encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
+import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
 import { HeaderView } from "../http/header-view.js";
 import { requestIdFrom } from "../http/request-id.js";
 import { callSignal, requestIdKey, type UnaryHandler } from "../wrap.js";
@@ -59,11 +60,13 @@ export function grpcError(err: ConnectError): Partial<grpc.StatusObject> {
 
 /**
  * A grpc-js service definition and implementation for one wrapped service:
- * every unary method calls the same wrapped handler as REST and Connect.
+ * every unary method calls the same wrapped handler as REST and Connect;
+ * clients says who each call's client is (clientAddressKey).
  */
 export function grpcService(
   svc: { service: DescService; handlers: Record<string, UnaryHandler> },
   onInternal?: InternalErrorSink,
+  clients: ClientAddresses = createClientAddresses(),
 ): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<Decoded, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
@@ -108,7 +111,7 @@ export function grpcService(
         requestHeader: HeaderView.ofGrpcMetadata(call.metadata),
         signal,
         timeoutMs,
-        values: createContextValues().set(requestIdKey, requestId).set(clientAddressKey, peerAddress(call.getPeer())),
+        values: createContextValues().set(requestIdKey, requestId).set(clientAddressKey, clients.ofGrpcCall(call.getPeer(), call.metadata)),
       });
       const headers = new grpc.Metadata();
       headers.set("x-request-id", requestId);
@@ -120,9 +123,4 @@ export function grpcService(
     };
   }
   return { definition, implementation };
-}
-
-/** The IP address of a grpc-js peer string ("<address>:<port>", IPv6 unbracketed, or "unknown"); "" when unknown. */
-export function peerAddress(peer: string): string {
-  return peer === "unknown" ? "" : peer.replace(/:\d+$/, "");
 }

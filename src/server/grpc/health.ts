@@ -15,9 +15,10 @@ export { ServingStatus };
 export const DEFAULT_WATCH_MAX_MS = 30 * 60_000;
 
 /**
- * The server's health: SERVING from start until shutdown begins, then
- * NOT_SERVING, so load balancers stop sending calls before the listener closes.
- * Read by grpc.health.v1 (Check, Watch, List), /healthz and /readyz.
+ * The server's health: SERVING from start until the drain begins, then
+ * NOT_SERVING for the server and every service at once, so load balancers
+ * stop sending calls before the listener closes (PLATFORM_DRAIN_MS later).
+ * Read by grpc.health.v1 (Check, Watch, List) and /readyz.
  */
 export class HealthState {
   private serving = true;
@@ -45,7 +46,7 @@ export class HealthState {
     return out;
   }
 
-  /** Marks the server NOT_SERVING and tells every watcher. */
+  /** Marks the server and every service NOT_SERVING and tells every watcher. */
   shutdown(): void {
     if (!this.serving) return;
     this.serving = false;
@@ -76,6 +77,7 @@ export function healthService(health: HealthState) {
     },
     /** The status now, then every change, until signal aborts or watchMaxMs has passed. */
     async *watch(req: { service: string }, ctx: { signal: AbortSignal }): AsyncGenerator<HealthCheckResponse> {
+      const statusNow = () => health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN;
       const changes: ServingStatus[] = [];
       let wake: (() => void) | undefined;
       let expired = false;
@@ -83,18 +85,22 @@ export function healthService(health: HealthState) {
         expired = true;
         wake?.();
       }, health.watchMaxMs).unref();
-      const stop = health.watch((status) => {
-        changes.push(status);
+      // A service this server does not know stays SERVICE_UNKNOWN whatever the server's own status.
+      const stop = health.watch(() => {
+        changes.push(statusNow());
         wake?.();
       });
       const onAbort = () => wake?.();
       ctx.signal.addEventListener("abort", onAbort);
       try {
-        yield create(HealthCheckResponseSchema, { status: health.status(req.service) ?? ServingStatus.SERVICE_UNKNOWN });
+        let sent = statusNow();
+        yield create(HealthCheckResponseSchema, { status: sent });
         while (!ctx.signal.aborted && !expired) {
           if (changes.length === 0) await new Promise<void>((resolve) => (wake = resolve));
           const status = changes.shift();
-          if (status !== undefined) yield create(HealthCheckResponseSchema, { status });
+          if (status === undefined || status === sent) continue;
+          sent = status;
+          yield create(HealthCheckResponseSchema, { status });
         }
       } finally {
         clearTimeout(deadline);

@@ -5,7 +5,8 @@ import { ApiError } from "../../domain/errors.js";
 import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "../connect/message-limit.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
 import type { ByteBudget, ByteBudgetScope } from "../http/byte-budget.js";
-import { addressLimitKey, clientAddressOf } from "../http/client-address.js";
+import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
+import { serveHttp2Request, type Http2RequestHandler } from "../http/http2-requests.js";
 
 /** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
 export interface Http2Limits {
@@ -15,6 +16,8 @@ export interface Http2Limits {
   unfinishedBytesPerConnection: number;
   /** The same bytes counted over every connection of the process and per client address. */
   pending: ByteBudget;
+  /** Who a connection's client is (the per-address key of `pending`); default: the TCP peer. */
+  clients?: ClientAddresses;
 }
 
 /** ErrorInfo.reason of a stream refused because its connection holds too many unfinished bytes. */
@@ -39,13 +42,48 @@ export type StreamObserver = (stream: http2.ServerHttp2Stream, headers: http2.In
 
 /** The hook limitGrpcHttp2 offers, so that no other module patches grpc-js's internals again. */
 export interface GrpcHttp2Streams {
-  /** Runs `observer` on every stream from now on, after the observers registered before it. */
+  /** Runs `observer` on every gRPC stream from now on, after the observers registered before it. */
   observe(observer: StreamObserver): void;
 }
 
-/** The grpc-js internal this module relies on, checked at start-up. */
-interface Http2ServerFactory {
+/** The grpc-js internals this module relies on, checked at start-up. */
+interface GrpcServerInternals {
   createHttp2Server(credentials: grpc.ServerCredentials): http2.Http2Server;
+  /** Counts a stream as open until it closes, for the session's idle timeout (grpc.max_connection_idle_ms). */
+  onStreamOpened(stream: http2.ServerHttp2Stream): void;
+}
+
+/** How streams that are not native gRPC are served. */
+export interface HttpStreams {
+  /** fastify's request handler. */
+  handler: Http2RequestHandler;
+  /** A request whose body has not all arrived this long after its headers is reset (HTTP/1.1's request timeout). */
+  requestTimeoutMs: number;
+}
+
+/** How every stream that is not native gRPC is served, by the grpc-js server whose sessions carry them. */
+const httpStreams = new WeakMap<grpc.Server, HttpStreams>();
+
+/**
+ * Serves every HTTP/2 stream of server's sessions that is not native gRPC
+ * (REST, Connect, gRPC-Web, the plain routes) with handler: fastify's, the
+ * very routes HTTP/1.1 reaches. Set before the sessions are created (the
+ * connection injector creates them).
+ */
+export function serveHttpStreams(server: grpc.Server, streams: HttpStreams): void {
+  httpStreams.set(server, streams);
+}
+
+/**
+ * Whether a Content-Type is native gRPC's: application/grpc, alone or with
+ * a +codec or parameters. gRPC-Web's (application/grpc-web…) is not, nor is
+ * any other application/grpc-something, which grpc-js would take too (its
+ * test is startsWith) and answer in a framing its client cannot read.
+ */
+export function isNativeGrpc(contentType: string | undefined): boolean {
+  if (contentType === undefined || !contentType.startsWith("application/grpc")) return false;
+  const next = contentType.charCodeAt(16);
+  return Number.isNaN(next) || next === 0x2b /* + */ || next === 0x3b /* ; */;
 }
 
 /**
@@ -53,38 +91,49 @@ interface Http2ServerFactory {
  * offers no option for the header-list size, no hook on its streams and no
  * per-connection memory bound. This wraps its (private) createHttp2Server
  * to reach that server and to run before grpc-js on every stream: refuse a
- * header list over the limit, give every error status grpc-js writes on its
- * own a google.rpc.Status, run the registered stream observers, and bound the
- * unfinished request bytes per connection, per client address and over the
- * process. This is the one place that patches grpc-js. Throws at start-up when
- * a grpc-js upgrade removed the method, rather than serving without these limits.
+ * header list over the limit, hand every stream that is not native gRPC to
+ * the request handler (serveHttpStreams), give every error status grpc-js
+ * writes on its own a google.rpc.Status, run the registered stream observers,
+ * and bound the unfinished request bytes per connection, per client address
+ * and over the process, on every stream. grpc-js keeps owning the sessions, so
+ * its idle timeout, maximum connection age, keepalive and drain apply to all
+ * of them. This is the one place that patches grpc-js. Throws at start-up when
+ * a grpc-js upgrade removed a method it uses, rather than serving without these limits.
  */
 export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHttp2Streams {
   const observers: StreamObserver[] = [];
-  const factory = server as unknown as Http2ServerFactory;
-  const create = factory.createHttp2Server;
-  if (typeof create !== "function") throw new Error("@grpc/grpc-js has no Server.createHttp2Server: the HTTP/2 limits cannot be applied");
-  factory.createHttp2Server = (credentials) => {
+  const clients = limits.clients ?? createClientAddresses();
+  const internals = server as unknown as GrpcServerInternals;
+  const create = internals.createHttp2Server;
+  if (typeof create !== "function" || typeof internals.onStreamOpened !== "function")
+    throw new Error("@grpc/grpc-js has no Server.createHttp2Server or onStreamOpened: the HTTP/2 limits cannot be applied");
+  internals.createHttp2Server = (credentials) => {
     const h2 = create.call(server, credentials);
     h2.updateSettings({ maxHeaderListSize: limits.maxHeaderListBytes });
     const accounts = new WeakMap<http2.Http2Session, ConnectionAccount>();
     const grpcListeners = h2.listeners("stream") as ((...args: unknown[]) => void)[];
+    // Set before the connection injector creates this server (one-port.ts).
+    const http = httpStreams.get(server);
     h2.removeAllListeners("stream");
     h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
       // A stream reset with an error code emits 'error'; its 'close' tells grpc-js all it needs.
       stream.on("error", () => {});
       // nghttp2 applies the advertised limit only once the client has
       // acknowledged it (until then, 64 KiB); this holds before that too.
-      if (headerListSize(rawHeaders) > limits.maxHeaderListBytes) return stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      if (headerListOver(rawHeaders, limits.maxHeaderListBytes)) return stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      const session = stream.session;
+      let account = session && accounts.get(session);
+      // The address is read once, while the socket is surely open, and released under the same key.
+      if (session && !account) accounts.set(session, (account = { unfinished: 0, addressKey: clients.limitKeyOf(session.socket) }));
+      if (http && !isNativeGrpc(headers["content-type"])) {
+        internals.onStreamOpened(stream);
+        const req = serveHttp2Request(stream, headers, rawHeaders, http.handler, http.requestTimeoutMs);
+        if (account) boundRequestBody(req, account, limits);
+        return;
+      }
       addStatusDetails(stream, String(headers[":path"] ?? ""));
       for (const observe of observers) observe(stream, headers);
-      const session = stream.session;
-      if (session) {
-        let account = accounts.get(session);
-        // The address is read once, while the socket is surely open, and released under the same key.
-        if (!account) accounts.set(session, (account = { unfinished: 0, addressKey: addressLimitKey(clientAddressOf(session.socket)) }));
-        boundUnfinished(stream, account, limits);
-      }
+      if (account) boundUnfinished(stream, account, limits);
       for (const listener of grpcListeners) listener.call(h2, stream, headers, flags, rawHeaders);
     });
     return h2;
@@ -96,11 +145,58 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHt
   };
 }
 
-/** The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it: name and value octets plus 32 per field. */
-function headerListSize(rawHeaders: string[]): number {
-  let size = 0;
+/**
+ * Whether a header list is larger than limit as SETTINGS_MAX_HEADER_LIST_SIZE
+ * counts it (name and value octets plus 32 per field). A string's UTF-8 form
+ * is at most 3 bytes per UTF-16 unit, so the octets are counted only when
+ * that bound is over the limit (almost never).
+ */
+function headerListOver(rawHeaders: string[], limit: number): boolean {
+  let bound = 16 * rawHeaders.length;
+  for (const field of rawHeaders) bound += 3 * field.length;
+  if (bound <= limit) return false;
+  let size = 16 * rawHeaders.length;
   for (const field of rawHeaders) size += Buffer.byteLength(field);
-  return size + 16 * rawHeaders.length;
+  return size > limit;
+}
+
+/** Why a stream's bytes were refused: the ErrorInfo reason and the message the client reads. */
+interface Refusal {
+  reason: string;
+  message: string;
+}
+
+/**
+ * Takes `more` unfinished bytes for a connection, from its own bound and
+ * from the process's budget under its client address: undefined when both
+ * allow it, else what refused it (nothing taken).
+ */
+function takeBytes(account: ConnectionAccount, more: number, limits: Http2Limits): Refusal | undefined {
+  const over: ByteBudgetScope | "connection" | undefined =
+    account.unfinished + more > limits.unfinishedBytesPerConnection ? "connection" : limits.pending.take(account.addressKey, more);
+  if (over === undefined) {
+    account.unfinished += more;
+    return undefined;
+  }
+  const { reason, holder, limit } = REFUSALS[over];
+  return { reason, message: `${holder} more than ${limit(limits)} bytes of unfinished request messages; retry the call` };
+}
+
+/** Each refusal's reason and the words of its message, with the limit it names. */
+const REFUSALS: Record<ByteBudgetScope | "connection", { reason: string; holder: string; limit: (l: Http2Limits) => number }> = {
+  connection: { reason: CONNECTION_BUDGET_EXCEEDED, holder: "This connection holds", limit: (l) => l.unfinishedBytesPerConnection },
+  address: {
+    reason: ADDRESS_BUDGET_EXCEEDED,
+    holder: "Connections from this client address hold",
+    limit: (l) => l.pending.limits.perAddress,
+  },
+  server: { reason: SERVER_BUDGET_EXCEEDED, holder: "The server holds", limit: (l) => l.pending.limits.total },
+};
+
+/** Gives back bytes takeBytes took. */
+function releaseBytes(account: ConnectionAccount, bytes: number, limits: Http2Limits): void {
+  account.unfinished -= bytes;
+  limits.pending.release(account.addressKey, bytes);
 }
 
 /**
@@ -115,41 +211,68 @@ function headerListSize(rawHeaders: string[]): number {
 function boundUnfinished(stream: http2.ServerHttp2Stream, account: ConnectionAccount, limits: Http2Limits): void {
   const envelopes = new EnvelopeTracker();
   let counted = 0;
+  let watchingClose = false;
   const release = (bytes: number) => {
-    account.unfinished -= bytes;
-    limits.pending.release(account.addressKey, bytes);
+    if (bytes === 0) return;
+    releaseBytes(account, bytes, limits);
     counted -= bytes;
   };
   const onData = (chunk: Buffer) => {
     envelopes.feed(chunk);
     const more = envelopes.unfinished - counted;
     if (more <= 0) return release(-more);
-    const over: ByteBudgetScope | "connection" | undefined =
-      account.unfinished + more > limits.unfinishedBytesPerConnection ? "connection" : limits.pending.take(account.addressKey, more);
-    if (over === undefined) {
-      account.unfinished += more;
+    const refusal = takeBytes(account, more, limits);
+    if (refusal === undefined) {
       counted += more;
+      // Only a stream holding counted bytes has anything to give back at its close (a small unary call never does).
+      if (!watchingClose) stream.once("close", () => release(counted));
+      watchingClose = true;
       return;
     }
     stream.off("data", onData);
     release(counted);
-    const { reason, holder, limit } = REFUSALS[over];
-    refuseStream(stream, reason, `${holder} more than ${limit(limits)} bytes of unfinished request messages; retry the call`);
+    refuseStream(stream, refusal.reason, refusal.message);
   };
   stream.on("data", onData);
-  stream.once("close", () => release(counted));
 }
 
-/** Each refusal's reason and the words of its message, with the limit it names. */
-const REFUSALS: Record<ByteBudgetScope | "connection", { reason: string; holder: string; limit: (l: Http2Limits) => number }> = {
-  connection: { reason: CONNECTION_BUDGET_EXCEEDED, holder: "This connection holds", limit: (l) => l.unfinishedBytesPerConnection },
-  address: {
-    reason: ADDRESS_BUDGET_EXCEEDED,
-    holder: "Connections from this client address hold",
-    limit: (l) => l.pending.limits.perAddress,
-  },
-  server: { reason: SERVER_BUDGET_EXCEEDED, holder: "The server holds", limit: (l) => l.pending.limits.total },
-};
+/**
+ * The same bound on a stream the request handler serves: its body counts
+ * from the moment the handler reads it (until then HTTP/2 flow control holds
+ * it at the client) until it ends or the stream closes. Over the bound, the
+ * request fails with RESOURCE_EXHAUSTED: whatever reads it (fastify's body
+ * parser, the Connect routes) answers that in the request's protocol, and
+ * the stream, left open for the answer but no longer read, is reset once
+ * the answer is out (serveHttp2Request).
+ */
+function boundRequestBody(req: http2.Http2ServerRequest, account: ConnectionAccount, limits: Http2Limits): void {
+  let counted = 0;
+  const release = () => {
+    releaseBytes(account, counted, limits);
+    counted = 0;
+  };
+  const push = req.push;
+  req.push = (chunk: Buffer | null, encoding?: BufferEncoding) => {
+    if (chunk === null) release();
+    else {
+      const refusal = takeBytes(account, chunk.byteLength, limits);
+      if (refusal !== undefined) return refuseRequest(req, push, refusal);
+      counted += chunk.byteLength;
+    }
+    return push.call(req, chunk, encoding);
+  };
+  req.stream.once("close", release);
+  req.once("close", release);
+}
+
+/** Fails req with the refusal, keeping its stream open for the answer; returns push's false (stop sending). */
+function refuseRequest(req: http2.Http2ServerRequest, push: http2.Http2ServerRequest["push"], refusal: Refusal): false {
+  req.push = push;
+  // Http2ServerRequest's own _destroy resets the stream, which would take the answer with it.
+  req._destroy = (err, callback) => callback(err);
+  req.destroy(toConnectError(new ApiError(Code.ResourceExhausted, refusal.reason, refusal.message), DEFAULT_ERROR_DOMAIN));
+  return false;
+}
 
 /**
  * Ends a stream with RESOURCE_EXHAUSTED and one ErrorInfo of `reason`
@@ -187,10 +310,26 @@ export function refuseStream(stream: http2.ServerHttp2Stream, reason: string, me
  * already have it and pass unchanged.
  */
 function addStatusDetails(stream: http2.ServerHttp2Stream, path: string): void {
-  const respond = stream.respond.bind(stream);
-  const sendTrailers = stream.sendTrailers.bind(stream);
-  stream.respond = (headers, options) => respond(headers && withStatusDetails(headers, path), options);
-  stream.sendTrailers = (headers) => sendTrailers(withStatusDetails(headers, path));
+  // Shared functions and the path in a property: nothing bound or allocated per stream but the property.
+  const detailed = stream as DetailedStream;
+  detailed[STREAM_PATH] = path;
+  detailed.respond = respondWithDetails;
+  detailed.sendTrailers = sendTrailersWithDetails;
+}
+
+const STREAM_PATH = Symbol("grpc method path");
+type DetailedStream = http2.ServerHttp2Stream & { [STREAM_PATH]: string };
+
+/** ServerHttp2Stream.respond (the prototype's, which the stream's own property shadows), adding status details. */
+function respondWithDetails(this: DetailedStream, headers?: http2.OutgoingHttpHeaders, options?: http2.ServerStreamResponseOptions): void {
+  const respond = (Object.getPrototypeOf(this) as http2.ServerHttp2Stream).respond;
+  respond.call(this, headers && withStatusDetails(headers, this[STREAM_PATH]), options);
+}
+
+/** ServerHttp2Stream.sendTrailers (the prototype's), adding status details. */
+function sendTrailersWithDetails(this: DetailedStream, headers: http2.OutgoingHttpHeaders): void {
+  const sendTrailers = (Object.getPrototypeOf(this) as http2.ServerHttp2Stream).sendTrailers;
+  sendTrailers.call(this, withStatusDetails(headers, this[STREAM_PATH]));
 }
 
 function withStatusDetails(headers: http2.OutgoingHttpHeaders, path: string): http2.OutgoingHttpHeaders {

@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
-import { addressLimitKey, clientAddressOf } from "./client-address.js";
+import { createClientAddresses, type ClientAddresses } from "./client-address.js";
 
 /** How many connections the one-port listener keeps open at once. */
 export interface ConnectionLimits {
   /** Open connections in total, every protocol alike. */
   total: number;
-  /** Open connections from one client address (an IPv6 /64 counts as one; see addressLimitKey). */
+  /** Open connections from one client address (an IPv6 /64 counts as one; see addressLimitKey); trusted proxies are exempt. */
   perAddress: number;
   /** Told about every connection closed at once for being over a cap (a metric counts them). */
   onRefused?: (cap: RefusedCap) => void;
@@ -23,7 +23,8 @@ export const MAX_DEFAULT_CONNECTIONS = 10_000;
  * Per address by default: well above what one client needs (a browser opens
  * six, a gRPC channel one, a NAT of a few dozen people some tens), and a
  * small share of the total so that one address cannot hold the port.
- * Behind a reverse proxy every connection is the proxy's: raise it to the total.
+ * A connection from a trusted proxy (PLATFORM_TRUSTED_PROXIES) is not
+ * counted per address: it carries many clients.
  */
 export const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256;
 
@@ -56,13 +57,22 @@ export interface ConnectionGate {
   /**
    * Counts socket in until it closes, or resets and destroys it at once when
    * a cap is reached: before anything is read, parsed or allocated for it.
+   * With PROXY protocol the client is not known yet: only the total is
+   * checked here, and admitClient checks the rest once the header is read.
    * Returns whether it was admitted.
    */
   admit(socket: Socket): boolean;
+  /** The per-address cap of a socket whose PROXY header was read (it carried the client address); false when refused. */
+  admitClient(socket: Socket): boolean;
 }
 
-/** A gate over the limits; per-address counts are dropped when they reach zero, so the map holds only open clients. */
-export function createConnectionGate(limits: ConnectionLimits): ConnectionGate {
+/**
+ * A gate over the limits, counting per address under clients.limitKeyOf: a
+ * connection from a trusted proxy, which carries many clients, only counts
+ * in the total. Per-address counts are dropped when they reach zero, so the
+ * map holds only open clients.
+ */
+export function createConnectionGate(limits: ConnectionLimits, clients: ClientAddresses = createClientAddresses()): ConnectionGate {
   const byAddress = new Map<string, number>();
   let open = 0;
   const refuse = (socket: Socket, cap: RefusedCap) => {
@@ -72,21 +82,26 @@ export function createConnectionGate(limits: ConnectionLimits): ConnectionGate {
     limits.onRefused?.(cap);
     return false;
   };
+  const admitClient = (socket: Socket) => {
+    const key = clients.limitKeyOf(socket);
+    const count = byAddress.get(key) ?? 0;
+    if (count >= limits.perAddress) return refuse(socket, "per_address");
+    byAddress.set(key, count + 1);
+    socket.once("close", () => {
+      const left = (byAddress.get(key) ?? 1) - 1;
+      if (left === 0) byAddress.delete(key);
+      else byAddress.set(key, left);
+    });
+    return true;
+  };
   return {
     admit(socket) {
       if (open >= limits.total) return refuse(socket, "total");
-      const key = addressLimitKey(clientAddressOf(socket));
-      const count = byAddress.get(key) ?? 0;
-      if (count >= limits.perAddress) return refuse(socket, "per_address");
-      byAddress.set(key, count + 1);
+      if (!clients.proxyProtocol && !admitClient(socket)) return false;
       open++;
-      socket.once("close", () => {
-        open--;
-        const left = (byAddress.get(key) ?? 1) - 1;
-        if (left === 0) byAddress.delete(key);
-        else byAddress.set(key, left);
-      });
+      socket.once("close", () => open--);
       return true;
     },
+    admitClient,
   };
 }

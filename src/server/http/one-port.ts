@@ -1,14 +1,19 @@
 import http from "node:http";
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
+import { serveHttpStreams } from "../grpc/http2.js";
+import { createClientAddresses, type ClientAddresses } from "./client-address.js";
 import {
   createConnectionGate,
   DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
   defaultMaxConnections,
   type ConnectionLimits,
 } from "./connection-limits.js";
+import type { Http2RequestHandler } from "./http2-requests.js";
 import { boundPipelining } from "./pipelining.js";
+import { readProxyHeader } from "./proxy-protocol.js";
 import { stopReading } from "./socket-reading.js";
+import { isTlsHandshake, refusePlaintext, type TlsTermination } from "./tls.js";
 
 /** The HTTP/2 connection preface every gRPC client sends first (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -65,10 +70,13 @@ export interface OnePortServer extends net.Server {
 
 /**
  * One TCP listener for every protocol. It peeks at each connection's first
- * bytes: the HTTP/2 preface (prior knowledge, what gRPC clients speak) goes to
- * grpc-js through its connection injector; anything else goes to an HTTP/1.1
- * server running fastify's handler (REST, Connect, gRPC-Web). Connections
- * over the caps are reset before any of that; an HTTP/1.1 connection may have
+ * bytes: the HTTP/2 preface (prior knowledge) goes to grpc-js through its
+ * connection injector, which serves native gRPC streams and hands every other
+ * stream to fastify's handler (grpc/http2.ts); anything else goes to an
+ * HTTP/1.1 server running the same handler. So REST, Connect, gRPC-Web and
+ * the plain routes answer on both, gRPC on HTTP/2. Connections
+ * over the caps are reset before any of that, and with PROXY protocol on
+ * (clients.proxyProtocol) its header is read first; an HTTP/1.1 connection may have
  * at most MAX_PIPELINED_REQUESTS requests waiting for answers.
  */
 export function createOnePortServer(
@@ -76,6 +84,8 @@ export function createOnePortServer(
   grpcServer: grpc.Server,
   timeouts: OnePortTimeouts = DEFAULT_TIMEOUTS,
   limits: ConnectionLimits = defaultConnectionLimits(),
+  clients: ClientAddresses = createClientAddresses(),
+  tls?: TlsTermination,
 ): OnePortServer {
   const h1 = http.createServer(
     {
@@ -89,6 +99,8 @@ export function createOnePortServer(
     },
     boundPipelining(handler),
   );
+  // HTTP/2 streams that are not native gRPC reach the same handler (grpc/http2.ts), without the pipelining bound HTTP/1.1 needs.
+  serveHttpStreams(grpcServer, { handler: handler as unknown as Http2RequestHandler, requestTimeoutMs: timeouts.request });
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const linger = Math.min(timeouts.keepAlive, MAX_LINGER_MS);
   const h2Sockets = new Set<net.Socket>();
@@ -101,9 +113,27 @@ export function createOnePortServer(
     socket.once("close", () => h2Sockets.delete(socket));
   };
 
-  const gate = createConnectionGate(limits);
+  /** Hands a connection speaking HTTP/2 (h2c by its preface, or h2 by ALPN) to grpc-js. */
+  const toHttp2 = (socket: net.Socket) => {
+    trackHttp2(socket);
+    injector.injectConnection(socket);
+  };
+  /** Hands a connection speaking HTTP/1.x (plaintext, or TLS with ALPN http/1.1 or none) to the HTTP/1.1 server. */
+  const toHttp1 = (socket: net.Socket) => {
+    lingerOnClose(socket, linger);
+    h1.emit("connection", socket);
+  };
+  const startTls = tls?.handler((secure) => (secure.alpnProtocol === "h2" ? toHttp2(secure) : toHttp1(secure)), timeouts.firstBytes);
+
+  const gate = createConnectionGate(limits, clients);
   const front = net.createServer((socket) => {
     if (!gate.admit(socket)) return;
+    // The PROXY header comes first: the client it names is who the per-address cap and everything after see.
+    if (clients.proxyProtocol) readProxyHeader(socket, clients, timeouts.firstBytes, () => gate.admitClient(socket) && peek(socket));
+    else peek(socket);
+  }) as OnePortServer;
+  /** Reads a connection's first bytes and hands it to HTTP/2 (gRPC) or HTTP/1.1 by what they are. */
+  function peek(socket: net.Socket): void {
     let buf = Buffer.alloc(0);
     const timer = setTimeout(() => socket.destroy(), timeouts.firstBytes);
     const onError = () => socket.destroy();
@@ -121,21 +151,23 @@ export function createOnePortServer(
       // Without this, Nagle plus delayed ACK holds small h2 frames ~40 ms.
       socket.setNoDelay(true);
       socket.unshift(buf);
-      if (isH2) {
+      if (startTls !== undefined) {
+        // TLS sits between the PROXY header and the protocols: ALPN picks HTTP/2 or HTTP/1.1 instead of the first bytes.
+        if (isTlsHandshake(buf)) startTls(socket);
+        else refusePlaintext(socket, isH2);
+      } else if (isH2) {
         // Node 20.20's Http2Session replays bytes left in the socket's read
         // buffer, so the unshifted preface reaches nghttp2 on the native
         // handle (no JSStreamSocket wrapper, which cost ~10% and lost the peer
         // address). test/one-port.test.ts guards a preface split across writes.
-        trackHttp2(socket);
-        injector.injectConnection(socket);
+        toHttp2(socket);
       } else {
-        lingerOnClose(socket, linger);
-        h1.emit("connection", socket);
+        toHttp1(socket);
       }
     };
     socket.on("readable", onReadable);
     socket.on("close", () => clearTimeout(timer));
-  }) as OnePortServer;
+  }
 
   // http.Server tracks connections (idle close, header and request timeouts)
   // only after its own 'listening' event, which a never-bound server lacks.

@@ -14,6 +14,8 @@ export const REDACTED = ["req.headers.authorization", "req.headers.cookie", 'req
 export interface RpcFields {
   reqId: string;
   principal: string;
+  /** The client's address: the TCP peer, or the client a trusted proxy named (see client-address.ts); "" when unknown. */
+  remoteAddress: string;
   rpc: string;
   protocol: string;
   code: string;
@@ -62,7 +64,7 @@ export function serverLogging(level: string, stream?: NodeJS.WritableStream): Se
       const duration = Number.isFinite(f.durationMs) ? f.durationMs : null;
       out.write(
         `{"level":30,"time":${Date.now()}${bindings},"reqId":${JSON.stringify(f.reqId)},"principal":${JSON.stringify(f.principal)},` +
-          `"rpc":${JSON.stringify(f.rpc)},"protocol":${JSON.stringify(f.protocol)},"code":${JSON.stringify(f.code)},"durationMs":${duration},"msg":"rpc"}\n`,
+          `"remoteAddress":${JSON.stringify(f.remoteAddress)},"rpc":${JSON.stringify(f.rpc)},"protocol":${JSON.stringify(f.protocol)},"code":${JSON.stringify(f.code)},"durationMs":${duration},"msg":"rpc"}\n`,
       );
     },
     flush: () => (out instanceof BatchedLineWriter ? out.flushSync() : undefined),

@@ -3,7 +3,7 @@ import type { ContextValues } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { inflatedBody, requestCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
-import { holdReading } from "../http/socket-reading.js";
+import { holdBody } from "../http/socket-reading.js";
 import type { RestTranscoder } from "./transcoder.js";
 
 /**
@@ -51,14 +51,14 @@ export function installRestAdmission(app: FastifyInstance, transcoder: RestTrans
   app.addHook("onRequest", async (req, reply) => {
     const method = req.method === "HEAD" ? "GET" : req.method;
     // Not a byte more of the body while the caller is judged (a database read on PostgreSQL).
-    const release = holdReading(req.socket);
+    const release = holdBody(req.raw);
     try {
       const { values, needsToken } = await transcoder.admit({
         method,
         url: req.url,
         headers: HeaderView.ofNode(req.headers),
         requestId: req.id,
-        clientAddress: req.socket.remoteAddress ?? "",
+        clientAddress: req.clientAddress,
       });
       admitted.set(req, { values, bodyLimit: needsToken ? limits.bodyLimit : limits.anonymousBodyLimit });
     } catch (err) {

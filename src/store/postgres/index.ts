@@ -242,6 +242,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
       return [result, versionsOf(rows)];
     },
     ready: () => open && reach.up,
+    describe: () => ({ backend: "postgresql", location: redactedUrl(opts.url) }),
     async close() {
       if (!open) return;
       open = false;

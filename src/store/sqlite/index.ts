@@ -126,6 +126,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
         return fn(txParts);
       }),
     ready: () => open,
+    describe: () => ({ backend: "sqlite", location: file }),
     close: () =>
       gate.exclusive(async () => {
         if (!open) return;

@@ -1,0 +1,188 @@
+import type { AddressInfo } from "node:net";
+import type * as grpc from "@grpc/grpc-js";
+import type { FastifyInstance } from "fastify";
+import type { Config } from "../config.js";
+import { PACKAGE_VERSION } from "../package-root.js";
+import type { Store, StoreDescription } from "../store/store.js";
+import type { HealthState } from "./grpc/health.js";
+import type { OnePortServer } from "./http/one-port.js";
+
+/**
+ * Starts listening on config's host and port and logs the one start-up line
+ * (version, address, backend and its data, docs). Returns the bound port.
+ */
+export async function listen(app: FastifyInstance, config: Config, store: Store): Promise<number> {
+  // fastify would log one "listening" line per interface; ours is the single start-up line below.
+  const level = app.log.level;
+  app.log.level = "warn";
+  try {
+    await app.listen({ port: config.port, host: config.host });
+  } finally {
+    app.log.level = level;
+  }
+  const port = (app.server.address() as AddressInfo).port;
+  const facts = startupFacts(config, port, store.describe());
+  app.log.info(facts, startupLine(facts));
+  return port;
+}
+
+/** What the start-up line says, as fields: version, where it listens, the backend and its data, the docs. */
+function startupFacts(config: Config, port: number, store: StoreDescription) {
+  // With PORT=0 the default base URL names port 0; the address to browse is the one actually bound.
+  const scheme = config.tls ? "https" : "http";
+  const base = config.baseUrl === `${scheme}://localhost:${config.port}` ? `${scheme}://localhost:${port}` : config.baseUrl;
+  return {
+    version: PACKAGE_VERSION,
+    listen: `${scheme}://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`,
+    backend: store.backend,
+    data: store.location,
+    docs: `${base}/docs`,
+  };
+}
+
+function startupLine(f: ReturnType<typeof startupFacts>): string {
+  const backend = f.backend === "postgresql" ? "PostgreSQL" : "SQLite";
+  return `platform-api ${f.version} listening on ${f.listen} (REST, gRPC, Connect, gRPC-Web) · ${backend} ${f.data} · docs ${f.docs}`;
+}
+
+/** The parts a graceful stop closes, in order. */
+export interface ServingParts {
+  app: FastifyInstance;
+  front: OnePortServer;
+  grpcServer: grpc.Server;
+  health: HealthState;
+  store: Store;
+  /** Writes the log lines still held; called last. */
+  flush: () => Promise<void> | void;
+}
+
+/**
+ * A server's way from serving to stopped. close() drains first: health turns
+ * NOT_SERVING (so /readyz and gRPC health tell the balancer) while calls are
+ * still served for drainMs, HTTP/1.1 answers carrying `Connection: close`;
+ * then the listener closes, idle connections close at once and HTTP/2 ones
+ * get GOAWAY, and the calls in flight have graceMs to finish before every
+ * connection left is cut. Each phase is logged.
+ */
+export class ServerLifecycle {
+  /** The RPCs being handled, on every protocol (the wrapper's observer counts them). */
+  readonly calls = new CallsInFlight();
+  private draining = false;
+  private closing: Promise<void> | undefined;
+  private endDrain: (() => void) | undefined;
+
+  constructor(private readonly timing: { drainMs: number; graceMs: number }) {}
+
+  /**
+   * Marks every HTTP/1.1 answer given once the drain has begun with
+   * `Connection: close`, so a keep-alive connection closes after its answer
+   * instead of idling into the listener's close. HTTP/2 has GOAWAY instead.
+   */
+  install(app: FastifyInstance): void {
+    app.addHook("onRequest", (req, reply, done) => {
+      if (this.draining && req.raw.httpVersionMajor === 1) reply.raw.setHeader("connection", "close");
+      done();
+    });
+  }
+
+  /**
+   * Drains and stops; resolves once the store has closed. A second call while
+   * draining (a second SIGTERM or Ctrl-C) ends the drain at once and goes on
+   * to the close; any call returns the same promise.
+   */
+  close(parts: ServingParts): Promise<void> {
+    if (this.closing !== undefined) {
+      this.endDrain?.();
+      return this.closing;
+    }
+    this.closing = this.drainThenClose(parts).finally(parts.flush);
+    return this.closing;
+  }
+
+  private async drainThenClose(parts: ServingParts): Promise<void> {
+    const { app, health } = parts;
+    const { drainMs, graceMs } = this.timing;
+    const started = Date.now();
+    this.draining = true;
+    health.shutdown();
+    app.log.info(
+      { drainMs, graceMs, callsInFlight: this.calls.count },
+      `draining: health answers NOT_SERVING; calls are served ${drainMs} ms more, then the listener closes`,
+    );
+    if (drainMs > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, drainMs);
+        this.endDrain = () => {
+          clearTimeout(timer);
+          app.log.info({ drainedMs: Date.now() - started }, "drain cut short: closing now");
+          resolve();
+        };
+      });
+      this.endDrain = undefined;
+    }
+    await this.closeConnections(parts);
+    await parts.store.close();
+    app.log.info({ durationMs: Date.now() - started }, "platform-api stopped");
+  }
+
+  /** Stops accepting, lets the calls in flight finish within the grace period, and closes every connection. */
+  private async closeConnections({ app, front, grpcServer }: ServingParts): Promise<void> {
+    const { graceMs } = this.timing;
+    const closeStarted = Date.now();
+    let callsCut = -1;
+    // Every accepted connection, HTTP/1.1 and HTTP/2 alike, has closed.
+    const connectionsClosed = new Promise<void>((resolve) => front.close(() => resolve()));
+    // fastify finds the listener closed already; it still runs its onClose hooks and answers a request racing the close with 503.
+    const appClosed = app.close();
+    app.log.info({ callsInFlight: this.calls.count, graceMs }, "listener closed");
+    const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
+    // GOAWAY after tryShutdown has begun, so grpcDone waits for the calls in flight.
+    front.drainGrpc(graceMs);
+    // A keep-alive connection between requests has nothing to finish: it would otherwise hold the close until its idle timeout.
+    front.closeIdleConnections();
+    const graceOver = setTimeout(() => {
+      callsCut = this.calls.count;
+      grpcServer.forceShutdown();
+      front.closeAllConnections();
+    }, graceMs);
+    await Promise.all([connectionsClosed, appClosed, grpcDone]);
+    clearTimeout(graceOver);
+    if (callsCut < 0) app.log.info({ durationMs: Date.now() - closeStarted }, "connections drained");
+    else app.log.warn({ callsCut, graceMs }, `grace period over: connections closed, ${callsCut} calls cut`);
+    // A call whose client went away has no connection left to wait for, but its
+    // handler may still be writing: the store closes after it (or the grace).
+    await this.calls.settled(closeStarted + graceMs - Date.now());
+  }
+}
+
+/** How many calls are being handled, and a wait for none. */
+export class CallsInFlight {
+  private running = 0;
+  private waiters: (() => void)[] = [];
+
+  /** How many calls are being handled now. */
+  get count(): number {
+    return this.running;
+  }
+
+  started(): void {
+    this.running++;
+  }
+
+  finished(): void {
+    if (--this.running > 0) return;
+    for (const wake of this.waiters.splice(0)) wake();
+  }
+
+  /** Resolves when no call is running, or after ms. */
+  settled(ms: number): Promise<void> {
+    if (this.running <= 0 || ms <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
