@@ -124,8 +124,8 @@ export interface Config {
   /**
    * Reverse proxies believed about their clients (PLATFORM_TRUSTED_PROXIES:
    * comma-separated CIDR ranges or addresses, IPv4 and IPv6; default none).
-   * Only from these peers does the client address come from Forwarded or
-   * X-Forwarded-For (the rightmost hop not in the list), and a PROXY header
+   * Only from these peers does the client address come from the forwarding
+   * header (forwardedHeader; the rightmost hop not in the list), and a PROXY header
    * is accepted; their connections count only in the connection total, not
    * per address. Every per-address limit and the log line use that address.
    */
@@ -137,6 +137,13 @@ export interface Config {
    * (PLATFORM_PROXY_PROTOCOL: on or off; default off).
    */
   proxyProtocol: boolean;
+  /**
+   * The one forwarding header the trusted proxies write, the only one read
+   * (PLATFORM_FORWARDED_HEADER: x-forwarded-for or forwarded; default
+   * x-forwarded-for). A proxy passes the other through as the client wrote
+   * it, so reading whichever is present would let the client choose.
+   */
+  forwardedHeader: "x-forwarded-for" | "forwarded";
   /**
    * Bytes of native-gRPC request messages still arriving that the process
    * holds at most, over every connection (PLATFORM_MAX_PENDING_REQUEST_BYTES;
@@ -223,9 +230,14 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   {
     name: "PLATFORM_TRUSTED_PROXIES",
     default: "none",
-    meaning: "comma-separated CIDRs of proxies whose Forwarded/X-Forwarded-For and PROXY headers are believed",
+    meaning: "comma-separated CIDRs of proxies whose forwarding and PROXY headers are believed",
   },
   { name: "PLATFORM_PROXY_PROTOCOL", default: "off", meaning: "on: every connection must start with a PROXY v1/v2 header" },
+  {
+    name: "PLATFORM_FORWARDED_HEADER",
+    default: "x-forwarded-for",
+    meaning: "the header trusted proxies write the client into: x-forwarded-for or forwarded",
+  },
   {
     name: "PLATFORM_MAX_PENDING_REQUEST_BYTES",
     default: "auto",
@@ -300,6 +312,15 @@ function onOff(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolea
   if (raw === "on") return true;
   problems.push(`${name}=${raw}: must be on or off`);
   return false;
+}
+
+/** PLATFORM_FORWARDED_HEADER: which forwarding header is read. */
+function forwardingHeader(env: NodeJS.ProcessEnv, problems: string[]): Config["forwardedHeader"] {
+  const raw = (env.PLATFORM_FORWARDED_HEADER ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "x-forwarded-for") return "x-forwarded-for";
+  if (raw === "forwarded") return "forwarded";
+  problems.push(`PLATFORM_FORWARDED_HEADER=${env.PLATFORM_FORWARDED_HEADER}: must be x-forwarded-for or forwarded`);
+  return "x-forwarded-for";
 }
 
 /** The TLS certificate and key files, absolute; both or neither may be set. */
@@ -416,6 +437,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ),
     trustedProxies,
     proxyProtocol: onOff(env, "PLATFORM_PROXY_PROTOCOL", problems),
+    forwardedHeader: forwardingHeader(env, problems),
     healthWatchMaxMs: integer(env, "PLATFORM_HEALTH_WATCH_MAX_MS", 1_800_000, 100, 86_400_000, problems),
     http2MaxConnectionAgeMs: integer(env, "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", 3_600_000, 100, 604_800_000, problems),
     pendingRequestBytes,

@@ -7,8 +7,8 @@ import { MAX_V1_BYTES, MAX_V2_BYTES, parseProxyHeader } from "../src/server/http
 import { normalizeAddress, parseTrustedProxies, trustedProxyProblems } from "../src/server/http/trusted-proxies.js";
 
 const proxies = parseTrustedProxies(["10.0.0.0/8", "192.168.1.5", "fd00::/8"]);
-const xff = (header: string, peer = "10.0.0.1") => forwardedClient(peer, undefined, header, proxies);
-const fwd = (header: string, peer = "10.0.0.1") => forwardedClient(peer, header, undefined, proxies);
+const xff = (header: string, peer = "10.0.0.1") => forwardedClient(peer, "x-forwarded-for", header, proxies);
+const fwd = (header: string, peer = "10.0.0.1") => forwardedClient(peer, "forwarded", header, proxies);
 
 describe("trusted proxy list", () => {
   test("CIDR ranges and single addresses, IPv4 and IPv6 (IPv4-mapped as IPv4)", () => {
@@ -102,8 +102,8 @@ describe("Forwarded (RFC 7239) walk", () => {
     assert.deepEqual(forwardedHops('for="a,b", for=1.2.3.4'), [null, null, "1.2.3.4"]);
   });
 
-  test("Forwarded wins over X-Forwarded-For when both are present", () => {
-    assert.equal(forwardedClient("10.0.0.1", "for=203.0.113.1", "203.0.113.2", proxies), "203.0.113.1");
+  test("no header: the trusted peer itself", () => {
+    assert.equal(forwardedClient("10.0.0.1", "forwarded", undefined, proxies), "10.0.0.1");
   });
 });
 
@@ -120,8 +120,19 @@ describe("client addresses of connections and requests", () => {
 
   test("headers from a trusted peer name the client; several lines are one list", () => {
     assert.equal(clients.ofRequest(request("127.0.0.2", { "x-forwarded-for": "1.2.3.4" })), "1.2.3.4");
-    assert.equal(clients.ofRequest(request("127.0.0.2", { forwarded: ["for=5.5.5.5", "for=1.2.3.4"] })), "1.2.3.4");
+    assert.equal(clients.ofRequest(request("127.0.0.2", { "x-forwarded-for": ["5.5.5.5", "1.2.3.4"] })), "1.2.3.4");
     assert.equal(clients.ofRequest(request("127.0.0.2", {})), "127.0.0.2");
+  });
+
+  test("only the configured forwarding header is read: a client's own header of the other kind passes the proxy untouched", () => {
+    // A balancer appending to X-Forwarded-For forwards the client's Forwarded as it came, and the other way round.
+    const both = { "x-forwarded-for": "198.51.100.1", forwarded: "for=203.0.113.66" };
+    assert.equal(clients.ofRequest(request("127.0.0.2", both)), "198.51.100.1");
+    assert.equal(clients.ofRequest(request("127.0.0.2", { forwarded: "for=203.0.113.66" })), "127.0.0.2");
+    const forwardedOnly = createClientAddresses({ trustedProxies: ["127.0.0.2"], forwardedHeader: "forwarded" });
+    assert.equal(forwardedOnly.ofRequest(request("127.0.0.2", both)), "203.0.113.66");
+    assert.equal(forwardedOnly.ofRequest(request("127.0.0.2", { forwarded: ["for=5.5.5.5", "for=1.2.3.4"] })), "1.2.3.4");
+    assert.equal(forwardedOnly.ofRequest(request("127.0.0.2", { "x-forwarded-for": "198.51.100.1" })), "127.0.0.2");
   });
 
   test("native gRPC: the peer string and metadata", () => {

@@ -1,6 +1,6 @@
 /**
  * Issue 22 §3: behind a trusted proxy (PLATFORM_TRUSTED_PROXIES) the client
- * address comes from Forwarded or X-Forwarded-For, on every protocol; from
+ * address comes from X-Forwarded-For (or Forwarded, PLATFORM_FORWARDED_HEADER), on every protocol; from
  * anyone else those headers are ignored. The address is the one the log line
  * shows and the invite attempt limiter counts under, so clients behind one
  * proxy no longer share a bucket and no client escapes its own by spoofing.
@@ -63,11 +63,12 @@ describe("client address on every protocol", () => {
       const who = await caller();
       const viaXff = await failOnce(protocol, from(PROXY), who, { "x-forwarded-for": "203.0.113.50, 198.51.100.7" });
       assert.deepEqual(viaXff, { code: "permission_denied", remoteAddress: "198.51.100.7" });
-      // Forwarded wins over X-Forwarded-For; a quoted IPv6 node with a port; proxies in the list are skipped.
-      const forwarded = { forwarded: 'for="[2001:DB8::7]:4711";proto=https, for=10.1.2.3', "x-forwarded-for": "198.51.100.9" };
-      assert.equal((await failOnce(protocol, from(PROXY), who, forwarded)).remoteAddress, "2001:db8::7");
-      // Malformed or obfuscated hops never become the address: the walk stops at the last proxy believed.
-      assert.equal((await failOnce(protocol, from(PROXY), who, { forwarded: "for=_hidden, for=10.9.9.9" })).remoteAddress, "10.9.9.9");
+      // Only X-Forwarded-For is read (the default): a Forwarded header the proxy passed through from the client is not.
+      const both = { forwarded: "for=203.0.113.66", "x-forwarded-for": "198.51.100.9, 10.1.2.3" };
+      assert.equal((await failOnce(protocol, from(PROXY), who, both)).remoteAddress, "198.51.100.9");
+      assert.equal((await failOnce(protocol, from(PROXY), who, { forwarded: "for=203.0.113.66" })).remoteAddress, PROXY);
+      // Malformed hops never become the address: the walk stops at the last proxy believed.
+      assert.equal((await failOnce(protocol, from(PROXY), who, { "x-forwarded-for": "bogus, 10.9.9.9" })).remoteAddress, "10.9.9.9");
       assert.equal((await failOnce(protocol, from(PROXY), who, { "x-forwarded-for": "<script>" })).remoteAddress, PROXY);
       assert.equal((await failOnce(protocol, from(PROXY), who)).remoteAddress, PROXY);
     });
@@ -109,13 +110,13 @@ describe("the invite attempt limiter counts real clients", () => {
   });
 
   test("a client behind the proxy cannot escape its bucket by writing its own forwarding headers", async () => {
-    const codes = await failMany(INVITE_ADDRESS_FAILURE_LIMIT, from(PROXY), { forwarded: "for=198.51.100.3" });
+    const codes = await failMany(INVITE_ADDRESS_FAILURE_LIMIT, from(PROXY), { "x-forwarded-for": "198.51.100.3" });
     assert.deepEqual(new Set(codes), new Set(["permission_denied"]));
     // What the proxy sends when the client wrote a header of its own: the client's part first, the proxy's appended.
     const spoofs: Record<string, string>[] = [
       { "x-forwarded-for": "203.0.113.99, 198.51.100.3" },
-      { forwarded: "for=203.0.113.99, for=198.51.100.3" },
-      { forwarded: 'for="203.0.113.99, for=198.51.100.3' },
+      { "x-forwarded-for": "198.51.100.3", forwarded: "for=203.0.113.99" },
+      { "x-forwarded-for": "203.0.113.99,198.51.100.3", "x-real-ip": "203.0.113.99" },
       { "x-forwarded-for": "10.0.0.1, 198.51.100.3" },
     ];
     for (const headers of spoofs) {
@@ -162,4 +163,31 @@ describe("connection caps", () => {
       await capped.close();
     }
   });
+});
+
+describe("PLATFORM_FORWARDED_HEADER=forwarded: RFC 7239 only", () => {
+  let fwd: TestServer;
+  let fwdOrg: string;
+  before(async () => {
+    fwd = await startTestServer({
+      env: { PLATFORM_TRUSTED_PROXIES: `${PROXY}, 10.0.0.0/8`, PLATFORM_FORWARDED_HEADER: "forwarded", LOG_LEVEL: "info" },
+      logStream: logs.stream,
+    });
+    fwdOrg = (await createGroup(fwd.url, null, "forwarded org")).uid;
+  });
+  after(() => fwd.close());
+
+  for (const protocol of PROTOCOLS) {
+    test(`${protocol}: Forwarded names the client; X-Forwarded-For is not read; obfuscated hops end the walk`, async () => {
+      const who = await createCaller(fwd, fwdOrg, `forwarded caller ${++callers}`, null);
+      const origin = { port: fwd.port, from: PROXY };
+      // A quoted IPv6 node with a port; proxies in the list are skipped.
+      const quoted = { forwarded: 'for="[2001:DB8::7]:4711";proto=https, for=10.1.2.3', "x-forwarded-for": "198.51.100.9" };
+      assert.equal((await registerFrom(logs, protocol, origin, who.token, wrongInviteCode(), quoted)).remoteAddress, "2001:db8::7");
+      const xffOnly = { "x-forwarded-for": "198.51.100.9" };
+      assert.equal((await registerFrom(logs, protocol, origin, who.token, wrongInviteCode(), xffOnly)).remoteAddress, PROXY);
+      const hidden = { forwarded: "for=_hidden, for=10.9.9.9" };
+      assert.equal((await registerFrom(logs, protocol, origin, who.token, wrongInviteCode(), hidden)).remoteAddress, "10.9.9.9");
+    });
+  }
 });

@@ -185,7 +185,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const pendingRequestBytes = createByteBudget({ total: config.pendingRequestBytes, perAddress: config.pendingRequestBytesPerAddress });
   metrics.watchPendingRequestBytes(() => pendingRequestBytes.held);
   // Who each connection's and request's client is, for every per-address limit and the log line.
-  const clients = createClientAddresses({ trustedProxies: config.trustedProxies, proxyProtocol: config.proxyProtocol });
+  const clients = createClientAddresses({
+    trustedProxies: config.trustedProxies,
+    proxyProtocol: config.proxyProtocol,
+    forwardedHeader: config.forwardedHeader,
+  });
   const grpcServer = createGrpcServer(wrapped, health, reflection, {
     clients,
     maxMessageBytes: config.maxMessageBytes,

@@ -1,7 +1,7 @@
 import type { Socket } from "node:net";
 import type * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance } from "fastify";
-import { forwardedClient } from "./forwarded.js";
+import { forwardedClient, type ForwardingHeader } from "./forwarded.js";
 import { NO_TRUSTED_PROXIES, normalizeAddress, parseTrustedProxies, type TrustedProxies } from "./trusted-proxies.js";
 
 /**
@@ -22,6 +22,8 @@ export interface ClientAddressOptions {
   trustedProxies?: readonly string[];
   /** Whether every connection starts with a PROXY protocol header (default false). */
   proxyProtocol?: boolean;
+  /** The one forwarding header the trusted proxies write (default X-Forwarded-For); the other is never read. */
+  forwardedHeader?: ForwardingHeader;
 }
 
 /**
@@ -58,12 +60,13 @@ export interface ClientAddresses {
 export function createClientAddresses(opts: ClientAddressOptions = {}): ClientAddresses {
   const proxies = opts.trustedProxies ? parseTrustedProxies(opts.trustedProxies) : NO_TRUSTED_PROXIES;
   const proxyProtocol = opts.proxyProtocol ?? false;
+  const forwardedHeader = opts.forwardedHeader ?? "x-forwarded-for";
   const carried = new Map<string, string>();
   const carriedFor = (peer: string) => (proxyProtocol ? carried.get(peer) : undefined);
   const ofConnection = (socket: PeerSocket) => carriedFor(peerKey(socket)) ?? tcpPeer(socket);
-  /** A trusted peer's forwarding headers name the client; anyone else's are ignored. */
+  /** A trusted peer's forwarding header names the client; anyone else's are ignored. */
   const fromHeaders = (peer: string, header: (name: string) => string | undefined) =>
-    proxies.none || !proxies.has(peer) ? peer : forwardedClient(peer, header("forwarded"), header("x-forwarded-for"), proxies);
+    proxies.none || !proxies.has(peer) ? peer : forwardedClient(peer, forwardedHeader, header(forwardedHeader), proxies);
   return {
     proxies,
     proxyProtocol,

@@ -7,24 +7,26 @@ import { normalizeAddress, type TrustedProxies } from "./trusted-proxies.js";
  */
 type Hop = string | null;
 
+/** The forwarding header a deployment's proxies write (PLATFORM_FORWARDED_HEADER). */
+export type ForwardingHeader = "x-forwarded-for" | "forwarded";
+
 /**
- * The client a request came from, as the forwarding headers of a trusted
- * peer say: Forwarded (RFC 7239) when the request has one, else
- * X-Forwarded-For. Each proxy appends the address it got the request from,
- * so the walk goes from the right: it skips trusted proxies and stops at the
- * first address that is not one. Everything to the left of that was written
- * by the client itself and is never read. A hop that is not an address ends
- * the walk at the last proxy believed (the one that could not say who sent
- * it the request); when every hop is trusted, the leftmost is the client.
+ * The client a request came from, as the forwarding header of a trusted
+ * peer says. Only the header the proxies are known to write is read: a proxy
+ * that appends to X-Forwarded-For (nginx, Caddy, HAProxy, cloud balancers)
+ * passes a client's own Forwarded header through untouched, and the other
+ * way round, so believing whichever header is present would let the client
+ * choose. Each proxy appends the address it got the request from, so the
+ * walk goes from the right: it skips trusted proxies and stops at the first
+ * address that is not one. Everything to the left of that was written by the
+ * client itself and is never read. A hop that is not an address ends the
+ * walk at the last proxy believed (the one that could not say who sent it
+ * the request); when every hop is trusted, the leftmost is the client.
  * `peer` is the connection's address, itself trusted (the caller checks).
  */
-export function forwardedClient(
-  peer: string,
-  forwarded: string | undefined,
-  xForwardedFor: string | undefined,
-  proxies: TrustedProxies,
-): string {
-  const hops = forwarded !== undefined ? forwardedHops(forwarded) : xForwardedFor !== undefined ? xForwardedForHops(xForwardedFor) : [];
+export function forwardedClient(peer: string, header: ForwardingHeader, value: string | undefined, proxies: TrustedProxies): string {
+  if (value === undefined) return peer;
+  const hops = header === "forwarded" ? forwardedHops(value) : xForwardedForHops(value);
   let client = peer;
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = hops[i]!;
