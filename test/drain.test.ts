@@ -373,3 +373,57 @@ test("close() at the end of the grace period cuts the calls still running and lo
     groups.close();
   }
 });
+
+test("a request arriving on an open connection after the listener closed is UNAVAILABLE in the spec's error shape, with Connection: close", async () => {
+  let entered!: () => void;
+  const inHandler = new Promise<void>((resolve) => (entered = resolve));
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let held = true;
+  const hold = (inner: Authenticator): Authenticator => ({
+    async authenticate(headers) {
+      if (held) {
+        held = false;
+        entered();
+        await gate;
+      }
+      return inner.authenticate(headers);
+    },
+  });
+  const log = new PassThrough();
+  const closedListener = new Promise<void>((resolve) =>
+    log.setEncoding("utf8").on("data", (s: string) => {
+      if (s.includes('"listener closed"')) resolve();
+    }),
+  );
+  const srv = await startTestServer({
+    env: { LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: LONG_MS },
+    logStream: log,
+    decorateAuthenticator: hold,
+  });
+  const socket = net.connect(srv.port, "127.0.0.1");
+  let received = "";
+  socket.setEncoding("latin1").on("data", (s: string) => (received += s));
+  try {
+    // The first request is held in authentication, so the connection is busy (not idle) when the listener closes.
+    socket.write(`GET /iam/v2beta1/groups HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${srv.adminToken}\r\n\r\n`);
+    await within(BOUND_MS, inHandler, "the first request is in flight");
+    const closing = srv.close();
+    await within(BOUND_MS, closedListener, "the listener closed");
+    socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    release();
+    await within(BOUND_MS, once(socket, "close"), "the server closes the connection after the second answer");
+    await within(BOUND_MS, closing, "close() resolves");
+    const answers = received.split(/(?=HTTP\/1\.1 )/);
+    assert.equal(answers.length, 2, received);
+    assert.match(answers[0]!, /^HTTP\/1\.1 200 /);
+    assert.match(answers[1]!, /^HTTP\/1\.1 503 /);
+    assert.match(answers[1]!, /\r\nconnection: close\r\n/i);
+    const body = JSON.parse(answers[1]!.slice(answers[1]!.indexOf("\r\n\r\n") + 4)) as { code: number; details: { reason?: string }[] };
+    assert.equal(body.code, 14);
+    assert.equal(body.details[0]?.reason, "SHUTTING_DOWN");
+  } finally {
+    release();
+    socket.destroy();
+  }
+});

@@ -208,7 +208,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     childLoggerFactory: lazyChildLogger,
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
     bodyLimit: config.maxMessageBytes,
-    return503OnClosing: true,
+    // Requests after the listener closed are refused by the lifecycle's hook, in the spec's error shape.
+    return503OnClosing: false,
     // Closing "idle" keep-alive sockets on shutdown resets a request the client
     // has already sent on them; instead, queued requests get 503 + Connection: close.
     forceCloseConnections: false,

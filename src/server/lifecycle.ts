@@ -1,7 +1,9 @@
 import type { AddressInfo } from "node:net";
+import { Code } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../config.js";
+import { ApiError } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
 import type { Store, StoreDescription } from "../store/store.js";
 import type { HealthState } from "./grpc/health.js";
@@ -68,6 +70,8 @@ export class ServerLifecycle {
   /** The RPCs being handled, on every protocol (the wrapper's observer counts them). */
   readonly calls = new CallsInFlight();
   private draining = false;
+  /** The listener has closed: a request still arriving on an open connection is refused, in the spec's shape. */
+  private stopping = false;
   private closing: Promise<void> | undefined;
   private endDrain: (() => void) | undefined;
 
@@ -81,6 +85,9 @@ export class ServerLifecycle {
   install(app: FastifyInstance): void {
     app.addHook("onRequest", (req, reply, done) => {
       if (this.draining && req.raw.httpVersionMajor === 1) reply.raw.setHeader("connection", "close");
+      // Once the listener is closed, a request still arriving on an open connection (pipelined, or sent as its
+      // idle close crossed it) gets UNAVAILABLE to retry elsewhere, rendered like every other error.
+      if (this.stopping) return done(new ApiError(Code.Unavailable, "SHUTTING_DOWN", "The server is shutting down: retry the call"));
       done();
     });
   }
@@ -129,6 +136,7 @@ export class ServerLifecycle {
   private async closeConnections({ app, front, grpcServer }: ServingParts): Promise<void> {
     const { graceMs } = this.timing;
     const closeStarted = Date.now();
+    this.stopping = true;
     let callsCut = -1;
     // Every accepted connection, HTTP/1.1 and HTTP/2 alike, has closed.
     const connectionsClosed = new Promise<void>((resolve) => front.close(() => resolve()));
