@@ -26,6 +26,7 @@ import type { Authenticator } from "../src/auth/principal.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { within } from "./support/assertions.js";
 import { grpcClient } from "./support/grpc.js";
+import { heldRestCreate } from "./support/held-create.js";
 import { platformCli } from "./support/platform-cli.js";
 import { cleanEnv } from "./support/serve-process.js";
 import { startTestServer } from "./support/server.js";
@@ -170,40 +171,6 @@ function pollReadyz(port: number) {
   };
 }
 
-/**
- * A REST create whose headers the server has read (it answered 100 Continue)
- * and whose body waits for send(): a request begun before the close.
- */
-async function begunRestCreate(port: number, token: string, name: string) {
-  const body = JSON.stringify({ name });
-  const req = http.request({
-    host: "127.0.0.1",
-    port,
-    method: "POST",
-    path: "/iam/v2beta1/groups",
-    agent: false,
-    headers: {
-      authorization: `Bearer ${token}`,
-      "content-type": "application/json",
-      "content-length": Buffer.byteLength(body),
-      expect: "100-continue",
-    },
-  });
-  const response = new Promise<{ status: number; body: string; connection?: string }>((resolve, reject) => {
-    req.on("response", (res) => {
-      let text = "";
-      res.setEncoding("utf8").on("data", (s: string) => (text += s));
-      res.on("end", () => resolve({ status: res.statusCode!, body: text, connection: res.headers.connection }));
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-  });
-  response.catch(() => {}); // examined by the test
-  req.flushHeaders();
-  await within(BOUND_MS, once(req, "continue"), "the server read the request's headers");
-  return { send: () => req.end(body), response };
-}
-
 /** A keep-alive HTTP/1.1 connection that made one request and then sits idle; `closed` settles when the server closes it. */
 async function idleKeepAlive(port: number) {
   const socket = net.connect(port, "127.0.0.1");
@@ -269,7 +236,7 @@ test("SIGTERM drains: /readyz 503 with a body (never refused) and gRPC health NO
   const healthz = await getOnce(srv.port, "/healthz");
   assert.ok(!("error" in healthz));
   assert.deepEqual([healthz.status, healthz.connection], [200, "close"], "alive, and the answer closes its keep-alive connection");
-  const racing = await begunRestCreate(srv.port, token, "begun before the close");
+  const racing = await within(BOUND_MS, heldRestCreate(srv.port, token, "begun before the close"), "the server read the request's headers");
 
   await poll.stop();
   assert.deepEqual(poll.errors, [], "/readyz never refused a connection while draining");

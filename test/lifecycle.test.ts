@@ -7,7 +7,6 @@ import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import http from "node:http";
 import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,6 +20,7 @@ import { CreateGroupRequestSchema, GroupSchema } from "../gen/platformapi/iam/v2
 import { PACKAGE_VERSION } from "../src/package-root.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { within } from "./support/assertions.js";
+import { heldRestCreate } from "./support/held-create.js";
 import { seedDataDir } from "./support/seed-data-dir.js";
 import { cleanEnv } from "./support/serve-process.js";
 
@@ -147,41 +147,6 @@ function watchHealth(port: number) {
       client.close();
     },
   };
-}
-
-/**
- * A REST create held in flight: its headers (with Expect: 100-continue) are
- * in, the server has routed it and said "100 Continue", and its body waits
- * for send(). Each on its own connection.
- */
-async function heldRestCreate(port: number, token: string, name: string) {
-  const body = JSON.stringify({ name });
-  const req = http.request({
-    host: "127.0.0.1",
-    port,
-    method: "POST",
-    path: "/iam/v2beta1/groups",
-    agent: false,
-    headers: {
-      authorization: `Bearer ${token}`,
-      "content-type": "application/json",
-      "content-length": Buffer.byteLength(body),
-      expect: "100-continue",
-    },
-  });
-  const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
-    req.on("response", (res) => {
-      let text = "";
-      res.setEncoding("utf8").on("data", (s: string) => (text += s));
-      res.on("end", () => resolve({ status: res.statusCode!, body: text }));
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-  });
-  response.catch(() => {}); // examined by the test
-  req.flushHeaders();
-  await once(req, "continue");
-  return { send: () => req.end(body), response };
 }
 
 /**
