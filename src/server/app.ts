@@ -20,6 +20,7 @@ import { seedBuiltinRoles } from "../store/seed.js";
 import type { Store } from "../store/store.js";
 import { connectPlugin } from "./connect/plugin.js";
 import { healthService, HealthState, ServingStatus } from "./grpc/health.js";
+import { serveHttpStreams } from "./grpc/http2.js";
 import { reflectionSchema } from "./grpc/reflection.js";
 import { createGrpcServer, SYSTEM_SERVICES } from "./grpc/server.js";
 import { createByteBudget } from "./http/byte-budget.js";
@@ -27,6 +28,7 @@ import { createClientAddresses, installClientAddresses } from "./http/client-add
 import { clientErrorHandler } from "./http/client-errors.js";
 import { installResponseCompression, isRpcRequest } from "./http/compression.js";
 import { installCors } from "./http/cors.js";
+import type { Http2RequestHandler } from "./http/http2-requests.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
 import { nextRequestId, requestIdFrom } from "./http/request-id.js";
 import { installHealthAndMetrics, installWellKnown } from "./http/system-routes.js";
@@ -218,6 +220,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     frameworkErrors: (err, _req, reply) =>
       void sendError(reply as FastifyReply, err.code === "FST_ERR_BAD_URL" ? invalidField("path", "is not validly percent-encoded") : err),
     serverFactory: (handler) => {
+      // HTTP/2 streams that are not native gRPC reach the same handler, without the pipelining bound HTTP/1.1 needs.
+      serveHttpStreams(grpcServer, { handler: handler as unknown as Http2RequestHandler, requestTimeoutMs: timeouts.request });
       front = createOnePortServer(
         handler,
         grpcServer,

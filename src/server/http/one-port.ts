@@ -1,7 +1,6 @@
 import http from "node:http";
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
-import { serveHttpStreams } from "../grpc/http2.js";
 import { createClientAddresses, type ClientAddresses } from "./client-address.js";
 import {
   createConnectionGate,
@@ -9,7 +8,6 @@ import {
   defaultMaxConnections,
   type ConnectionLimits,
 } from "./connection-limits.js";
-import type { Http2RequestHandler } from "./http2-requests.js";
 import { boundPipelining } from "./pipelining.js";
 import { readProxyHeader } from "./proxy-protocol.js";
 import { stopReading } from "./socket-reading.js";
@@ -99,8 +97,6 @@ export function createOnePortServer(
     },
     boundPipelining(handler),
   );
-  // HTTP/2 streams that are not native gRPC reach the same handler (grpc/http2.ts), without the pipelining bound HTTP/1.1 needs.
-  serveHttpStreams(grpcServer, { handler: handler as unknown as Http2RequestHandler, requestTimeoutMs: timeouts.request });
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const linger = Math.min(timeouts.keepAlive, MAX_LINGER_MS);
   const h2Sockets = new Set<net.Socket>();
