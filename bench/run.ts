@@ -16,7 +16,8 @@
  * the main server cannot be the logged half of the pair.
  *
  * Environment: BENCH_ROUNDS (5), BENCH_DURATION seconds per row (4),
- * BENCH_GROUPS (100000), BENCH_ONLY=<comma-separated scenario key substrings>
+ * BENCH_GROUPS (100000), BENCH_ONLY=<comma-separated scenario key substrings;
+ * one ending in $ names a whole key: "restGet$" is REST Get alone>
  * (the ceilings those rows are compared with run too), BENCH_CPU_PROF=<dir>
  * for one V8 CPU profile of the server per scenario, BENCH_LOG_LEVEL (the
  * measured server's LOG_LEVEL, default info), and BENCH_BACKEND=postgres
@@ -47,7 +48,10 @@ const GROUPS = Number(process.env.BENCH_GROUPS ?? 100_000);
 const CONNECTIONS = 50;
 /** BENCH_CPU_PROF=<dir>: the measured server writes one V8 CPU profile per scenario there, <pid>-<n>.cpuprofile (open in Chrome DevTools). */
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF;
-/** BENCH_ONLY=<substrings, comma-separated>: run only the rows whose key contains one; "restGet" runs every REST Get row. */
+/**
+ * BENCH_ONLY=<substrings, comma-separated>: run only the rows whose key contains one; "restGet" runs every REST Get
+ * row, "restGet$" (a whole key) only the REST Get row, without the logging pair.
+ */
 const ONLY = process.env.BENCH_ONLY?.toLowerCase()
   .split(",")
   .map((s) => s.trim())
@@ -138,7 +142,7 @@ async function main(): Promise<void> {
 
 /** Whether the row with this key was asked for (BENCH_ONLY). */
 function selected(key: string): boolean {
-  return !ONLY || ONLY.some((o) => key.toLowerCase().includes(o));
+  return !ONLY || ONLY.some((o) => (o.endsWith("$") ? key.toLowerCase() === o.slice(0, -1) : key.toLowerCase().includes(o)));
 }
 
 /** Two servers that serve only the REST Get rows of the logging cost: one at LOG_LEVEL, one silent. */
