@@ -422,7 +422,12 @@ function report(o: Outcome, server: ServerProcess): string[] {
 
 async function main(): Promise<number> {
   const dataDir = mkdtempSync(join(os.tmpdir(), "platform-soak-"));
-  const server = await startServerProcess(dataDir, { inspect: true });
+  // No drain: the soak's clients ignore /readyz and keep calling (a balancer would stop sending). Its answers would say
+  // Connection: close, and every call would open a new connection, some landing in the listener's backlog as it
+  // closes (reset by the kernel). Without one, calls on open connections are answered SHUTTING_DOWN, new ones refused.
+  // A small answer cache, full long before mid-run: the heap's growth from there is then a leak, not the cache
+  // filling towards its 16 MiB default (a --quick run with creates throughout never fills that one).
+  const server = await startServerProcess(dataDir, { inspect: true, env: { PLATFORM_DRAIN_MS: "0", PLATFORM_CACHE_BYTES: "1048576" } });
   if (server.inspectorUrl === undefined) throw new Error(`the server printed no inspector URL:\n${server.logTail()}`);
   const probe = await connectHeapProbe(server.inspectorUrl);
   const token = await mintAdminToken(dataDir);

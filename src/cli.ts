@@ -49,6 +49,7 @@ function openStore(cfg: Config, create = false): Promise<Store> {
     dataDir: cfg.dataDir,
     checkPermissions: !cfg.skipPermissionCheck,
     existing: !create,
+    cacheBytes: cfg.cacheBytes,
   });
 }
 

@@ -145,6 +145,11 @@ export interface Config {
    */
   forwardedHeader: "x-forwarded-for" | "forwarded";
   /**
+   * What the read caches keep of answers (records, list pages), in bytes of
+   * their JSON text (PLATFORM_CACHE_BYTES; default 16 MiB). Per process.
+   */
+  cacheBytes: number;
+  /**
    * Bytes of native-gRPC request messages still arriving that the process
    * holds at most, over every connection (PLATFORM_MAX_PENDING_REQUEST_BYTES;
    * default max(64 MiB, 16 × PLATFORM_MAX_MESSAGE_BYTES)). grpc-js reads a
@@ -233,6 +238,7 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     meaning: "comma-separated CIDRs of proxies whose forwarding and PROXY headers are believed",
   },
   { name: "PLATFORM_PROXY_PROTOCOL", default: "off", meaning: "on: every connection must start with a PROXY v1/v2 header" },
+  { name: "PLATFORM_CACHE_BYTES", default: "16777216", meaning: "read-cache budget for answers (records, list pages), per process" },
   {
     name: "PLATFORM_FORWARDED_HEADER",
     default: "x-forwarded-for",
@@ -438,6 +444,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustedProxies,
     proxyProtocol: onOff(env, "PLATFORM_PROXY_PROTOCOL", problems),
     forwardedHeader: forwardingHeader(env, problems),
+    cacheBytes: integer(env, "PLATFORM_CACHE_BYTES", 16 * 1024 * 1024, 0, 4 * 1024 * 1024 * 1024, problems),
     healthWatchMaxMs: integer(env, "PLATFORM_HEALTH_WATCH_MAX_MS", 1_800_000, 100, 86_400_000, problems),
     http2MaxConnectionAgeMs: integer(env, "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", 3_600_000, 100, 604_800_000, problems),
     pendingRequestBytes,

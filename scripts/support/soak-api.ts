@@ -12,7 +12,7 @@ export type Protocol = "rest" | "grpc";
 /**
  * How a call failed, as far as the client can tell:
  * - refused: nothing came back and the server says it did not take the call
- *   (connection refused, 503 with `Connection: close`, gRPC UNAVAILABLE);
+ *   (connection refused or reset while connecting, 503 with `Connection: close`, gRPC UNAVAILABLE);
  *   whether the server really never ran it is checked against its access log;
  * - broken: the connection or stream died under a sent request (socket hang
  *   up, ECONNRESET, gRPC CANCELLED/INTERNAL without the server's status details);
@@ -74,10 +74,12 @@ export function restSoakApi(baseUrl: string, token: string): SoakApi {
       });
       text = await res.text();
     } catch (err) {
-      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      const cause = (err as { cause?: { code?: string; syscall?: string; message?: string } }).cause;
       const code = cause?.code ?? (err as Error).name;
       const detail = `${method} ${shown(path)}: ${code} ${cause?.message ?? (err as Error).message}`;
-      throw new CallFailedError(code === "ECONNREFUSED" ? "refused" : "broken", detail);
+      // A connection that failed while connecting (refused, or reset from the backlog of a listener closing
+      // just then) carried no byte of the request: the server cannot have taken the call.
+      throw new CallFailedError(code === "ECONNREFUSED" || cause?.syscall === "connect" ? "refused" : "broken", detail);
     }
     if (res.status === 503 && res.headers.get("connection")?.toLowerCase() === "close") {
       throw new CallFailedError("refused", `${method} ${shown(path)}: 503 Connection: close`);

@@ -146,7 +146,8 @@ export class ServerLifecycle {
     const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
     // GOAWAY after tryShutdown has begun, so grpcDone waits for the calls in flight.
     front.drainGrpc(graceMs);
-    // A keep-alive connection between requests has nothing to finish: it would otherwise hold the close until its idle timeout.
+    // A keep-alive connection the client stopped using has nothing to finish: it would otherwise hold the close until its
+    // idle timeout. One in use carries its next request, answered SHUTTING_DOWN with Connection: close (idle-close.ts).
     front.closeIdleConnections();
     const graceOver = setTimeout(() => {
       callsCut = this.calls.count;

@@ -24,7 +24,7 @@ export interface CacheLimits {
   counts: number;
 }
 
-const DEFAULT_LIMITS: CacheLimits = { answerBytes: 16 * 1024 * 1024, counts: 4096 };
+export const DEFAULT_CACHE_LIMITS: CacheLimits = { answerBytes: 16 * 1024 * 1024, counts: 4096 };
 
 /** A CachingStore's view of its caches, for tests and metrics. */
 export interface CacheStats {
@@ -44,7 +44,7 @@ export interface CacheStats {
  * A list's total count is kept on its own, so walking the pages of a large
  * list counts once. Answers are frozen: every caller shares them.
  */
-export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_LIMITS): Store & { cacheStats: CacheStats } {
+export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_CACHE_LIMITS): Store & { cacheStats: CacheStats } {
   const known: Record<VersionedTable, number> = zeroVersions();
   // Moves when this process could not learn what its own write changed (the
   // database went away right after it): every entry becomes unreachable.

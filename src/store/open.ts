@@ -1,4 +1,4 @@
-import { createCachingStore } from "./caching.js";
+import { createCachingStore, DEFAULT_CACHE_LIMITS } from "./caching.js";
 import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
 import type { Store } from "./store.js";
@@ -19,6 +19,8 @@ export interface StoreLocation {
    * without the schema, is refused with StartupError and nothing is created (every command but `serve`).
    */
   existing?: boolean;
+  /** The read caches' budget for answers, in bytes of their JSON text (default 16 MiB). */
+  cacheBytes?: number;
 }
 
 /** The bare engine: PostgreSQL when a URL is given, else SQLite. */
@@ -34,5 +36,6 @@ export async function openEngine(at: StoreLocation): Promise<Store> {
 
 /** The store a server runs on: the engine, refusing text it cannot store, behind its read caches. */
 export async function openStore(at: StoreLocation): Promise<Store> {
-  return createCachingStore(guardStoredText(await openEngine(at)));
+  const limits = { ...DEFAULT_CACHE_LIMITS, ...(at.cacheBytes === undefined ? {} : { answerBytes: at.cacheBytes }) };
+  return createCachingStore(guardStoredText(await openEngine(at)), limits);
 }

@@ -9,9 +9,9 @@ import { HeaderView } from "../http/header-view.js";
 import { holdBody } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { callSignal, type WrappedHandler } from "../wrap.js";
-import { limitedBody } from "./message-limit.js";
+import { readUnaryMessage } from "./message-limit.js";
 import { isJsonUnary, requestTimeoutMs } from "./paths.js";
-import { decodeRequest, readAll } from "./request-check.js";
+import { decodeRequest } from "./request-check.js";
 import { sendRpcError } from "./rpc-errors.js";
 
 /**
@@ -75,17 +75,17 @@ async function serve(
     // The caller and the deadline are judged from the headers, before a byte of the body is read.
     const release = holdBody(req.raw);
     await handler.admit(ctx).finally(release);
-    const wire = limitedBody(req.raw, reply.raw, { limit: opts.limit, domain: opts.domain, unary: true, timeoutMs: opts.bodyTimeoutMs });
-    const request = decodeRequest(method.input, await readAll(wire), json, opts.registry);
+    const wire = await readUnaryMessage(req.raw, reply.raw, { limit: opts.limit, domain: opts.domain, timeoutMs: opts.bodyTimeoutMs });
+    const request = decodeRequest(method.input, wire, json, opts.registry);
     const result = await handler(request, ctx);
     const headers = ctx.setResponseHeaders();
     headers?.forEach((value, key) => void reply.header(key, value));
     reply.code(200).header("content-type", json ? "application/json" : "application/proto");
     const answer = asMessage(method.output, result);
     // JSON as connect-node writes it (protobuf-es's; REST's own writer adds the fields left at their defaults).
-    const body = Buffer.from(
-      json ? toJsonString(method.output, answer, { registry: opts.registry }) : encodeMessage(method.output, answer),
-    );
+    const body = json
+      ? Buffer.from(toJsonString(method.output, answer, { registry: opts.registry }))
+      : asBuffer(encodeMessage(method.output, answer));
     // Compressed as connect-node would: at 1 KiB and over, in a coding the client accepts.
     const coding = body.byteLength >= MIN_COMPRESS_BYTES ? responseCoding(req.headers["accept-encoding"]) : null;
     if (coding === null) return reply.send(body);
@@ -104,4 +104,9 @@ async function serve(
 /** A handler's answer as a message of its type (handlers may answer with a plain object). */
 function asMessage(schema: DescMessage, value: unknown): Message {
   return isMessage(value, schema) ? value : (create(schema, value as never) as Message);
+}
+
+/** The bytes as a Buffer over the same memory (Buffer.from(Uint8Array) would copy them, byte by byte). */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }

@@ -1,4 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import http2 from "node:http2";
+import { finished } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { Compression } from "@connectrpc/connect/protocol";
@@ -103,6 +105,59 @@ export function limitedBody(req: IncomingMessage, res: ServerResponse, opts: Bod
   );
 }
 
+/**
+ * The whole body of a unary call that is one message (not enveloped), with
+ * the limits and the clean-up of limitedBody, read with plain stream events:
+ * the async iterator limitedBody builds on costs a unary call (the Connect
+ * fast path) a generator, a promise per chunk and a share of its CPU. Fails
+ * as reading limitedBody does: MESSAGE_TOO_LARGE, or the request's error (a
+ * request destroyed at the timeout, or closed before its end, fails as Node's
+ * stream.finished reports it).
+ */
+export function readUnaryMessage(req: IncomingMessage, res: ServerResponse, opts: BodyLimits): Promise<Buffer> {
+  const { limit, domain = DEFAULT_ERROR_DOMAIN } = opts;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let seen = 0;
+    let settled = false;
+    const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => dropRequest(req), opts.timeoutMs);
+    const settle = (err: unknown) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+      req.off("close", onClose);
+      if (err === undefined) return resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, seen));
+      stopReading(req, res);
+      reject(err);
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.byteLength;
+      if (seen > limit) settle(messageTooLarge(limit, domain));
+      else chunks.push(chunk);
+    };
+    const onEnd = () => settle(undefined);
+    const onError = (err: unknown) => settle(err);
+    // Closed before its end without an error of its own: the premature close stream.finished reports.
+    const onClose = () => finished(req, { writable: false }, (err) => settle(err ?? new Error("Premature close")));
+    if (Number(req.headers["content-length"] ?? 0) > limit) return settle(messageTooLarge(limit, domain));
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.on("error", onError);
+    req.on("close", onClose);
+    req.resume();
+  });
+}
+
+/** A body left unread (refused or abandoned): as checkedChunks's clean-up. */
+function stopReading(req: IncomingMessage, res: ServerResponse): void {
+  if (req.readableEnded) return;
+  if (!req.complete && !res.headersSent) res.setHeader("connection", "close");
+  drainSome(req, res);
+}
+
 /** A length-prefixed message's prefix: one flags byte and a big-endian uint32 length. */
 const ENVELOPE_PREFIX_BYTES = 5;
 
@@ -115,7 +170,7 @@ async function* checkedChunks(
 ): AsyncGenerator<Uint8Array> {
   const decode = opts.decode ?? ((wire) => wire);
   // Destroying the request closes the connection and makes the read below fail: what was read is dropped.
-  const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => req.destroy(), opts.timeoutMs);
+  const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => dropRequest(req), opts.timeoutMs);
   try {
     precheck();
     // Not destroyed on an early stop: a destroyed request takes its socket, and the answer, with it.
@@ -127,10 +182,7 @@ async function* checkedChunks(
     clearTimeout(timer);
     // Refused or abandoned: the connection ends with the answer (Connection: close), and the rest of the
     // body is read and dropped only up to DRAIN_BYTES, then left unread: the answer is written meanwhile.
-    if (!req.readableEnded) {
-      if (!req.complete && !res.headersSent) res.setHeader("connection", "close");
-      drainSome(req, res);
-    }
+    stopReading(req, res);
   }
 }
 
@@ -224,4 +276,16 @@ export function oversizedGetMessage(query: URLSearchParams, limit: number, domai
   const message = query.get("message") ?? "";
   const size = query.get("base64") === "1" ? Math.floor((message.replace(/=+$/, "").length * 3) / 4) : Buffer.byteLength(message);
   return size > limit ? messageTooLarge(limit, domain) : undefined;
+}
+
+/**
+ * Drops a request whose body did not arrive in time, with what carries it:
+ * an HTTP/1.1 connection, or an HTTP/2 stream (reset CANCEL; destroying
+ * HTTP/2's compatibility request fails only the read, which would then be
+ * answered as a server fault while the rest of the connection serves on).
+ */
+function dropRequest(req: IncomingMessage): void {
+  const stream = (req as unknown as { stream?: { close(code: number): void; destroyed: boolean } }).stream;
+  if (stream === undefined) req.destroy();
+  else if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
 }

@@ -58,6 +58,37 @@ export function grpcError(err: ConnectError): Partial<grpc.StatusObject> {
   return { code: err.code as number as grpc.status, details: err.rawMessage, metadata };
 }
 
+/** What a native gRPC entry point (grpc-js's or the unary fast path) knows of a call. */
+export interface GrpcCallInit {
+  method: DescMethod;
+  /** The method's path, /package.Service/Method. */
+  path: string;
+  requestHeader: Headers;
+  requestId: string;
+  clientAddress: string;
+  /** Made only when a handler asks: aborted when the client cancels and at the deadline. */
+  signal: () => AbortSignal;
+  timeoutMs: number | undefined;
+}
+
+/**
+ * The handler context of a native gRPC call, the same whichever path
+ * serves it, so the handler, the metrics and the log line see one protocol.
+ */
+export function grpcCallContext(init: GrpcCallInit): ReturnType<typeof lightContext> {
+  return lightContext({
+    service: init.method.parent,
+    method: init.method,
+    protocolName: "grpc",
+    requestMethod: "POST",
+    url: init.path,
+    requestHeader: init.requestHeader,
+    signal: init.signal,
+    timeoutMs: init.timeoutMs,
+    values: createContextValues().set(requestIdKey, init.requestId).set(clientAddressKey, init.clientAddress),
+  });
+}
+
 /**
  * A grpc-js service definition and implementation for one wrapped service:
  * every unary method calls the same wrapped handler as REST and Connect;
@@ -102,16 +133,14 @@ export function grpcService(
       const deadline = call.getDeadline();
       const timeoutMs =
         deadline instanceof Date ? deadline.getTime() - Date.now() : Number.isFinite(deadline) ? deadline - Date.now() : undefined;
-      const ctx = lightContext({
-        service: svc.service,
+      const ctx = grpcCallContext({
         method,
-        protocolName: "grpc",
-        requestMethod: "POST",
-        url: path,
+        path,
         requestHeader: HeaderView.ofGrpcMetadata(call.metadata),
+        requestId,
+        clientAddress: clients.ofGrpcCall(call.getPeer(), call.metadata),
         signal,
         timeoutMs,
-        values: createContextValues().set(requestIdKey, requestId).set(clientAddressKey, clients.ofGrpcCall(call.getPeer(), call.metadata)),
       });
       const headers = new grpc.Metadata();
       headers.set("x-request-id", requestId);

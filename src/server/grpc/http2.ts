@@ -7,6 +7,7 @@ import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toC
 import type { ByteBudget, ByteBudgetScope } from "../http/byte-budget.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
 import { serveHttp2Request, type Http2RequestHandler } from "../http/http2-requests.js";
+import type { GrpcUnaryCall } from "./unary.js";
 
 /** Limits of the HTTP/2 sessions grpc-js serves, beyond its own options. */
 export interface Http2Limits {
@@ -18,6 +19,8 @@ export interface Http2Limits {
   pending: ByteBudget;
   /** Who a connection's client is (the per-address key of `pending`); default: the TCP peer. */
   clients?: ClientAddresses;
+  /** The fast path serving a native gRPC stream of this :path, if any (grpcUnaryCalls); grpc-js serves the rest. */
+  unaryCalls?: (path: string) => GrpcUnaryCall | undefined;
 }
 
 /** ErrorInfo.reason of a stream refused because its connection holds too many unfinished bytes. */
@@ -128,12 +131,19 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHt
       if (http && !isNativeGrpc(headers["content-type"])) {
         internals.onStreamOpened(stream);
         const req = serveHttp2Request(stream, headers, rawHeaders, http.handler, http.requestTimeoutMs);
-        if (account) boundRequestBody(req, account, limits);
+        // A stream ended with its headers has no body to count.
+        if (account && !stream.endAfterHeaders) boundRequestBody(req, account, limits);
         return;
       }
       addStatusDetails(stream, String(headers[":path"] ?? ""));
       for (const observe of observers) observe(stream, headers);
       if (account) boundUnfinished(stream, account, limits);
+      // A unary API method is served without grpc-js's call machinery (unary.ts); its session still counts the stream.
+      const unary = isNativeGrpc(headers["content-type"]) ? limits.unaryCalls?.(String(headers[":path"])) : undefined;
+      if (unary) {
+        internals.onStreamOpened(stream);
+        return unary(stream, headers);
+      }
       for (const listener of grpcListeners) listener.call(h2, stream, headers, flags, rawHeaders);
     });
     return h2;

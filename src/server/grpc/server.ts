@@ -17,6 +17,7 @@ import { limitGrpcHttp2, type GrpcHttp2Streams } from "./http2.js";
 import { limitReflectionStreams } from "./reflection-http2.js";
 import { DEFAULT_MAX_REFLECTION_REQUESTS, reflectionHandler, reflectionMethod, type ReflectionStreamLimits } from "./reflection-stream.js";
 import type { ReflectionSchema } from "./reflection.js";
+import { grpcUnaryCalls } from "./unary.js";
 
 const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
 
@@ -88,6 +89,7 @@ export function createGrpcServer(
     unfinishedBytesPerConnection: Math.max(16 * 1024 * 1024, 2 * opts.maxMessageBytes),
     pending: opts.pendingRequestBytes ?? defaultPendingBudget(opts.maxMessageBytes),
     clients: opts.clients,
+    unaryCalls: grpcUnaryCalls(services, { maxMessageBytes: opts.maxMessageBytes, onInternal: opts.onInternal, clients: opts.clients }),
   });
   for (const svc of services) {
     const { definition, implementation } = grpcService(svc, opts.onInternal, opts.clients);

@@ -213,8 +213,14 @@ const RPC_PATH = /^\/\w+\.[\w.]+\/\w+$/;
  */
 export function isRpcRequest(req: FastifyRequest): boolean {
   return (
-    RPC_PATH.test(req.url.split("?")[0] ?? "") ||
+    RPC_PATH.test(pathOf(req.url)) ||
     RPC_CONTENT_TYPE.test(req.headers["content-type"] ?? "") ||
     req.headers["connect-protocol-version"] !== undefined
   );
+}
+
+/** A request target without its query (every request passes here: no array, no second string when there is no query). */
+function pathOf(url: string): string {
+  const query = url.indexOf("?");
+  return query === -1 ? url : url.slice(0, query);
 }

@@ -52,17 +52,18 @@ export function serveHttp2Request(
 ): http2.Http2ServerRequest {
   const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
   const res = new StreamResponse(stream);
-  // A body trickled or left open is cut off, as HTTP/1.1's requestTimeout does; a slow answer is not.
+  // A request without a body (END_STREAM on its headers, as most GETs) has nothing left to time or cut off.
   if (!stream.endAfterHeaders) {
+    // A body trickled or left open is cut off, as HTTP/1.1's requestTimeout does; a slow answer is not.
     const timer = setTimeout(() => {
       if (stream.state.remoteClose !== 1) stream.close(http2.constants.NGHTTP2_CANCEL);
     }, requestTimeoutMs).unref();
     stream.once("close", () => clearTimeout(timer));
+    // The stream's own 'finish' (the response's comes only when the stream closes).
+    stream.once("finish", () => {
+      if (!stream.closed && !stream.destroyed && stream.state.remoteClose !== 1) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    });
   }
-  // The stream's own 'finish' (the response's comes only when the stream closes).
-  stream.once("finish", () => {
-    if (!stream.closed && !stream.destroyed && stream.state.remoteClose !== 1) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-  });
   // As node's server does when it has no 'checkContinue' listener.
   if (headers.expect === "100-continue") res.writeContinue();
   handler(req, res);

@@ -8,6 +8,7 @@ import {
   defaultMaxConnections,
   type ConnectionLimits,
 } from "./connection-limits.js";
+import { trackIdleConnections } from "./idle-close.js";
 import { boundPipelining } from "./pipelining.js";
 import { readProxyHeader } from "./proxy-protocol.js";
 import { stopReading } from "./socket-reading.js";
@@ -58,6 +59,7 @@ export function defaultConnectionLimits(): ConnectionLimits {
 
 /** The front listener plus the hooks fastify and our shutdown call. */
 export interface OnePortServer extends net.Server {
+  /** Closes each HTTP/1.1 keep-alive connection once it has been idle a moment (idle-close.ts), until none is left. */
   closeIdleConnections(): void;
   /** Destroys every connection, HTTP/1.1 and HTTP/2 alike. */
   closeAllConnections(): void;
@@ -115,8 +117,10 @@ export function createOnePortServer(
     injector.injectConnection(socket);
   };
   /** Hands a connection speaking HTTP/1.x (plaintext, or TLS with ALPN http/1.1 or none) to the HTTP/1.1 server. */
+  const idle = trackIdleConnections(h1);
   const toHttp1 = (socket: net.Socket) => {
     lingerOnClose(socket, linger);
+    idle.track(socket);
     h1.emit("connection", socket);
   };
   const startTls = tls?.handler((secure) => (secure.alpnProtocol === "h2" ? toHttp2(secure) : toHttp1(secure)), timeouts.firstBytes);
@@ -173,7 +177,7 @@ export function createOnePortServer(
     if (front.listenerCount("clientError") > 0) front.emit("clientError", err, socket);
     else socket.destroy();
   });
-  front.closeIdleConnections = () => h1.closeIdleConnections();
+  front.closeIdleConnections = () => idle.closeWhenQuiet();
   front.closeAllConnections = () => {
     h1.closeAllConnections();
     for (const socket of h2Sockets) socket.destroy();

@@ -51,7 +51,7 @@ export function installRestAdmission(app: FastifyInstance, transcoder: RestTrans
   app.addHook("onRequest", async (req, reply) => {
     const method = req.method === "HEAD" ? "GET" : req.method;
     // Not a byte more of the body while the caller is judged (a database read on PostgreSQL).
-    const release = holdBody(req.raw);
+    const release = hasNoBody(req.raw) ? undefined : holdBody(req.raw);
     try {
       const { values, needsToken } = await transcoder.admit({
         method,
@@ -65,7 +65,7 @@ export function installRestAdmission(app: FastifyInstance, transcoder: RestTrans
       if (!req.raw.complete) reply.header("connection", "close");
       throw err;
     } finally {
-      release();
+      release?.();
     }
   });
   // The inflated body counts against the same limit as a plain one.
@@ -77,6 +77,15 @@ export function installRestAdmission(app: FastifyInstance, transcoder: RestTrans
     if (Number(req.headers["content-length"] ?? 0) > limit) throw bodyTooLarge(limit);
     return cappedBody(payload, limit);
   });
+}
+
+/**
+ * An HTTP/2 request whose stream ended with its headers (most GETs): it has
+ * no body to hold, and holding one would cost a pause, a resume and a change
+ * of the request's shape on every such call.
+ */
+function hasNoBody(raw: FastifyRequest["raw"]): boolean {
+  return (raw as { stream?: { endAfterHeaders?: boolean } }).stream?.endAfterHeaders === true;
 }
 
 /** The body, failing with a 413 as soon as more than limit bytes have arrived (a chunked body has no length to check first). */
