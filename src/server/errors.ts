@@ -162,3 +162,12 @@ export function restErrorBody(err: ConnectError): { status: number; body: JsonOb
 export function grpcStatusDetails(err: ConnectError): Uint8Array {
   return toBinary(StatusSchema, statusOf(err));
 }
+
+/** A grpc-message header's value: percent-encoded as grpc-js writes it (encodeURI), a lone surrogate replaced rather than thrown on. */
+export function grpcMessageHeader(message: string): string {
+  try {
+    return encodeURI(message);
+  } catch {
+    return encodeURI(message.replace(/[\uD800-\uDFFF]/g, "\uFFFD"));
+  }
+}

@@ -197,7 +197,8 @@ export function runDeploySuite(kind: ProxyKind, opts: DeploySuiteOptions): void 
           .filter((l) => l.startsWith("{"))
           .map((l) => parseLogLine(l))
           .filter((l) => l.msg === "rpc" && l.reqId === reqId);
-      for (let i = 0; i < 500 && find().length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      // The bound (30 s) only ends a wait for a line that never comes; a loaded machine writes it late, never not.
+      for (let i = 0; i < 3_000 && find().length === 0; i++) await new Promise((r) => setTimeout(r, 10));
       const found = find();
       assert.equal(found.length, 1, `one rpc line for ${reqId}; the log:\n${logText.join("")}`);
       return found[0]!;

@@ -148,7 +148,7 @@ async function acceptingConnections(port: number, child: ChildProcess, output: (
     throw new Error(`the proxy exited (${String(code)}) before listening:\n${output()}`);
   });
   // Each attempt waits on a connect or a refusal; the bound only ends a proxy that never listens.
-  for (let attempt = 0; attempt < 300; attempt++) {
+  for (let attempt = 0; attempt < 600; attempt++) {
     const connected = await Promise.race([
       new Promise<boolean>((resolve) => {
         const socket = net.connect(port, "127.0.0.1");

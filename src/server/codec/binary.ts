@@ -1,4 +1,4 @@
-import { ScalarType, toBinary, type DescField, type DescMessage, type Message } from "@bufbuild/protobuf";
+import { create, isMessage, ScalarType, toBinary, type DescField, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
@@ -19,6 +19,11 @@ export function encodeMessage(schema: DescMessage, message: Message): Uint8Array
   const w = new BinaryWriter();
   encoderOf(schema)(w, message as unknown as Record<string, unknown>);
   return w.finish();
+}
+
+/** A handler's answer as a message of its type (handlers may answer with a plain object). */
+export function asMessage(schema: DescMessage, value: unknown): Message {
+  return isMessage(value, schema) ? value : (create(schema, value as never) as Message);
 }
 
 function encoderOf(schema: DescMessage): Encoder {

@@ -1,7 +1,7 @@
-import { create, isMessage, toJsonString, type DescMessage, type DescMethod, type Message, type Registry } from "@bufbuild/protobuf";
+import { toJsonString, type DescMethod, type Registry } from "@bufbuild/protobuf";
 import { Code, type ContextValues } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { encodeMessage } from "../codec/binary.js";
+import { asMessage, encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
 import { toConnectError } from "../errors.js";
 import { compress, MIN_COMPRESS_BYTES, responseCoding } from "../http/compression.js";
@@ -99,11 +99,6 @@ async function serve(
   } finally {
     finished = true;
   }
-}
-
-/** A handler's answer as a message of its type (handlers may answer with a plain object). */
-function asMessage(schema: DescMessage, value: unknown): Message {
-  return isMessage(value, schema) ? value : (create(schema, value as never) as Message);
 }
 
 /** The bytes as a Buffer over the same memory (Buffer.from(Uint8Array) would copy them, byte by byte). */

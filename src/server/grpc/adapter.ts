@@ -1,17 +1,8 @@
-import {
-  create,
-  fromBinary,
-  isMessage,
-  toBinary,
-  type DescMessage,
-  type DescMethod,
-  type DescService,
-  type Message,
-} from "@bufbuild/protobuf";
+import { fromBinary, toBinary, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
 import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { clientAddressKey } from "../../auth/principal.js";
-import { encodeMessage } from "../codec/binary.js";
+import { asMessage, encodeMessage } from "../codec/binary.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
@@ -45,10 +36,6 @@ export function methodDefinition(service: DescService, method: DescMethod): grpc
 
 function toBuffer(u8: Uint8Array): Buffer {
   return Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
-}
-
-function asMessage(schema: DescMessage, value: unknown): Message {
-  return isMessage(value, schema) ? value : create(schema, value as never);
 }
 
 /** The gRPC form of an error: code, message and google.rpc.Status in grpc-status-details-bin. */

@@ -3,7 +3,7 @@ import { Code } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
 import { ApiError } from "../../domain/errors.js";
 import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "../connect/message-limit.js";
-import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcMessageHeader, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
 import type { ByteBudget, ByteBudgetScope } from "../http/byte-budget.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
 import { serveHttp2Request, type Http2RequestHandler } from "../http/http2-requests.js";
@@ -128,7 +128,8 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHt
       let account = session && accounts.get(session);
       // The address is read once, while the socket is surely open, and released under the same key.
       if (session && !account) accounts.set(session, (account = { unfinished: 0, addressKey: clients.limitKeyOf(session.socket) }));
-      if (http && !isNativeGrpc(headers["content-type"])) {
+      const native = isNativeGrpc(headers["content-type"]);
+      if (http && !native) {
         internals.onStreamOpened(stream);
         const req = serveHttp2Request(stream, headers, rawHeaders, http.handler, http.requestTimeoutMs);
         // A stream ended with its headers has no body to count.
@@ -139,7 +140,7 @@ export function limitGrpcHttp2(server: grpc.Server, limits: Http2Limits): GrpcHt
       for (const observe of observers) observe(stream, headers);
       if (account) boundUnfinished(stream, account, limits);
       // A unary API method is served without grpc-js's call machinery (unary.ts); its session still counts the stream.
-      const unary = isNativeGrpc(headers["content-type"]) ? limits.unaryCalls?.(String(headers[":path"])) : undefined;
+      const unary = native ? limits.unaryCalls?.(String(headers[":path"])) : undefined;
       if (unary) {
         internals.onStreamOpened(stream);
         return unary(stream, headers);
@@ -298,7 +299,7 @@ export function refuseStream(stream: http2.ServerHttp2Stream, reason: string, me
         ":status": 200,
         "content-type": "application/grpc+proto",
         "grpc-status": String(Code.ResourceExhausted),
-        "grpc-message": encodeURI(message),
+        "grpc-message": grpcMessageHeader(message),
         "grpc-status-details-bin": Buffer.from(grpcStatusDetails(err)).toString("base64"),
       },
       { endStream: true },

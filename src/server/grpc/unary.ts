@@ -1,9 +1,16 @@
 import type http2 from "node:http2";
 import zlib from "node:zlib";
-import { create, fromBinary, isMessage, type DescMessage, type DescMethod, type Message } from "@bufbuild/protobuf";
+import { fromBinary, type DescMethod, type Message } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
-import { encodeMessage } from "../codec/binary.js";
-import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
+import { asMessage, encodeMessage } from "../codec/binary.js";
+import {
+  areaErrorDomain,
+  grpcMessageHeader,
+  grpcStatusDetails,
+  toConnectError,
+  undecodableRequest,
+  type InternalErrorSink,
+} from "../errors.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
 import { HeaderView } from "../http/header-view.js";
 import { requestIdFrom } from "../http/request-id.js";
@@ -254,7 +261,7 @@ class Answer {
     if (!this.open()) return;
     const trailers = {
       "grpc-status": String(err.code),
-      "grpc-message": percentEncoded(err.rawMessage),
+      "grpc-message": grpcMessageHeader(err.rawMessage),
       "grpc-status-details-bin": Buffer.from(grpcStatusDetails(err)).toString("base64"),
     };
     if (requestId === undefined) this.stream.respond({ ...RESPONSE_HEADERS, ...trailers }, { endStream: true });
@@ -265,7 +272,7 @@ class Answer {
   status(code: Code, message: string, headers?: http2.OutgoingHttpHeaders): void {
     if (!this.open()) return;
     const trailers = { ":status": 200, "content-type": "application/grpc+proto", ...headers };
-    this.stream.respond({ ...trailers, "grpc-status": String(code), "grpc-message": percentEncoded(message) }, { endStream: true });
+    this.stream.respond({ ...trailers, "grpc-status": String(code), "grpc-message": grpcMessageHeader(message) }, { endStream: true });
   }
 
   private respond(requestId: string, handlerHeaders: Headers | undefined, trailers: http2.OutgoingHttpHeaders, data?: Buffer): void {
@@ -277,20 +284,6 @@ class Answer {
   }
 }
 
-/** grpc-message as grpc-js writes it (encodeURI), a lone surrogate replaced rather than thrown on. */
-function percentEncoded(message: string): string {
-  try {
-    return encodeURI(message);
-  } catch {
-    return encodeURI(message.replace(/[\uD800-\uDFFF]/g, "\uFFFD"));
-  }
-}
-
 function firstOf(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value[0] : value;
-}
-
-/** A handler's answer as a message of its type (handlers may answer with a plain object). */
-function asMessage(schema: DescMessage, value: unknown): Message {
-  return isMessage(value, schema) ? value : (create(schema, value as never) as Message);
 }

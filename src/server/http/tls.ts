@@ -6,7 +6,7 @@ import { Code } from "@connectrpc/connect";
 import { ApiError } from "../../domain/errors.js";
 import { describeSystemError, StartupError } from "../../startup-error.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
-import { stopReading } from "./socket-reading.js";
+import { lingerOnClose, MAX_LINGER_MS } from "./lingering-close.js";
 
 /** Where the server's certificate chain and its private key are (PLATFORM_TLS_CERT_FILE, PLATFORM_TLS_KEY_FILE). */
 export interface TlsFiles {
@@ -153,11 +153,6 @@ export function createTlsTermination(files: TlsFiles, log: TlsLog): TlsTerminati
 /** True when a connection's first byte starts a TLS handshake record. */
 export const isTlsHandshake = (firstBytes: Buffer): boolean => firstBytes[0] === 0x16;
 
-/** A plaintext connection lingers this long at most after its refusal, reading and dropping what it still sends. */
-const REFUSAL_LINGER_MS = 5_000;
-/** …and this many bytes at most (then it stops reading until the timer). */
-const REFUSAL_LINGER_BYTES = 64 * 1024;
-
 /**
  * Plaintext sent to the TLS port: an HTTP/1.x request gets a 400 in the
  * spec's error shape saying to use https (an HTTP/2 preface cannot be
@@ -171,16 +166,10 @@ export function refusePlaintext(socket: net.Socket, http2: boolean): void {
   }
   const err = new ApiError(Code.InvalidArgument, "TLS_REQUIRED", "This port serves TLS: use https://");
   const body = `${JSON.stringify(restErrorBody(toConnectError(err, DEFAULT_ERROR_DOMAIN)).body)}\n`;
-  socket.end(
+  // Closing with the request unread would reset the connection and lose the answer: a lingering close reads and drops it.
+  lingerOnClose(socket, MAX_LINGER_MS);
+  socket.write(
     `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );
-  // Closing with the request unread would reset the connection and lose the answer: drain until the client closes.
-  const timer = setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS).unref();
-  socket.once("close", () => clearTimeout(timer));
-  socket.once("end", () => socket.destroy());
-  let dropped = 0;
-  socket.on("data", (chunk: Buffer) => {
-    dropped += chunk.byteLength;
-    if (dropped > REFUSAL_LINGER_BYTES) stopReading(socket);
-  });
+  socket.destroySoon();
 }
