@@ -1,4 +1,5 @@
 import http2 from "node:http2";
+import { MAX_LINGER_BYTES, MAX_LINGER_MS } from "./lingering-close.js";
 
 /**
  * HTTP/2 streams served by an ordinary request handler (fastify's), the way
@@ -38,10 +39,11 @@ class StreamResponse extends http2.Http2ServerResponse {
  * Serves one stream with handler, and returns its request (whose body the
  * caller may count: see Http2ServerRequest.push). A request still arriving
  * requestTimeoutMs after its headers is reset (CANCEL). When the answer is
- * complete and the client is still sending, the stream is reset (NO_ERROR): nothing
- * more of that body would be read, and HTTP/2 flow control would otherwise
- * leave the stream open, its unread bytes held, until the client gave up
- * (RFC 9113 §8.1 lets a server answer before the request is complete).
+ * complete and the client is still sending, a little more is read and
+ * dropped, then the stream is reset (NO_ERROR, lingerOnStream): nothing more
+ * of that body would be read, and HTTP/2 flow control would otherwise leave
+ * the stream open, its unread bytes held, until the client gave up (RFC 9113
+ * §8.1 lets a server answer before the request is complete).
  */
 export function serveHttp2Request(
   stream: http2.ServerHttp2Stream,
@@ -61,11 +63,34 @@ export function serveHttp2Request(
     stream.once("close", () => clearTimeout(timer));
     // The stream's own 'finish' (the response's comes only when the stream closes).
     stream.once("finish", () => {
-      if (!stream.closed && !stream.destroyed && stream.state.remoteClose !== 1) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+      if (!stream.closed && !stream.destroyed && stream.state.remoteClose !== 1) lingerOnStream(stream, req);
     });
   }
   // As node's server does when it has no 'checkContinue' listener.
   if (headers.expect === "100-continue") res.writeContinue();
   handler(req, res);
   return req;
+}
+
+/**
+ * The stream of a complete answer whose client is still sending: the rest of
+ * a small body (what was in flight with the headers) is read and dropped,
+ * so the client sees its stream end cleanly (curl reports a reset stream as
+ * an error, however complete the answer); past MAX_LINGER_BYTES or
+ * MAX_LINGER_MS, as a lingering HTTP/1.1 close, the stream is reset.
+ */
+function lingerOnStream(stream: http2.ServerHttp2Stream, req: http2.Http2ServerRequest): void {
+  const reset = () => {
+    if (!stream.closed && !stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  };
+  const timer = setTimeout(reset, MAX_LINGER_MS).unref();
+  stream.once("close", () => clearTimeout(timer));
+  let dropped = 0;
+  stream.on("data", (chunk: Buffer) => {
+    dropped += chunk.byteLength;
+    if (dropped > MAX_LINGER_BYTES) reset();
+  });
+  // Nobody reads the request any more: what reaches it is dropped, and the stream flows.
+  req.resume();
+  stream.resume();
 }

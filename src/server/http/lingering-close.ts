@@ -5,7 +5,7 @@ import { stopReading } from "./socket-reading.js";
  * What a closing connection reads and drops at most while it lingers: enough for the client to
  * have read the answer sent before it (its kernel discards an unread answer on a reset).
  */
-const MAX_LINGER_BYTES = 64 * 1024;
+export const MAX_LINGER_BYTES = 64 * 1024;
 /** A closing connection may linger this long at most for its peer's close (see lingerOnClose). */
 export const MAX_LINGER_MS = 5_000;
 
