@@ -89,6 +89,16 @@ export interface Config {
    * used to cost seconds.
    */
   maxOrgsPerIdentity: number;
+  /**
+   * Calls per second one identity may make to each process, sustained
+   * (PLATFORM_CALLS_PER_IDENTITY; default 1,000; 0 turns the limit off; the
+   * administrator is exempt), with bursts of twice that after a quiet spell.
+   * Past it a call is RESOURCE_EXHAUSTED (HTTP 429, RATE_LIMITED) with
+   * RetryInfo and Retry-After, before any store work. Every call is bounded on
+   * its own; this bounds how many of them one tenant's identity can make, so
+   * a tenant calling as fast as it can leaves the CPU to the others.
+   */
+  callsPerIdentity: number;
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
@@ -217,6 +227,11 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     name: "PLATFORM_MAX_ORGS_PER_IDENTITY",
     default: "100",
     meaning: "root organizations one identity may create (the administrator: no limit)",
+  },
+  {
+    name: "PLATFORM_CALLS_PER_IDENTITY",
+    default: "1000",
+    meaning: "calls per second one identity may make to each process, bursts of twice that (0: no limit; the administrator: none)",
   },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
@@ -424,6 +439,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
     issuerFetches,
     maxOrgsPerIdentity: integer(env, "PLATFORM_MAX_ORGS_PER_IDENTITY", 100, 1, 1_000_000, problems),
+    callsPerIdentity: integer(env, "PLATFORM_CALLS_PER_IDENTITY", 1000, 0, 1_000_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),

@@ -153,3 +153,65 @@ export function addressKey(peer: string): string {
     .map((g) => g.replace(/^0+(?=.)/, "").toLowerCase())
     .join(":")}::/64`;
 }
+
+/** How a CallRateLimiter counts. */
+export interface CallRateLimiterOptions {
+  /** Calls per second each caller may make, sustained. */
+  perSecond: number;
+  /** Calls a caller who has been quiet may make at once (the bucket's size). */
+  burst: number;
+  /** Milliseconds (any monotonic clock); injectable for tests. */
+  now: () => number;
+  /** Callers remembered at most; the least recently calling are forgotten first. */
+  maxKeys?: number;
+}
+
+/** Limits the calls of each caller to a steady rate with a burst (a token bucket per caller). */
+export interface CallRateLimiter {
+  /**
+   * Takes one call from caller's bucket: 0 when the call may go ahead, else
+   * the milliseconds until the next one may (nothing is taken then, so a
+   * caller retrying too fast is not pushed further back).
+   */
+  take(caller: string): number;
+  /** Callers held now (at most maxKeys), for the memory bound. */
+  size(): number;
+}
+
+/**
+ * A token bucket per caller, refilled at perSecond and holding at most burst:
+ * a caller who keeps under the rate is never refused, one who calls faster
+ * gets the rate and nothing more. Each bucket is two numbers; a call costs two
+ * Map operations (taken and re-inserted, so Map order is least recently
+ * calling first and forgetting the front forgets whoever has been quiet
+ * longest, whose bucket is full or nearly so).
+ */
+export function createCallRateLimiter(opts: CallRateLimiterOptions): CallRateLimiter {
+  const maxKeys = opts.maxKeys ?? 100_000;
+  const perMs = opts.perSecond / 1000;
+  const buckets = new Map<string, { tokens: number; at: number }>();
+  return {
+    take(caller) {
+      const now = opts.now();
+      let bucket = buckets.get(caller);
+      if (bucket === undefined) {
+        for (const key of buckets.keys()) {
+          if (buckets.size < maxKeys) break;
+          buckets.delete(key);
+        }
+        bucket = { tokens: opts.burst, at: now };
+      } else {
+        buckets.delete(caller);
+        bucket.tokens = Math.min(opts.burst, bucket.tokens + (now - bucket.at) * perMs);
+        bucket.at = now;
+      }
+      buckets.set(caller, bucket);
+      if (bucket.tokens >= 1) {
+        bucket.tokens -= 1;
+        return 0;
+      }
+      return Math.ceil((1 - bucket.tokens) / perMs);
+    },
+    size: () => buckets.size,
+  };
+}

@@ -25,6 +25,8 @@ export class ApiError extends Error {
   readonly fieldViolations: FieldViolation[];
   readonly preconditionViolations: PreconditionViolation[];
   readonly metadata: Record<string, string>;
+  /** When the call may be retried (google.rpc.RetryInfo, and Retry-After on REST); undefined when not said. */
+  readonly retryDelayMs: number | undefined;
 
   constructor(
     code: Code,
@@ -34,6 +36,7 @@ export class ApiError extends Error {
       fieldViolations?: FieldViolation[];
       preconditionViolations?: PreconditionViolation[];
       metadata?: Record<string, string>;
+      retryDelayMs?: number;
     } = {},
   ) {
     super(message);
@@ -43,6 +46,7 @@ export class ApiError extends Error {
     this.fieldViolations = opts.fieldViolations ?? [];
     this.preconditionViolations = opts.preconditionViolations ?? [];
     this.metadata = opts.metadata ?? {};
+    this.retryDelayMs = opts.retryDelayMs;
   }
 }
 

@@ -9,6 +9,7 @@ import { CapabilitySchema, type Capability } from "../../gen/platformapi/capabil
 import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.js";
 import { createAuthorizer } from "../auth/authorizer.js";
 import { clientAddressKey, type Authenticator } from "../auth/principal.js";
+import { createCallRateLimiter } from "../auth/rate-limit.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
@@ -170,8 +171,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       });
     },
   };
+  const perSecond = config.callsPerIdentity;
+  const callLimiter =
+    perSecond > 0
+      ? { perSecond, limiter: createCallRateLimiter({ perSecond, burst: 2 * perSecond, now: () => performance.now() }) }
+      : undefined;
   const wrapped = createServiceBindings(deps).map((b) =>
-    wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer }),
+    wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer, callLimiter }),
   );
   const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);

@@ -6,6 +6,7 @@ import {
   ErrorInfoSchema,
   file_google_rpc_error_details,
   PreconditionFailureSchema,
+  RetryInfoSchema,
 } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema, type Status } from "../../gen/google/rpc/status_pb.js";
 import { ApiError, invalidField, type InvalidArgumentError } from "../domain/errors.js";
@@ -119,6 +120,7 @@ export function toConnectError(err: unknown, domain: string, onInternal?: Intern
     const details: OutgoingDetail[] = [{ desc: ErrorInfoSchema, value: { reason: err.reason, domain, metadata } }];
     if (fieldViolations.length > 0) details.push({ desc: BadRequestSchema, value: { fieldViolations } });
     if (violations.length > 0) details.push({ desc: PreconditionFailureSchema, value: { violations } });
+    if (err.retryDelayMs !== undefined) details.push({ desc: RetryInfoSchema, value: { retryDelay: durationOf(err.retryDelayMs) } });
     return new ConnectError(clip(err.message, MAX_MESSAGE), err.code, undefined, details);
   }
   if (err instanceof ConnectError) {
@@ -135,6 +137,24 @@ export function toConnectError(err: unknown, domain: string, onInternal?: Intern
   return new ConnectError("Internal error", Code.Internal, undefined, [
     { desc: ErrorInfoSchema, value: { reason: "INTERNAL", domain, metadata: {} } },
   ]);
+}
+
+/** A google.protobuf.Duration's fields for a whole number of milliseconds. */
+function durationOf(ms: number) {
+  const whole = Math.max(0, Math.ceil(ms));
+  return { seconds: BigInt(Math.floor(whole / 1000)), nanos: (whole % 1000) * 1_000_000 };
+}
+
+/**
+ * Whole seconds a client should wait before retrying err (its RetryInfo,
+ * rounded up, at least 1), for the Retry-After header of an HTTP answer;
+ * undefined when the error says nothing of retrying.
+ */
+export function retryAfterSeconds(err: ConnectError): number | undefined {
+  const [info] = err.findDetails(RetryInfoSchema);
+  const delay = info?.retryDelay;
+  if (delay === undefined) return undefined;
+  return Math.max(1, Math.ceil(Number(delay.seconds) + delay.nanos / 1e9));
 }
 
 /** The google.rpc.Status of an error: the same value rendered on every wire. */

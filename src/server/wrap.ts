@@ -2,6 +2,7 @@ import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { Code, createContextKey, type ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
 import { clientAddressKey, principalKey, type Authenticator, type Principal } from "../auth/principal.js";
+import type { CallRateLimiter } from "../auth/rate-limit.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { ApiError } from "../domain/errors.js";
 import { requireUidp } from "../domain/hierarchy.js";
@@ -82,6 +83,11 @@ export interface WrapOptions {
    */
   refresh?: () => Promise<void>;
   observer?: CallObserver;
+  /**
+   * Each identity's share of calls (the administrator is exempt): taken once
+   * per call, when its caller is authenticated, before any store work.
+   */
+  callLimiter?: { limiter: CallRateLimiter; perSecond: number };
   /** Receives each internal error's cause with the request id of its call. */
   onInternalError?: (err: unknown, requestId: string) => void;
 }
@@ -138,6 +144,11 @@ function wrapMethod(
     const admitted = context.values.get(principalKey);
     if (admitted !== null) return admitted;
     const principal = await opts.authenticator.authenticate(context.requestHeader);
+    const limit = opts.callLimiter;
+    if (limit !== undefined && !principal.admin) {
+      const waitMs = limit.limiter.take(principal.subject);
+      if (waitMs > 0) throw rateLimited(limit.perSecond, waitMs);
+    }
     context.values.set(principalKey, principal);
     return principal;
   };
@@ -188,6 +199,19 @@ function wrapMethod(
       opts.observer?.admitted?.(context.protocolName);
     },
   });
+}
+
+/** ErrorInfo reason of a call refused because its identity called faster than PLATFORM_CALLS_PER_IDENTITY. */
+export const RATE_LIMITED = "RATE_LIMITED";
+
+/** RESOURCE_EXHAUSTED (HTTP 429) with RetryInfo: the identity's calls are over their rate; nothing was done. */
+function rateLimited(perSecond: number, waitMs: number): ApiError {
+  return new ApiError(
+    Code.ResourceExhausted,
+    RATE_LIMITED,
+    `Resource exhausted: this identity is calling faster than ${perSecond} calls per second; retry after the delay given`,
+    { metadata: { quota: "calls_per_identity_per_second", limit: String(perSecond) }, retryDelayMs: waitMs },
+  );
 }
 
 /** Whether the call had a deadline and it has passed. */

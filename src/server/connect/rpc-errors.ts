@@ -3,7 +3,7 @@ import * as connectProtocol from "@connectrpc/connect/protocol-connect";
 import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import type { FastifyReply } from "fastify";
 import { ApiError, invalidField } from "../../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
+import { DEFAULT_ERROR_DOMAIN, retryAfterSeconds, toConnectError } from "../errors.js";
 
 /** gRPC-Web's text mode (base64 bodies), which connect-node does not speak itself (see grpc-web-text.ts). */
 export const GRPC_WEB_TEXT = /^application\/grpc-web-text(?:\+proto)?\s*(?:;|$)/i;
@@ -49,11 +49,14 @@ export function sendRpcError(reply: FastifyReply, err: ConnectError): FastifyRep
         .header("content-type", contentType)
         .send(Buffer.concat([prefix, json]));
     }
-    case "connect":
+    case "connect": {
+      const retryAfter = retryAfterSeconds(err);
+      if (retryAfter !== undefined) reply.header("retry-after", String(retryAfter));
       return reply
         .code(connectProtocol.codeToHttpStatus(err.code))
         .header("content-type", connectProtocol.contentTypeUnaryJson)
         .send(Buffer.from(connectProtocol.errorToJsonBytes(err, undefined)));
+    }
   }
 }
 

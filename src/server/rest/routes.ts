@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { ApiError, invalidField } from "../../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
+import { DEFAULT_ERROR_DOMAIN, restErrorBody, retryAfterSeconds, toConnectError } from "../errors.js";
 import { REQUEST_CODINGS, requestCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
@@ -22,8 +22,11 @@ declare module "fastify" {
 export function sendError(reply: FastifyReply, err: unknown, status?: number): FastifyReply {
   // Whatever refused it (body parser, size limit, the service), a request to a route answers in its service's domain.
   const domain = reply.server.errorDomainFor?.(reply.request.method, reply.request.url) ?? DEFAULT_ERROR_DOMAIN;
-  const rendered = restErrorBody(toConnectError(err, domain, (e) => reply.log.error({ err: e }, "internal error")));
+  const mapped = toConnectError(err, domain, (e) => reply.log.error({ err: e }, "internal error"));
+  const rendered = restErrorBody(mapped);
   const code = status ?? rendered.status;
+  const retryAfter = retryAfterSeconds(mapped);
+  if (retryAfter !== undefined) reply.header("retry-after", String(retryAfter));
   if (code === 401 && !reply.hasHeader("www-authenticate"))
     reply.header("www-authenticate", bearerChallenge(reply.request.headers.authorization));
   return reply.code(code).type("application/json").send(rendered.body);
