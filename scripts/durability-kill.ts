@@ -159,6 +159,43 @@ async function verify(
   return { lost, errors };
 }
 
+/**
+ * Reads the whole change feed's group.created events: each acknowledged
+ * create must have exactly one, and each event's group must exist (a write
+ * rolled back by the kill left no event, and a committed one its event).
+ */
+async function verifyEvents(server: ServerProcess, token: string, acks: readonly Ack[]): Promise<{ problems: string[]; events: number }> {
+  const counts = new Map<string, number>();
+  let cursor = "";
+  for (;;) {
+    const res = await restCall(
+      server.url,
+      token,
+      "GET",
+      `/events/v1/events?type_prefix=api.platform.iam.group.created&page_size=200${cursor ? `&page_token=${cursor}` : ""}`,
+    );
+    if (res.status !== 200) return { problems: [`ListEvents answered ${res.status} ${JSON.stringify(res.body)}`], events: counts.size };
+    const page = res.body as { events: { subject: string }[]; nextPageToken: string };
+    for (const e of page.events) counts.set(e.subject, (counts.get(e.subject) ?? 0) + 1);
+    cursor = page.nextPageToken;
+    if (page.events.length < 200) break;
+  }
+  const problems: string[] = [];
+  for (const ack of acks) {
+    const n = counts.get(ack.uid) ?? 0;
+    if (n !== 1) problems.push(`events: ${ack.uid} (round ${ack.round}) has ${n} group.created events, not 1`);
+  }
+  const acknowledged = new Set(acks.map((a) => a.uid));
+  for (const subject of counts.keys()) {
+    if (acknowledged.has(subject)) continue;
+    // Committed but not acknowledged (the kill came between): its group must be there.
+    const res = await restCall(server.url, token, "GET", `/iam/v2beta1/groups/${subject}`);
+    if (res.status !== 200) problems.push(`events: an event for ${subject}, whose group is not there (${res.status})`);
+  }
+  console.log(`events: ${counts.size} group.created events read back, ${problems.length} problem(s)`);
+  return { problems, events: counts.size };
+}
+
 /** With --postgres: the cluster and the environment that points the server at its database. */
 let cluster: PgCluster | undefined;
 let env: Record<string, string> = {};
@@ -240,6 +277,9 @@ async function main(): Promise<number> {
   const final = await verify(server, token, allAcks);
   for (const uid of final.lost.keys()) lost.add(uid);
   problems.push(...[...final.lost.values()].map((l) => `final read: lost ${l}`), ...final.errors.map((e) => `final read: unverified ${e}`));
+  // The outbox: every acknowledged create has exactly one event, and every event's group exists (no event without its write).
+  const feed = await verifyEvents(server, token, allAcks);
+  problems.push(...feed.problems);
   await stopServerProcess(server);
   const finalDb = cluster ? await checkPostgres() : checkDatabase(dataDir);
   cluster?.destroy();

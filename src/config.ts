@@ -99,6 +99,21 @@ export interface Config {
    * a tenant calling as fast as it can leaves the CPU to the others.
    */
   callsPerIdentity: number;
+  /**
+   * How long events are kept in the change feed (PLATFORM_EVENT_RETENTION;
+   * default 30 days, written as 30d, 12h, 90m or 3600s): older ones are
+   * pruned in small batches, and a cursor before them is EVENT_CURSOR_EXPIRED.
+   */
+  eventRetentionMs: number;
+  /**
+   * WatchEvents' bounds: a stream ends (OK, the client resumes from its last
+   * cursor) after maxStreamMs (PLATFORM_EVENT_WATCH_MAX_MS, 1 h); a caught-up
+   * stream reads the feed for other processes' commits every pollMs
+   * (PLATFORM_EVENT_WATCH_POLL_MS, 1 s; this process's own commits wake it at
+   * once); perIdentity streams per identity (PLATFORM_EVENT_WATCHES_PER_IDENTITY,
+   * 8) and total streams (PLATFORM_EVENT_WATCHES, 1,000) per process.
+   */
+  eventWatch: { maxStreamMs: number; pollMs: number; perIdentity: number; total: number };
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
@@ -233,6 +248,11 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     default: "1000",
     meaning: "calls per second one identity may make to each process, bursts of twice that (0: no limit; the administrator: none)",
   },
+  { name: "PLATFORM_EVENT_RETENTION", default: "30d", meaning: "how long the change feed keeps events (d, h, m or s)" },
+  { name: "PLATFORM_EVENT_WATCH_MAX_MS", default: "3600000", meaning: "a WatchEvents stream ends (OK) after this long; clients resume" },
+  { name: "PLATFORM_EVENT_WATCH_POLL_MS", default: "1000", meaning: "how often a caught-up watch looks for other processes' events" },
+  { name: "PLATFORM_EVENT_WATCHES_PER_IDENTITY", default: "8", meaning: "WatchEvents streams one identity may hold open per process" },
+  { name: "PLATFORM_EVENT_WATCHES", default: "1000", meaning: "WatchEvents streams one process serves at once" },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
   { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
@@ -312,6 +332,21 @@ function url(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: s
     problems.push(`${name}=${raw}: must be an absolute http(s) URL`);
     return fallback;
   }
+}
+
+const DURATION_UNITS: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 };
+
+/** A duration written as a whole number and a unit (30d, 12h, 90m, 3600s), in milliseconds. */
+function duration(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, problems: string[]): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const match = /^(\d{1,9})([dhms])$/.exec(raw);
+  const ms = match ? Number(match[1]) * DURATION_UNITS[match[2]!]! : NaN;
+  if (!(ms >= min && ms <= max)) {
+    problems.push(`${name}=${raw}: must be a whole number of d, h, m or s (e.g. 30d), from 1m to 3650d`);
+    return fallback;
+  }
+  return ms;
 }
 
 /** integer(), with "auto" (or unset) meaning the default. */
@@ -440,6 +475,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     issuerFetches,
     maxOrgsPerIdentity: integer(env, "PLATFORM_MAX_ORGS_PER_IDENTITY", 100, 1, 1_000_000, problems),
     callsPerIdentity: integer(env, "PLATFORM_CALLS_PER_IDENTITY", 1000, 0, 1_000_000, problems),
+    eventWatch: {
+      maxStreamMs: integer(env, "PLATFORM_EVENT_WATCH_MAX_MS", 3_600_000, 100, 86_400_000, problems),
+      pollMs: integer(env, "PLATFORM_EVENT_WATCH_POLL_MS", 1000, 10, 60_000, problems),
+      perIdentity: integer(env, "PLATFORM_EVENT_WATCHES_PER_IDENTITY", 8, 1, 10_000, problems),
+      total: integer(env, "PLATFORM_EVENT_WATCHES", 1000, 1, 100_000, problems),
+    },
+    eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),

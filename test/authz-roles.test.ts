@@ -529,8 +529,16 @@ describe("authentication", () => {
         const g = await grpcCall(service, "", method.localName, {}, authorization === null ? {} : { authorization });
         assert.equal(g.code, 16, `${where} over gRPC: ${g.message}`);
         assert.deepEqual(g.reasons, ["UNAUTHENTICATED"], where);
-        const client = createClient(service, transport) as unknown as Record<string, (req: object) => Promise<unknown>>;
-        await assert.rejects(client[method.localName]!({}), (err: unknown) => {
+        const client = createClient(service, transport) as unknown as Record<string, (req: object) => unknown>;
+        const call = client[method.localName]!;
+        // A server stream fails as it is read; a unary call's promise rejects.
+        const settled =
+          method.methodKind === "server_streaming"
+            ? (async () => {
+                for await (const _ of call({}) as AsyncIterable<unknown>) void _;
+              })()
+            : (call({}) as Promise<unknown>);
+        await assert.rejects(settled, (err: unknown) => {
           assert.ok(err instanceof ConnectError, String(err));
           assert.equal(err.code, Code.Unauthenticated, `${where} over Connect: ${err.rawMessage}`);
           assert.deepEqual(

@@ -12,7 +12,6 @@ import { Code } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { CreateGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import { decorateStore } from "../src/store/decorate.js";
 import { frame, parseFrames } from "./support/grpc-web-frames.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -126,26 +125,29 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
         });
   before(async () => {
     srv = await startTestServer({
-      // groups.create waits for its signal instead of writing; 60 s is the fallback a path without the abort would hit.
-      decorateStore: (store) =>
-        decorateStore(store, (part, method, original) => {
-          if (part !== "groups" || method !== "create") return original;
-          return async (...args: unknown[]) => {
-            const record = args[0] as { name: string };
-            const signal = args.at(-1) as AbortSignal | undefined;
-            const aborted = await new Promise<boolean>((resolve) => {
-              if (signal?.aborted) return resolve(true);
-              const fallback = setTimeout(() => resolve(false), 60_000);
-              signal?.addEventListener("abort", () => {
-                clearTimeout(fallback);
-                resolve(true);
+      // groups.create (in the transaction that also writes its event) waits for the call's signal instead of
+      // writing; 60 s is the fallback a path without the abort would hit.
+      decorateStore: (store) => ({
+        ...store,
+        transaction: (fn, signal) =>
+          store.transaction((tx) => {
+            const groups = Object.create(tx.groups) as typeof tx.groups;
+            groups.create = async (record: { name: string }) => {
+              const aborted = await new Promise<boolean>((resolve) => {
+                if (signal?.aborted) return resolve(true);
+                const fallback = setTimeout(() => resolve(false), 60_000);
+                signal?.addEventListener("abort", () => {
+                  clearTimeout(fallback);
+                  resolve(true);
+                });
               });
-            });
-            seen.set(record.name, aborted);
-            settled.get(record.name)?.();
-            throw new Error("the test store writes nothing");
-          };
-        }),
+              seen.set(record.name, aborted);
+              settled.get(record.name)?.();
+              throw new Error("the test store writes nothing");
+            };
+            return fn({ ...tx, groups });
+          }, signal),
+      }),
     });
   });
   after(async () => {

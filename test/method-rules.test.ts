@@ -3,6 +3,7 @@ import { test } from "node:test";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { methodRule } from "../src/auth/rules.js";
 import type { ServiceDeps } from "../src/services/context.js";
+import { createFeedNotifier } from "../src/services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../src/services/index.js";
 import { startTestServer } from "./support/server.js";
 
@@ -35,14 +36,17 @@ test("scope fields point at the request's uid, parent or resource uid", () => {
   assert.equal(scopes.get("GroupsService.CreateGroup"), undefined, "CreateGroup is unscoped");
 });
 
-test("lists are unscoped and name their list capability", () => {
+/** The change feed needs no capability of its own: each event is shown where its kind's List capability is held. */
+const FEED = ["platformapi.events.v1.EventsService.ListEvents", "platformapi.events.v1.EventsService.WatchEvents"];
+
+test("lists are unscoped and name their list capability (the change feed: each kind's, per event)", () => {
   for (const service of services) {
-    for (const method of service.methods.filter((m) => m.name.startsWith("List"))) {
+    for (const method of service.methods.filter((m) => m.name.startsWith("List") || FEED.includes(`${service.typeName}.${m.name}`))) {
       const rule = methodRule(method);
       assert.equal(rule.mode, "enabled");
       if (rule.mode === "enabled") {
         assert.equal(rule.unscoped, true, method.name);
-        assert.equal(rule.capabilities.length, 1, method.name);
+        assert.equal(rule.capabilities.length, FEED.includes(`${service.typeName}.${method.name}`) ? 0 : 1, method.name);
       }
     }
   }
@@ -63,7 +67,11 @@ const AUTHORIZED_IN_HANDLER = [
 
 test("the running server serves exactly the bound services' methods, each with a rule", async () => {
   // The factories only capture deps; nothing is called here.
-  const bindings = createServiceBindings({ now: Date.now } as unknown as ServiceDeps);
+  const bindings = createServiceBindings({
+    now: Date.now,
+    store: { events: {} },
+    events: { watch: { notifier: createFeedNotifier() } },
+  } as unknown as ServiceDeps);
   const contract = new Set(services.map((s) => s.typeName));
   const bound = new Map<string, DescMethod>();
   for (const { service, impl } of bindings) {
@@ -80,7 +88,11 @@ test("the running server serves exactly the bound services' methods, each with a
   } finally {
     await srv.close();
   }
-  const rules = [...bound].map(([name, method]) => ({ name, rule: methodRule(method), list: method.name.startsWith("List") }));
+  const rules = [...bound].map(([name, method]) => ({
+    name,
+    rule: methodRule(method),
+    list: method.name.startsWith("List") || FEED.includes(name),
+  }));
   assert.deepEqual(
     rules
       .filter((r) => r.rule.mode === "disabled")

@@ -9,13 +9,14 @@ import { Code } from "@connectrpc/connect";
 import pg from "pg";
 import { AbortedError } from "../src/domain/errors.js";
 import { createCachingStore } from "../src/store/caching.js";
+import { PART_NAMES, STORE_PARTS } from "../src/store/parts.js";
 import { PgGroupStore } from "../src/store/postgres/groups.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";
 import type { Queryable } from "../src/store/postgres/list.js";
 import { CLAIM_VERSION_BUCKET, migratePostgres } from "../src/store/postgres/migrations.js";
 import { MAX_ATTEMPTS, serializable, type ClientSource } from "../src/store/postgres/tx.js";
 import type { Store } from "../src/store/store.js";
-import { AUTHZ_TABLES } from "../src/store/versions.js";
+import { AUTHZ_TABLES, VERSIONED_TABLES } from "../src/store/versions.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 import { A, B, group, invite, role } from "./support/store-fixtures.js";
@@ -144,6 +145,29 @@ if (!pgAvailable()) {
         assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
         next.release();
         for (const [i, c] of clients.entries()) if (i !== 3) c.release();
+      } finally {
+        await pool.end();
+      }
+    });
+
+    test("every versioned table, each part's among them, has its column in version_buckets and its version trigger", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 1 });
+      try {
+        await migratePostgres(pool);
+        const { rows: columns } = await pool.query<{ name: string }>(
+          "SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'version_buckets' AND column_name <> 'bucket'",
+        );
+        assert.deepEqual(columns.map((c) => c.name).sort(), [...VERSIONED_TABLES].sort());
+        const { rows: triggers } = await pool.query<{ name: string }>("SELECT tgname AS name FROM pg_trigger WHERE NOT tgisinternal");
+        const present = new Set(triggers.map((t) => t.name));
+        assert.deepEqual(
+          VERSIONED_TABLES.filter((t) => !present.has(`${t}_version`)),
+          [],
+        );
+        for (const name of PART_NAMES) {
+          const { table, cached } = STORE_PARTS[name];
+          assert.ok(table === null ? !cached : VERSIONED_TABLES.includes(table), `${name}'s table is versioned, or the part is not cached`);
+        }
       } finally {
         await pool.end();
       }

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
 import { createCachingStore } from "../src/store/caching.js";
+import { PART_NAMES, STORE_PARTS } from "../src/store/parts.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type {
   AccountAssociationRecord,
@@ -16,7 +17,7 @@ import type {
   RoleRecord,
   SigningKeyRecord,
 } from "../src/store/store.js";
-import { FIRST_VERSIONED_TABLES } from "../src/store/versions.js";
+import { FIRST_VERSIONED_TABLES, VERSIONED_TABLES } from "../src/store/versions.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 
 const tempDirs: string[] = [];
@@ -37,7 +38,8 @@ const LATER_THAN_3 =
   FIRST_VERSIONED_TABLES.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER ${t}_version_${op};`)).join(" ") +
   " DROP TABLE table_versions; DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;" +
   " ALTER TABLE signing_keys DROP COLUMN retire_time;" +
-  " DROP INDEX groups_creator; ALTER TABLE groups DROP COLUMN creator_uid;";
+  " DROP INDEX groups_creator; ALTER TABLE groups DROP COLUMN creator_uid;" +
+  " DROP TABLE events; DROP TABLE event_feed;";
 
 const ROOT = "d".repeat(40);
 const CHILD = `${ROOT}/${"e".repeat(16)}`;
@@ -292,6 +294,27 @@ describe("sqlite store on disk", () => {
       await again.close();
     }
     assert.ok(userVersion(dir) >= 4);
+  });
+
+  test("every versioned table, each part's among them, has its row in table_versions and its three version triggers", async () => {
+    const dir = freshDir();
+    await openSqliteStore({ dataDir: dir }).close();
+    const db = new Database(join(dir, "platform.db"), { readonly: true });
+    try {
+      const rows = db.prepare("SELECT name FROM table_versions ORDER BY name").pluck().all() as string[];
+      assert.deepEqual(rows, [...VERSIONED_TABLES].sort());
+      const triggers = new Set(db.prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'").pluck().all() as string[]);
+      const missing = VERSIONED_TABLES.flatMap((t) => ["insert", "update", "delete"].map((op) => `${t}_version_${op}`)).filter(
+        (name) => !triggers.has(name),
+      );
+      assert.deepEqual(missing, []);
+      for (const name of PART_NAMES) {
+        const { table, cached } = STORE_PARTS[name];
+        assert.ok(table === null ? !cached : rows.includes(table), `${name}'s table ${table} is versioned, or the part is not cached`);
+      }
+    } finally {
+      db.close();
+    }
   });
 
   test("a database from a newer server version is refused", async () => {

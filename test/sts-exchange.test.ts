@@ -507,9 +507,11 @@ describe("upstream token lifetime bounds (a leaked long-lived token is worthless
     const expired = staticToken(past);
     await exchangeOk(staticToken({ exp: now() + 23 * HOUR }), params);
     await exchangeOk(staticToken({ exp: now() + DAY }), params);
+    // iat and exp from one reading of the clock: a second ticking between them would make 24 h + 1 s a plain 24 h.
+    const t = now();
     for (const [what, claims] of [
-      ["static-keys token, exp 10 years out", { exp: now() + DECADE }],
-      ["static-keys token, exp − iat = 24 h + 1 s", { exp: now() + DAY + 1 }],
+      ["static-keys token, exp 10 years out", { iat: t, exp: t + DECADE }],
+      ["static-keys token, exp − iat = 24 h + 1 s", { iat: t, exp: t + DAY + 1 }],
       ["static-keys token, no iat, exp 10 years out", { iat: undefined, exp: now() + DECADE }],
       ["static-keys token, iat 10 years ago, exp 1 h out", { iat: now() - DECADE, exp: now() + HOUR }],
     ] as const) {

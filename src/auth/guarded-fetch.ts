@@ -1,13 +1,13 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import http from "node:http";
+import http, { type IncomingHttpHeaders } from "node:http";
 import https from "node:https";
 import type { LookupFunction } from "node:net";
 
-/** Limits of one fetch from an issuer. */
+/** Limits of one guarded exchange (an issuer's document, a delivery to a sink). */
 export interface FetchLimits {
   /** The whole exchange, connect to last byte. */
   timeoutMs: number;
-  /** Bytes of body read at most; a longer body is refused without being read on. */
+  /** Bytes of a 2xx body read at most; the rest is never read (an issuer's document that long is refused). */
   maxBytes: number;
   /** Whether a connection to this address is allowed; checked on the address actually connected to. */
   addressAllowed(address: string): boolean;
@@ -30,6 +30,23 @@ export class FetchRefusedError extends Error {
   }
 }
 
+/**
+ * Why a guarded exchange got no answer. The message never names the URL (a
+ * sink's may carry a secret in its query). "policy": the address is not one
+ * we connect to; "transient": no answer in time, or the connection failed
+ * in a way that may pass; "other": anything else (a name that does not exist,
+ * a TLS failure).
+ */
+export class ExchangeFailedError extends Error {
+  constructor(
+    message: string,
+    readonly kind: "policy" | "transient" | "other",
+  ) {
+    super(message);
+    this.name = "ExchangeFailedError";
+  }
+}
+
 /** Socket and resolver errors that say the host could not be reached now, not that it is not an issuer. */
 const TRANSIENT_ERROR_CODES = new Set([
   "ECONNREFUSED",
@@ -44,6 +61,9 @@ const TRANSIENT_ERROR_CODES = new Set([
 
 /** HTTP statuses that say the issuer is overloaded or down for now. */
 const transientStatus = (status: number) => status >= 500 || status === 429 || status === 408;
+
+/** The lookup's refusal code: every address the name resolves to is disallowed. */
+const NO_ALLOWED_ADDRESS = "EACCES";
 
 /**
  * A lookup that resolves as usual, then keeps only the addresses allowed:
@@ -61,11 +81,100 @@ function filteredLookup(allowed: (address: string) => boolean): LookupFunction {
       if (err) return callback(err, []);
       const kept = (addresses as LookupAddress[]).filter((a) => allowed(a.address));
       if (kept.length === 0)
-        return callback(Object.assign(new Error(`${hostname} resolves to no allowed address`), { code: "EACCES" }), []);
+        return callback(Object.assign(new Error(`${hostname} resolves to no allowed address`), { code: NO_ALLOWED_ADDRESS }), []);
       if ((options as { all?: boolean }).all) return callback(null, kept);
       callback(null, kept[0]!.address, kept[0]!.family);
     });
   }) as LookupFunction;
+}
+
+/** One guarded HTTP request. */
+export interface GuardedRequest {
+  method: "GET" | "POST";
+  headers: Record<string, string>;
+  body?: Buffer;
+}
+
+/** The answer to a guarded request: its status and at most maxBytes of its body. */
+export interface GuardedResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  /** The body of a 2xx answer, up to maxBytes; empty for any other status (not read). */
+  body: Buffer;
+  /** True when a 2xx body was longer than maxBytes (declared or sent): the rest was not read. */
+  truncated: boolean;
+}
+
+/**
+ * Sends one request within limits and resolves with the answer, whatever its
+ * status: one timeout for the whole exchange, no redirect followed (a 3xx is
+ * an answer like any other), only allowed addresses connected to (address
+ * literals are checked here, names by the lookup, and the socket's peer once
+ * connected), a 2xx body read up to maxBytes, any other body not read. The
+ * connection is never reused, and is closed once the answer is settled.
+ * Rejects with ExchangeFailedError.
+ */
+export function requestGuarded(url: string, request: GuardedRequest, limits: FetchLimits): Promise<GuardedResponse> {
+  const target = new URL(url);
+  const literal = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
+  return new Promise((resolve, reject) => {
+    if (/^[\d.]+$|:/.test(literal) && !limits.addressAllowed(literal))
+      return reject(new ExchangeFailedError("address not allowed", "policy"));
+    let settled = false;
+    const settle = (outcome: GuardedResponse | ExchangeFailedError) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(deadline);
+      if (outcome instanceof ExchangeFailedError) reject(outcome);
+      else resolve(outcome);
+      // Whatever is left unread stays unread.
+      req.destroy();
+    };
+    const client = target.protocol === "https:" ? https : http;
+    const headers = request.body ? { ...request.headers, "content-length": String(request.body.length) } : request.headers;
+    const req = client.request(target, {
+      method: request.method,
+      lookup: filteredLookup(limits.addressAllowed),
+      headers,
+      agent: false,
+      timeout: limits.timeoutMs,
+    });
+    const noAnswer = () => new ExchangeFailedError(`no answer within ${limits.timeoutMs} ms`, "transient");
+    const deadline = setTimeout(() => settle(noAnswer()), limits.timeoutMs);
+    req.on("socket", (socket) => {
+      // A literal address skips the lookup: check where the socket really went.
+      socket.once("connect", () => {
+        const peer = socket.remoteAddress;
+        if (peer !== undefined && !limits.addressAllowed(peer))
+          settle(new ExchangeFailedError("connected to a disallowed address", "policy"));
+      });
+    });
+    req.on("timeout", () => settle(noAnswer()));
+    req.on("error", (err: NodeJS.ErrnoException) => {
+      const code = err.code ?? "";
+      const kind = code === NO_ALLOWED_ADDRESS ? "policy" : TRANSIENT_ERROR_CODES.has(code) ? "transient" : "other";
+      settle(new ExchangeFailedError(kind === "policy" ? "address not allowed" : err.message, kind));
+    });
+    req.on("response", (res) => {
+      res.on("error", (err) => settle(new ExchangeFailedError(err.message, "transient")));
+      const status = res.statusCode ?? 0;
+      const answer = (body: Buffer, truncated: boolean) => settle({ status, headers: res.headers, body, truncated });
+      if (status < 200 || status >= 300) return answer(Buffer.alloc(0), false);
+      if (Number(res.headers["content-length"] ?? 0) > limits.maxBytes) return answer(Buffer.alloc(0), true);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on("data", (chunk: Buffer) => {
+        if (size + chunk.length > limits.maxBytes) {
+          chunks.push(chunk.subarray(0, limits.maxBytes - size));
+          return answer(Buffer.concat(chunks), true);
+        }
+        size += chunk.length;
+        chunks.push(chunk);
+      });
+      res.on("end", () => answer(Buffer.concat(chunks), false));
+    });
+    req.end(request.body);
+  });
 }
 
 /**
@@ -75,75 +184,25 @@ function filteredLookup(allowed: (address: string) => boolean): LookupFunction {
  * allowed addresses connected to (address literals are checked here, names
  * by the lookup).
  */
-export function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Record<string, unknown>> {
-  const target = new URL(url);
-  const literal = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
-  return new Promise((resolve, reject) => {
-    const fail = (why: string, transient = false) => reject(new FetchRefusedError(`${url}: ${why}`, transient));
-    if (/^[\d.]+$|:/.test(literal) && !limits.addressAllowed(literal)) return fail("address not allowed");
-    const client = target.protocol === "https:" ? https : http;
-    const req = client.get(target, {
-      lookup: filteredLookup(limits.addressAllowed),
-      headers: { accept: "application/json" },
-      agent: false,
-      timeout: limits.timeoutMs,
-    });
-    const deadline = setTimeout(
-      () => req.destroy(new FetchRefusedError(`${url}: no answer within ${limits.timeoutMs} ms`, true)),
-      limits.timeoutMs,
-    );
-    req.on("socket", (socket) => {
-      // A literal address skips the lookup: check where the socket really went.
-      socket.once("connect", () => {
-        const peer = socket.remoteAddress;
-        if (peer !== undefined && !limits.addressAllowed(peer))
-          req.destroy(new FetchRefusedError(`${url}: connected to a disallowed address`));
-      });
-    });
-    req.on("timeout", () => req.destroy(new FetchRefusedError(`${url}: timed out`, true)));
-    req.on("error", (err: NodeJS.ErrnoException) => {
-      clearTimeout(deadline);
-      reject(
-        err instanceof FetchRefusedError ? err : new FetchRefusedError(`${url}: ${err.message}`, TRANSIENT_ERROR_CODES.has(err.code ?? "")),
-      );
-    });
-    req.on("response", (res) => {
-      if ((res.statusCode ?? 0) >= 300) {
-        res.resume();
-        clearTimeout(deadline);
-        const status = res.statusCode ?? 0;
-        return fail(`HTTP ${status}${res.headers.location ? " (redirects are not followed)" : ""}`, transientStatus(status));
-      }
-      const declared = Number(res.headers["content-length"] ?? 0);
-      if (declared > limits.maxBytes) {
-        req.destroy();
-        clearTimeout(deadline);
-        return fail(`body of ${declared} bytes is over ${limits.maxBytes}`);
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on("data", (chunk: Buffer) => {
-        size += chunk.length;
-        if (size > limits.maxBytes) {
-          req.destroy(new FetchRefusedError(`${url}: body over ${limits.maxBytes} bytes`));
-          return;
-        }
-        chunks.push(chunk);
-      });
-      res.on("end", () => {
-        clearTimeout(deadline);
-        try {
-          const doc: unknown = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-          if (typeof doc !== "object" || doc === null || Array.isArray(doc)) return fail("not a JSON object");
-          resolve(doc as Record<string, unknown>);
-        } catch {
-          fail("not JSON");
-        }
-      });
-      res.on("error", (err) => {
-        clearTimeout(deadline);
-        reject(new FetchRefusedError(`${url}: ${err.message}`, true));
-      });
-    });
-  });
+export async function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Record<string, unknown>> {
+  let res: GuardedResponse;
+  try {
+    res = await requestGuarded(url, { method: "GET", headers: { accept: "application/json" } }, limits);
+  } catch (err) {
+    const failure = err as ExchangeFailedError;
+    throw new FetchRefusedError(`${url}: ${failure.message}`, failure.kind === "transient");
+  }
+  if (res.status >= 300 || res.status < 200) {
+    const redirect = res.headers.location ? " (redirects are not followed)" : "";
+    throw new FetchRefusedError(`${url}: HTTP ${res.status}${redirect}`, transientStatus(res.status));
+  }
+  if (res.truncated) throw new FetchRefusedError(`${url}: body over ${limits.maxBytes} bytes`);
+  let doc: unknown;
+  try {
+    doc = JSON.parse(res.body.toString("utf8"));
+  } catch {
+    throw new FetchRefusedError(`${url}: not JSON`);
+  }
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) throw new FetchRefusedError(`${url}: not a JSON object`);
+  return doc as Record<string, unknown>;
 }

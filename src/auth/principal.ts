@@ -27,3 +27,6 @@ export interface Authenticator {
  * entry point; per-address limits key on it (see addressKey in rate-limit.ts).
  */
 export const clientAddressKey = createContextKey<string>("", { description: "client address" });
+
+/** Context value carrying the request id, set by each entry point (REST, Connect, gRPC); events record it. */
+export const requestIdKey = createContextKey<string>("", { description: "request id" });

@@ -6,6 +6,13 @@ import { keyRefusal, keyStatuses, MAX_TOKEN_LIFETIME_SECONDS, verifiesAt, type K
 
 /** RFC 9068 access-token type: our verifier requires it, so an ID token can never pass as one. */
 export const ACCESS_TOKEN_TYPE = "at+jwt";
+/**
+ * The type of the bearer token on an event delivery: never at+jwt, so our
+ * verifier refuses it as an API token even when its audience is our base URL.
+ */
+export const DELIVERY_TOKEN_TYPE = "webhook+jwt";
+/** Lifetime of a delivery token: one attempt, with room for a receiver's clock skew. */
+export const DELIVERY_TOKEN_LIFETIME_SECONDS = 5 * 60;
 /** Lifetime of every API token we issue (spec §8), and the most any token may claim (exp − iat) to verify. */
 export const TOKEN_LIFETIME_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 const ALGORITHM = "ES256";
@@ -250,15 +257,30 @@ export class TokenService {
   }
 
   /** Mints a one-hour API token for subject, with the newest key. */
-  async mint(subject: string): Promise<IssuedToken> {
+  mint(subject: string): Promise<IssuedToken> {
+    return this.sign(ACCESS_TOKEN_TYPE, this.audience, subject, TOKEN_LIFETIME_SECONDS);
+  }
+
+  /**
+   * Mints the bearer token of an event delivery with the newest key: iss our
+   * issuer, aud the sink URL, sub the subscription uid, typ webhook+jwt, five
+   * minutes. Receivers verify it against our JWKS as they would an API token
+   * (checking typ, iss and aud); verify() refuses it.
+   */
+  mintDelivery(audience: string, subject: string): Promise<IssuedToken> {
+    return this.sign(DELIVERY_TOKEN_TYPE, audience, subject, DELIVERY_TOKEN_LIFETIME_SECONDS);
+  }
+
+  /** A JWT of type typ from our issuer, signed with the newest key. */
+  private async sign(typ: string, audience: string, subject: string, lifetimeSeconds: number): Promise<IssuedToken> {
     const { signing } = await this.current();
     if (!signing) throw new Error("no signing key: the newest key is retired; run `platform-api rotate-key`");
     const iat = Math.floor(this.now() / 1000);
-    const exp = iat + TOKEN_LIFETIME_SECONDS;
+    const exp = iat + lifetimeSeconds;
     const token = await new SignJWT({})
-      .setProtectedHeader({ alg: ALGORITHM, kid: signing.kid, typ: ACCESS_TOKEN_TYPE })
+      .setProtectedHeader({ alg: ALGORITHM, kid: signing.kid, typ })
       .setIssuer(this.issuer)
-      .setAudience(this.audience)
+      .setAudience(audience)
       .setSubject(subject)
       .setIssuedAt(iat)
       .setExpirationTime(exp)

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { createRegistry, type DescService } from "@bufbuild/protobuf";
+import { createRegistry, type DescMessage, type DescService } from "@bufbuild/protobuf";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
@@ -15,10 +15,13 @@ import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
 import { invalidField } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
+import { startEventRetention } from "../services/events/retention.js";
+import { createFeedNotifier } from "../services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { PageTokenSealer } from "../store/page-token.js";
 import { seedBuiltinRoles } from "../store/seed.js";
 import type { Store } from "../store/store.js";
+import { responseJson } from "./codec/json.js";
 import { connectPlugin } from "./connect/plugin.js";
 import { healthService, HealthState, ServingStatus } from "./grpc/health.js";
 import { serveHttpStreams } from "./grpc/http2.js";
@@ -71,6 +74,8 @@ export interface RunningServer {
   tokens: TokenService;
   /** The uid the built-in administrator acts as. */
   adminSubject: string;
+  /** Prunes the events older than PLATFORM_EVENT_RETENTION now (each process also does every minute); how many went. */
+  pruneEvents(): Promise<number>;
   /** Re-reads the TLS certificate and key (SIGHUP); false when TLS is off or the new pair was refused (logged). */
   reloadTls(trigger: string): boolean;
   /**
@@ -124,6 +129,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const authorizer = createAuthorizer(store, allCapabilities);
 
   // Called only while serving, after `app` below exists.
+  const registry = createRegistry(...CONTRACT_FILES);
+  const feedNotifier = createFeedNotifier();
+  const retention = startEventRetention(store.events, {
+    retentionMs: config.eventRetentionMs,
+    now,
+    onError: (err) => app.log.warn({ err }, "pruning old events failed; retried in a minute"),
+  });
   const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
   const deps = {
     store,
@@ -141,6 +153,21 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
     maxOrgsPerIdentity: config.maxOrgsPerIdentity,
+    events: {
+      json: (schema: DescMessage, message: unknown) => responseJson(schema, message, registry),
+      source: config.baseUrl,
+      retentionMs: config.eventRetentionMs,
+      written: (events: readonly { kind: string }[]) => {
+        for (const e of events) metrics.eventsWritten.inc(e.kind);
+      },
+      watch: {
+        notifier: feedNotifier,
+        pollMs: config.eventWatch.pollMs,
+        maxStreamMs: config.eventWatch.maxStreamMs,
+        maxPerIdentity: config.eventWatch.perIdentity,
+        maxTotal: config.eventWatch.total,
+      },
+    },
   };
   // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
   const logging = serverLogging(config.logLevel, opts.logStream);
@@ -179,7 +206,6 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const wrapped = createServiceBindings(deps).map((b) =>
     wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer, callLimiter }),
   );
-  const registry = createRegistry(...CONTRACT_FILES);
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
   const health = new HealthState(apiNames, config.healthWatchMaxMs);
@@ -289,7 +315,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     adminSubject: admin,
     // The log lines of every call answered are written before close() resolves (and the process exits).
     reloadTls: (trigger) => tls?.reload(trigger) ?? false,
+    pruneEvents: () => retention.pruneNow(),
     close: () => {
+      retention.stop();
+      feedNotifier.close();
       tls?.close();
       return lifecycle.close({ app, front: front!, grpcServer, health, store, flush: logging.flush });
     },

@@ -1,7 +1,7 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
-import { Code, createContextKey, type ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { Code, type ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
-import { clientAddressKey, principalKey, type Authenticator, type Principal } from "../auth/principal.js";
+import { clientAddressKey, principalKey, requestIdKey, type Authenticator, type Principal } from "../auth/principal.js";
 import type { CallRateLimiter } from "../auth/rate-limit.js";
 import { methodRule, type MethodRule } from "../auth/rules.js";
 import { ApiError } from "../domain/errors.js";
@@ -13,15 +13,46 @@ import { areaErrorDomain, toConnectError } from "./errors.js";
 /** A unary handler as every entry point calls it. */
 export type UnaryHandler = (request: unknown, context: HandlerContext) => Promise<unknown>;
 
+/**
+ * A server-streaming handler as every entry point calls it: the messages, in
+ * order, produced only as the entry point asks for them (so a client that
+ * reads slowly holds at most what the handler has ready, never more).
+ */
+export type StreamHandler = (request: unknown, context: HandlerContext) => AsyncIterable<unknown>;
+
 /** What admission sees of a call: its headers, deadline, protocol and context values. */
 export type AdmissionContext = Pick<HandlerContext, "requestHeader" | "values" | "protocolName" | "timeoutMs">;
 
+/** A wrapped unary method: the handler, and its admission. */
+export interface WrappedHandler extends UnaryHandler, Admission {
+  /** Set by wrapService; a handler made elsewhere (tests) is unary without it. */
+  readonly kind?: "unary";
+}
+
 /**
- * A wrapped method: the handler, and what the entry points decide before
- * they read a request body. A body costs memory while it arrives and CPU to
- * decode, so a caller who could not be served anyway must not get that far.
+ * A wrapped server-streaming method: the same checks as a unary one, done
+ * before the first message is asked for; the call is finished (observer,
+ * access log) when its last message was taken, its error thrown, or the
+ * entry point stopped asking (a client gone: "canceled").
  */
-export interface WrappedHandler extends UnaryHandler {
+export interface WrappedStreamHandler extends StreamHandler, Admission {
+  readonly kind: "server_streaming";
+}
+
+/** Any wrapped method, told apart by kind. */
+export type WrappedMethod = WrappedHandler | WrappedStreamHandler;
+
+/** Whether a handler is a wrapped server stream (any other handler is unary). */
+export function isStreamHandler(handler: UnaryHandler | StreamHandler): handler is WrappedStreamHandler {
+  return (handler as Partial<WrappedStreamHandler>).kind === "server_streaming";
+}
+
+/**
+ * What the entry points decide of a call before they read its request body.
+ * A body costs memory while it arrives and CPU to decode, so a caller who
+ * could not be served anyway must not get that far.
+ */
+export interface Admission {
   /** Whether calls must carry a valid token (the method's iam rule is enabled). */
   readonly needsToken: boolean;
   /**
@@ -40,11 +71,11 @@ export interface WrappedHandler extends UnaryHandler {
 /** A wrapped service: the only object the REST, Connect and gRPC entry points call. */
 export interface WrappedService {
   service: DescService;
-  handlers: Record<string, WrappedHandler>;
+  handlers: Record<string, WrappedMethod>;
 }
 
-/** Context value carrying the request id, set by each entry point (REST, Connect, gRPC). */
-export const requestIdKey = createContextKey<string>("", { description: "request id" });
+/** Context value carrying the request id (defined with the other call values; re-exported for the entry points). */
+export { requestIdKey };
 
 /** What one finished call looked like, for metrics and the access log. */
 export interface CallRecord {
@@ -102,7 +133,7 @@ export interface WrapOptions {
  */
 export function wrapService(binding: ServiceBinding, opts: WrapOptions): WrappedService {
   const domain = areaErrorDomain(binding.service.typeName);
-  const handlers: Record<string, WrappedHandler> = {};
+  const handlers: Record<string, WrappedMethod> = {};
   for (const method of binding.service.methods) {
     const impl = binding.impl[method.localName];
     if (typeof impl !== "function") throw new Error(`${binding.service.typeName}.${method.name} has no implementation`);
@@ -116,8 +147,9 @@ function wrapMethod(
   impl: (request: unknown, context: HandlerContext) => unknown,
   domain: string,
   opts: WrapOptions,
-): WrappedHandler {
-  if (method.methodKind !== "unary") throw new Error(`${method.name}: only unary methods are wrapped`);
+): WrappedMethod {
+  if (method.methodKind !== "unary" && method.methodKind !== "server_streaming")
+    throw new Error(`${method.name}: only unary and server-streaming methods are wrapped`);
   const rule = methodRule(method);
   const service = method.parent.typeName;
   const record = (context: AdmissionContext, code: Code | 0, start: number) =>
@@ -152,34 +184,21 @@ function wrapMethod(
     context.values.set(principalKey, principal);
     return principal;
   };
-  const handler = async (request: unknown, context: HandlerContext) => {
-    const start = performance.now();
-    opts.observer?.started(context.protocolName);
-    let code: Code | 0 = 0;
-    try {
-      // Nothing is done for a call whose client has stopped waiting: a write must not commit unseen.
-      if (pastDeadline(context)) throw deadlinePassed();
-      // An admitted call was brought up to date before its body was read.
-      if (context.values.get(principalKey) === null) await opts.refresh?.();
-      const principal = await principalOf(context);
-      if (principal !== null && rule.mode === "enabled" && !rule.unscoped)
-        await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
-      // Authentication and authorization wait on the store: the deadline may have passed meanwhile.
-      if (pastDeadline(context)) throw deadlinePassed();
-      // NUL and other control characters are refused in every text of every request, on every protocol.
-      rejectControlCharacters(method, request);
-      const result = await impl(request, context);
-      if (pastDeadline(context)) throw deadlinePassed();
-      return result;
-    } catch (err) {
-      const mapped = mapError(err, context);
-      code = mapped.code;
-      throw mapped;
-    } finally {
-      record(context, code, start);
-    }
+  /** What every call passes before its implementation runs, whatever its kind. */
+  const prologue = async (request: unknown, context: HandlerContext) => {
+    // Nothing is done for a call whose client has stopped waiting: a write must not commit unseen.
+    if (pastDeadline(context)) throw deadlinePassed();
+    // An admitted call was brought up to date before its body was read.
+    if (context.values.get(principalKey) === null) await opts.refresh?.();
+    const principal = await principalOf(context);
+    if (principal !== null && rule.mode === "enabled" && !rule.unscoped)
+      await opts.authorizer.require(principal, rule.capabilities, scopeOf(rule, request));
+    // Authentication and authorization wait on the store: the deadline may have passed meanwhile.
+    if (pastDeadline(context)) throw deadlinePassed();
+    // NUL and other control characters are refused in every text of every request, on every protocol.
+    rejectControlCharacters(method, request);
   };
-  return Object.assign(handler, {
+  const admission = {
     needsToken: rule.mode === "enabled",
     async admit(context: AdmissionContext): Promise<void> {
       if (!pastDeadline(context) && rule.mode !== "enabled") return;
@@ -198,7 +217,51 @@ function wrapMethod(
       }
       opts.observer?.admitted?.(context.protocolName);
     },
-  });
+  };
+  if (method.methodKind === "server_streaming") {
+    const stream = impl as StreamHandler;
+    async function* streamHandler(request: unknown, context: HandlerContext): AsyncGenerator<unknown> {
+      const start = performance.now();
+      opts.observer?.started(context.protocolName);
+      let code: Code | 0 = 0;
+      let ended = false;
+      try {
+        await prologue(request, context);
+        yield* stream(request, context);
+        // The signal aborts at the deadline and the implementation stops: the client saw DEADLINE_EXCEEDED.
+        if (pastDeadline(context)) throw deadlinePassed();
+        // The implementation stopped because its client went away: nobody saw an OK.
+        if (context.signal.aborted) code = Code.Canceled;
+        ended = true;
+      } catch (err) {
+        const mapped = mapError(err, context);
+        code = mapped.code;
+        throw mapped;
+      } finally {
+        // Neither ended nor failed: the entry point stopped asking, its client gone.
+        record(context, ended || code !== 0 ? code : pastDeadline(context) ? Code.DeadlineExceeded : Code.Canceled, start);
+      }
+    }
+    return Object.assign(streamHandler, { kind: "server_streaming" as const }, admission);
+  }
+  const handler = async (request: unknown, context: HandlerContext) => {
+    const start = performance.now();
+    opts.observer?.started(context.protocolName);
+    let code: Code | 0 = 0;
+    try {
+      await prologue(request, context);
+      const result = await impl(request, context);
+      if (pastDeadline(context)) throw deadlinePassed();
+      return result;
+    } catch (err) {
+      const mapped = mapError(err, context);
+      code = mapped.code;
+      throw mapped;
+    } finally {
+      record(context, code, start);
+    }
+  };
+  return Object.assign(handler, { kind: "unary" as const }, admission);
 }
 
 /** ErrorInfo reason of a call refused because its identity called faster than PLATFORM_CALLS_PER_IDENTITY. */

@@ -7,6 +7,7 @@ import { UnauthenticatedError } from "../domain/errors.js";
 import type { IssuerPolicy } from "../domain/issuer.js";
 import type { PageTokenSealer } from "../store/page-token.js";
 import type { Store } from "../store/store.js";
+import type { EventDeps } from "./events.js";
 
 /** What every service implementation is built from. */
 export interface ServiceDeps {
@@ -28,6 +29,8 @@ export interface ServiceDeps {
   issuerPolicy: IssuerPolicy;
   /** Root organizations one identity may have created (the administrator: no limit). */
   maxOrgsPerIdentity: number;
+  /** How mutations write their events and the feed renders them. */
+  events: EventDeps;
 }
 
 /** The principal the service wrapper set for this call. */

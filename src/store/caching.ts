@@ -1,22 +1,9 @@
-import { decorateParts, READ_METHODS, type PartMethod } from "./decorate.js";
+import { decorateParts, type PartMethod } from "./decorate.js";
+import { STORE_PARTS } from "./parts.js";
 import { QueryCache } from "./query-cache.js";
 import { splitSignal } from "./signal.js";
-import type { ListQuery, ListResult, Store, StoreParts } from "./store.js";
+import type { ListQuery, ListResult, Store } from "./store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "./versions.js";
-
-/** The table each part's reads (READ_METHODS) answer from; their answers are cached. Keys are read rarely, by their holders: not cached. */
-const PART_TABLE: { readonly [P in keyof StoreParts]?: VersionedTable } = {
-  groups: "groups",
-  identities: "identities",
-  roles: "roles",
-  roleBindings: "role_bindings",
-  identityProviders: "identity_providers",
-  accountAssociations: "account_associations",
-  groupInvites: "group_invites",
-  repos: "repos",
-  tags: "tags",
-  advisories: "advisories",
-};
 
 /** Budgets of the caches: answers by bytes of their JSON text, counts by number. */
 export interface CacheLimits {
@@ -127,10 +114,11 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
       }
     };
 
-  const parts = decorateParts(inner, (part, method, original) => {
-    if (!READ_METHODS.has(method)) return written(original);
-    const table = PART_TABLE[part as keyof StoreParts];
-    return table === undefined ? original : cachedRead(part, method, table, original);
+  // Each part's reads are cached against its table (STORE_PARTS), unless it is declared uncached.
+  const parts = decorateParts(inner, (part, method, original, kind) => {
+    if (kind === "write") return written(original);
+    const { table, cached } = STORE_PARTS[part];
+    return cached && table !== null ? cachedRead(part, method, table, original) : original;
   });
 
   return {

@@ -1,7 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { FailedPreconditionError, type PreconditionViolation } from "../domain/errors.js";
+import type { FeedPosition } from "../domain/events.js";
 import { nulFieldOf } from "../domain/text-rules.js";
-import type { ListQuery, ListResult, Store, StoreParts } from "./store.js";
+import { EVERYWHERE } from "./event-store.js";
+import type { ListQuery, ListResult, PartName, Store, StoreParts } from "./store.js";
 
 /** Records read from the source per page. */
 const PAGE = 500;
@@ -30,6 +32,115 @@ async function* everything<T extends { uid: string }, TFilter>(
     after = { key: last.uid, uid: last.uid };
   }
 }
+
+/** Copies every record of one kind, counted under `kind`: listed from the source, written by write (SKIPPED when it left one alone). */
+type CopyAll = <T extends { uid: string }, TFilter>(
+  kind: string,
+  list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
+  filter: TFilter,
+  write: (record: T) => Promise<unknown>,
+) => Promise<void>;
+
+/** The parts copied record by record: every part but keys (the signing keys and secrets, copied on their own). */
+type ListedPart = Exclude<PartName, "keys">;
+
+/**
+ * How each part's records are copied, in the order they are written (a
+ * record's group, role or repo before it). Typed over every part but keys,
+ * so a new part is a type error here until it says how it is copied.
+ */
+const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, copyAll: CopyAll) => Promise<void> } = {
+  groups: (from, tx, copyAll) =>
+    copyAll(
+      "groups",
+      (q) => from.groups.list(q),
+      {},
+      (g) => tx.groups.create(g),
+    ),
+  // Built-in roles have the same uid everywhere: the target's own are kept.
+  roles: (from, tx, copyAll) =>
+    copyAll(
+      "roles",
+      (q) => from.roles.list(q),
+      {},
+      async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)),
+    ),
+  identities: (from, tx, copyAll) =>
+    copyAll(
+      "identities",
+      (q) => from.identities.list(q),
+      {},
+      (i) => tx.identities.create(i),
+    ),
+  roleBindings: (from, tx, copyAll) =>
+    copyAll(
+      "role bindings",
+      (q) => from.roleBindings.list(q),
+      {},
+      (b) => tx.roleBindings.create([b]),
+    ),
+  identityProviders: (from, tx, copyAll) =>
+    copyAll(
+      "identity providers",
+      (q) => from.identityProviders.list(q),
+      {},
+      (p) => tx.identityProviders.create(p),
+    ),
+  accountAssociations: (from, tx, copyAll) =>
+    copyAll(
+      "account associations",
+      (q) => from.accountAssociations.list(q),
+      {},
+      (a) => tx.accountAssociations.create(a),
+    ),
+  groupInvites: (from, tx, copyAll) =>
+    copyAll(
+      "group invites",
+      (q) => from.groupInvites.list(q),
+      {},
+      (i) => tx.groupInvites.create(i),
+    ),
+  repos: (from, tx, copyAll) =>
+    copyAll(
+      "repos",
+      (q) => from.repos.list(q),
+      {},
+      (r) => tx.repos.create(r),
+    ),
+  tags: (from, tx, copyAll) =>
+    copyAll(
+      "tags",
+      (q) => from.tags.list(q),
+      { includeReferrers: true, includeDates: true, includeEpochs: true },
+      (t) => tx.tags.put(t),
+    ),
+  advisories: (from, tx, copyAll) =>
+    copyAll(
+      "advisories",
+      (q) => from.advisories.list(q),
+      {},
+      (a) => tx.advisories.upsert([a]),
+    ),
+  // Last, in feed order, in the one transaction: the copies keep their order (one txid, rising seqs) and their ids.
+  events: (from, tx, copyAll) => {
+    const positions = new Map<string, FeedPosition>();
+    return copyAll(
+      "events",
+      async (q) => {
+        const after = q.after === null ? null : (positions.get(q.after.uid) ?? null);
+        const page = await from.events.read({ after, typePrefix: "", hierarchy: {}, visible: EVERYWHERE, limit: q.limit });
+        positions.clear();
+        for (const e of page.events) positions.set(e.id, e.position);
+        const items = page.events.map((e) => ({ ...e, uid: e.id }));
+        return { items, hasMore: items.length === q.limit, totalCount: 0 };
+      },
+      {},
+      ({ id, kind, type, subject, groupUid, time, data }) => tx.events.append([{ id, kind, type, subject, groupUid, time, data }]),
+    );
+  },
+  // With their secrets and creators. Feed positions differ between engines, so each copy's delivery starts with
+  // the events written after the copy: run migrate-to-postgres with the servers stopped and delivered up.
+};
 
 /** How many records of each kind were copied. */
 export type CopyCounts = Record<string, number>;
@@ -64,12 +175,7 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
   const counts: CopyCounts = {};
   const unstorable: PreconditionViolation[] = [];
   let unstorableRows = 0;
-  const copyAll = async <T extends { uid: string }, TFilter>(
-    kind: string,
-    list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
-    filter: TFilter,
-    write: (record: T) => Promise<unknown>,
-  ) => {
+  const copyAll: CopyAll = async (kind, list, filter, write) => {
     counts[kind] = 0;
     const table = kind.replaceAll(" ", "_");
     for await (const record of everything(list, filter)) {
@@ -88,68 +194,7 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     ["admin-subject", await from.keys.secret("admin-subject", () => randomBytes(20))],
   ] as const;
   await to.transaction(async (tx: StoreParts) => {
-    await copyAll(
-      "groups",
-      (q) => from.groups.list(q),
-      {},
-      (g) => tx.groups.create(g),
-    );
-    // Built-in roles have the same uid everywhere: the target's own are kept.
-    await copyAll(
-      "roles",
-      (q) => from.roles.list(q),
-      {},
-      async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)),
-    );
-    await copyAll(
-      "identities",
-      (q) => from.identities.list(q),
-      {},
-      (i) => tx.identities.create(i),
-    );
-    await copyAll(
-      "role bindings",
-      (q) => from.roleBindings.list(q),
-      {},
-      (b) => tx.roleBindings.create([b]),
-    );
-    await copyAll(
-      "identity providers",
-      (q) => from.identityProviders.list(q),
-      {},
-      (p) => tx.identityProviders.create(p),
-    );
-    await copyAll(
-      "account associations",
-      (q) => from.accountAssociations.list(q),
-      {},
-      (a) => tx.accountAssociations.create(a),
-    );
-    await copyAll(
-      "group invites",
-      (q) => from.groupInvites.list(q),
-      {},
-      (i) => tx.groupInvites.create(i),
-    );
-    await copyAll(
-      "repos",
-      (q) => from.repos.list(q),
-      {},
-      (r) => tx.repos.create(r),
-    );
-    const allTags = { includeReferrers: true, includeDates: true, includeEpochs: true };
-    await copyAll(
-      "tags",
-      (q) => from.tags.list(q),
-      allTags,
-      (t) => tx.tags.put(t),
-    );
-    await copyAll(
-      "advisories",
-      (q) => from.advisories.list(q),
-      {},
-      (a) => tx.advisories.upsert([a]),
-    );
+    for (const step of Object.values(COPY_STEPS)) await step(from, tx, copyAll);
     if (unstorableRows > MAX_NAMED_ROWS) {
       unstorable.push({
         type: "UNSTORABLE_TEXT",

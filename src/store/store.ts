@@ -11,19 +11,13 @@
 
 import type { ClaimMatchRecord } from "../domain/claim-match-record.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
+import type { Async } from "./async-type.js";
+import type { EventStore, SyncEventStore } from "./event-store.js";
 import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
-/**
- * The asynchronous form of a store part: the same methods, each returning a
- * promise and taking, last and optional, the call's AbortSignal. A method
- * whose signal has aborted (the caller cancelled, or its deadline passed)
- * rejects with CancelledError before it does any work.
- */
-export type Async<T> = {
-  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: [...A, signal?: AbortSignal]) => Promise<Awaited<R>> : T[K];
-};
+export type { Async, EventStore };
 
 /** A keyset position: the order column's value and the uid of the last item returned. */
 export interface Cursor {
@@ -643,20 +637,34 @@ export type TagStore = Async<SyncTagStore>;
 export type AdvisoryStore = Async<SyncAdvisoryStore>;
 export type KeyStore = Async<SyncKeyStore>;
 
-/** The parts of a store, by role. */
-export interface StoreParts {
-  readonly groups: GroupStore;
-  readonly identities: IdentityStore;
-  readonly roles: RoleStore;
-  readonly roleBindings: RoleBindingStore;
-  readonly identityProviders: IdentityProviderStore;
-  readonly accountAssociations: AccountAssociationStore;
-  readonly groupInvites: GroupInviteStore;
-  readonly repos: RepoStore;
-  readonly tags: TagStore;
-  readonly advisories: AdvisoryStore;
-  readonly keys: KeyStore;
+/**
+ * The parts of a store, by role, in the synchronous form (what a synchronous
+ * driver implements). The one list of parts: STORE_PARTS (parts.ts) must
+ * declare each of them and each of its methods, and every engine and
+ * wrapper builds its parts from these two, so a part or method added here
+ * and forgotten anywhere is a type error (docs/ARCHITECTURE.md, "Adding a
+ * table").
+ */
+export interface SyncStoreParts {
+  groups: SyncGroupStore;
+  identities: SyncIdentityStore;
+  roles: SyncRoleStore;
+  roleBindings: SyncRoleBindingStore;
+  identityProviders: SyncIdentityProviderStore;
+  accountAssociations: SyncAccountAssociationStore;
+  groupInvites: SyncGroupInviteStore;
+  repos: SyncRepoStore;
+  tags: SyncTagStore;
+  advisories: SyncAdvisoryStore;
+  keys: SyncKeyStore;
+  events: SyncEventStore;
 }
+
+/** A part's name. */
+export type PartName = keyof SyncStoreParts;
+
+/** The parts of a store, by role: each part's asynchronous form. */
+export type StoreParts = { readonly [P in PartName]: Async<SyncStoreParts[P]> };
 
 /** What a store says of itself: its engine and where its data lives (no secrets). */
 export interface StoreDescription {

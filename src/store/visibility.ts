@@ -1,7 +1,6 @@
 import { topsOf } from "../domain/uid-tops.js";
 import { ancestorsOf, isAncestor, isAtOrBelow, parentOf } from "../domain/uidp.js";
-import { keysetClause, type Clause } from "./rows/table.js";
-import type { Cursor, HierarchyFilter, ListQuery } from "./store.js";
+import type { Cursor, HierarchyFilter } from "./store.js";
 
 /**
  * How a narrowed list finds the rows a caller may see, decided before any
@@ -73,54 +72,4 @@ export function pastCursor(plan: VisibilityPlan, after: Cursor, desc: boolean): 
 /** The uid range of a top: its rows are t.uid >= low AND t.uid < high ("0" follows "/" and every uid's own characters). */
 export function topRange(top: string): [low: string, high: string] {
   return [top, `${top}0`];
-}
-
-/** The SQL of one list page and its count, built the same way on every engine; only the row source differs. */
-export interface ListStatements {
-  /** FROM and WHERE of the count (the position ignored). */
-  counted: { from: string; where: string; params: unknown[] };
-  /** FROM and WHERE of the page, keyset included; params end with LIMIT (one extra row) and OFFSET. */
-  page: { from: string; where: string; params: unknown[] };
-  /** The ORDER BY of the page. */
-  order: string;
-}
-
-/**
- * Plans a list's statements: the visibility plan, the count over every
- * visible row, and the page, which in uid order reads only the tops past its
- * cursor. visibleRows renders a plan in the engine's SQL.
- */
-export function listStatements<TOrder extends string>(
-  table: { table: string; orderColumns: Record<TOrder, string>; rootsVisible?: boolean },
-  query: ListQuery<unknown, TOrder>,
-  filters: Clause[],
-  visibleRows: (table: string, plan: VisibilityPlan, query: ListQuery<unknown, string>, filters: Clause[]) => ListStatements["counted"],
-): ListStatements {
-  const column = table.orderColumns[query.order.field];
-  const dir = query.order.desc ? "DESC" : "ASC";
-  const plan = planVisibility(query.visibleWithin, query.hierarchy, table.rootsVisible === true);
-  const counted = visibleRows(table.table, plan, query, filters);
-  const paged =
-    column === "uid" && query.after ? visibleRows(table.table, pastCursor(plan, query.after, query.order.desc), query, filters) : counted;
-  let where = paged.where;
-  const params = [...paged.params];
-  if (query.after) {
-    const keyset = keysetClause(column, query.order.desc, query.after);
-    where = `${paged.where} AND ${keyset.sql}`;
-    params.push(...keyset.params);
-  }
-  params.push(query.limit + 1, query.offset);
-  const order = column === "uid" ? `t.uid ${dir}` : `t.${column} ${dir}, t.uid ${dir}`;
-  return { counted, page: { from: paged.from, where, params }, order };
-}
-
-/**
- * The WHERE clause of a plan with at most one top: a plain range on the uid
- * (which lets the planner walk an order index and stop at the page's end),
- * or root-level rows too when roots; falseSql is the engine's false.
- */
-export function singleTopClause(top: string | undefined, roots: boolean, falseSql: string): Clause {
-  const inTop = top === undefined ? null : { sql: "t.uid >= ? AND t.uid < ?", params: topRange(top) };
-  if (roots) return { sql: `t.parent_uid IS NULL${inTop ? ` OR (${inTop.sql})` : ""}`, params: inTop?.params ?? [] };
-  return inTop ?? { sql: falseSql, params: [] };
 }

@@ -8,7 +8,7 @@ import { defaultToken } from "./server.js";
 
 const detailRegistry = createRegistry(file_google_rpc_error_details);
 
-/** A promisified grpc-js client for one service: client.call("getGroup", request). */
+/** A promisified grpc-js client for one service: client.call("getGroup", request); a server stream resolves to its messages. */
 export interface GrpcTestClient {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   call(method: string, request: any, metadata?: Record<string, string>): Promise<any>;
@@ -32,6 +32,17 @@ export function grpcClient(service: DescService, port: number, opts: { token?: s
       for (const [k, v] of Object.entries(metadata)) md.set(k, v);
       const m = service.methods.find((x) => x.localName === method);
       if (!m) throw new Error(`no method ${method}`);
+      if (m.methodKind === "server_streaming") {
+        // A stream's messages, collected until it ends; its error rejects as a unary call's does.
+        return new Promise((resolve, reject) => {
+          const messages: unknown[] = [];
+          // eslint-disable-next-line @typescript-eslint/no-explicit-any
+          const stream = (client as any)[method](createRequest(m.input, request), md) as grpc.ClientReadableStream<unknown>;
+          stream.on("data", (message) => messages.push(message));
+          stream.on("error", reject);
+          stream.on("end", () => resolve(messages));
+        });
+      }
       return new Promise((resolve, reject) => {
         // eslint-disable-next-line @typescript-eslint/no-explicit-any
         (client as any)[method](createRequest(m.input, request), md, (err: grpc.ServiceError | null, res: unknown) =>

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { AlreadyExistsError, CancelledError, FailedPreconditionError, NotFoundError } from "../../src/domain/errors.js";
-import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store } from "../../src/store/store.js";
+import { PART_NAMES, STORE_PARTS } from "../../src/store/parts.js";
+import type { GroupFilter, HierarchyFilter, SigningKeyRecord, Store, StoreParts } from "../../src/store/store.js";
+import { VERSIONED_TABLES } from "../../src/store/versions.js";
 import { advisoryConformance } from "./store-conformance-advisories.js";
 import { iamConformance } from "./store-conformance-iam.js";
 import { moreConformance } from "./store-conformance-more.js";
@@ -181,6 +183,24 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     registryConformance(() => store);
     pagedWalkConformance(() => store);
     advisoryConformance(() => store);
+
+    describe("parts", () => {
+      test("every part STORE_PARTS declares answers each of its declared methods, outside and inside a transaction", async () => {
+        const missing = (parts: StoreParts) =>
+          PART_NAMES.flatMap((name) =>
+            Object.keys(STORE_PARTS[name].methods)
+              .filter((method) => typeof Reflect.get(parts[name], method) !== "function")
+              .map((method) => `${name}.${method}`),
+          );
+        assert.deepEqual(missing(store), []);
+        assert.deepEqual(await store.transaction(async (tx) => missing(tx)), []);
+        assert.deepEqual(Object.keys(await store.readVersions()).sort(), [...VERSIONED_TABLES].sort());
+        for (const name of PART_NAMES) {
+          const { table, cached } = STORE_PARTS[name];
+          assert.ok(table === null ? !cached : VERSIONED_TABLES.includes(table), `${name}'s table is versioned, or the part is not cached`);
+        }
+      });
+    });
 
     describe("transactions, keys and lifecycle", () => {
       test("a call whose signal has aborted does nothing and rejects: DEADLINE_EXCEEDED for a timeout, CANCELLED otherwise", async () => {

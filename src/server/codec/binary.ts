@@ -26,6 +26,9 @@ export function asMessage(schema: DescMessage, value: unknown): Message {
   return isMessage(value, schema) ? value : (create(schema, value as never) as Message);
 }
 
+/** Well-known types protobuf-es holds as plain JSON values in a message field (an event's data): toBinary converts them. */
+const JSON_VALUE_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
+
 function encoderOf(schema: DescMessage): Encoder {
   let encoder = encoders.get(schema);
   if (!encoder) {
@@ -40,7 +43,8 @@ function encoderOf(schema: DescMessage): Encoder {
 function compile(schema: DescMessage): Encoder {
   const unsupported = schema.fields.some(
     (f) =>
-      ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) && f.delimitedEncoding) ||
+      ((f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message")) &&
+        (f.delimitedEncoding || JSON_VALUE_TYPES.has(f.message.typeName))) ||
       (f.fieldKind === "map" && f.mapKey !== ScalarType.STRING),
   );
   if (unsupported) {

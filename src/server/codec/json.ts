@@ -24,6 +24,7 @@ import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 type Writer = (message: Record<string, unknown>) => string;
 
 const writers = new WeakMap<DescMessage, Writer>();
+const JSON_VALUE_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
 const FALLBACK_TYPES = /^google\.protobuf\.(Any|Struct|Value|ListValue|NullValue|.*Value)$/;
 
 function timestampJson(t: { seconds: bigint; nanos: number }): string {
@@ -138,6 +139,9 @@ function messageJson(schema: DescMessage, registry: Registry): Writer {
   else if (name === "google.protobuf.FieldMask") {
     writer = (m) =>
       JSON.stringify((m.paths as string[]).map((p) => p.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase())).join(","));
+  } else if (JSON_VALUE_TYPES.has(name)) {
+    // protobuf-es holds a Struct, Value or ListValue field as the JSON value itself (JsonObject, JsonValue, array).
+    writer = (m) => JSON.stringify(m);
   } else if (FALLBACK_TYPES.test(name)) {
     writer = (m) => JSON.stringify(toJson(schema, m as Message, { alwaysEmitImplicit: true, registry }));
   } else {

@@ -10,7 +10,7 @@ import { areaErrorDomain, toConnectError } from "../errors.js";
 import { HeaderView } from "../http/header-view.js";
 import { holdBody } from "../http/socket-reading.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
-import type { WrappedHandler } from "../wrap.js";
+import type { WrappedMethod } from "../wrap.js";
 import { connectUnary } from "./connect-unary.js";
 import { decodeBase64Body, encodeBase64Body, GRPC_WEB_BINARY_TYPE, GRPC_WEB_TEXT_TYPE } from "./grpc-web-text.js";
 import { boundedCompressions, isEnveloped, limitedBody, oversizedGetMessage } from "./message-limit.js";
@@ -43,12 +43,13 @@ export interface ConnectPluginOptions {
   /** Resolves the types inside JSON request messages (google.protobuf.Any). */
   registry: Registry;
   /**
-   * Wrapped unary handlers by request path ("/package.Service/Method"): they
-   * admit each call before its body is read, and serve plain Connect POSTs
-   * without connect-node (connect-unary.ts; which request takes which path
-   * is the table in paths.ts).
+   * Wrapped handlers by request path ("/package.Service/Method"): they admit
+   * each call before its body is read, unary and server-streaming alike, and
+   * the unary ones serve plain Connect POSTs without connect-node
+   * (connect-unary.ts; which request takes which path is the table in
+   * paths.ts). A server stream is always connect-node's.
    */
-  unaryHandlers: ReadonlyMap<string, WrappedHandler>;
+  unaryHandlers: ReadonlyMap<string, WrappedMethod>;
 }
 
 /**
@@ -92,7 +93,8 @@ export async function connectPlugin(app: FastifyInstance, opts: ConnectPluginOpt
     const messageLimit = wrapped?.needsToken ? opts.maxMessageBytes : opts.anonymousMessageBytes;
     const compressions = boundedCompressions(messageLimit, domain);
     const fast =
-      wrapped &&
+      wrapped !== undefined &&
+      wrapped.kind !== "server_streaming" &&
       connectUnary(handler.method, wrapped, {
         limit: messageLimit,
         domain,

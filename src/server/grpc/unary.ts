@@ -48,7 +48,8 @@ export function grpcUnaryCalls(services: readonly WrappedService[], opts: GrpcUn
     const domain = areaErrorDomain(svc.service.typeName);
     for (const method of svc.service.methods) {
       const handler = svc.handlers[method.localName];
-      if (!handler || method.methodKind !== "unary") continue;
+      // Server streams are grpc-js's (adapter.ts).
+      if (!handler || handler.kind === "server_streaming" || method.methodKind !== "unary") continue;
       const route: Route = { ...opts, method, handler, domain, path: `/${svc.service.typeName}/${method.name}`, clients };
       // serve answers every error it can; what is left (a write on a stream torn down meanwhile) is reported.
       calls.set(route.path, (stream, headers) => void serve(stream, headers, route).catch((err) => route.onInternal?.(err)));

@@ -47,6 +47,14 @@ export class Metrics {
     this.registry,
   );
 
+  /** kind */
+  readonly eventsWritten = new SeriesCounter(
+    "platform_events_written_total",
+    "Change-feed events committed by this process, by kind of resource (group, identity, role, ...)",
+    ["kind"],
+    this.registry,
+  );
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: "platform_" });
   }

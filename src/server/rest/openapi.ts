@@ -48,6 +48,35 @@ function parameterNames(operations: readonly RestOperation[]): Map<string, strin
 }
 
 /**
+ * The 200 of a server-streaming method: newline-delimited JSON, one object
+ * per line (OpenAPI describes each line's schema; the body is their
+ * sequence), as grpc-gateway renders server streams.
+ */
+function streamResponse(message: Schema): Schema {
+  return {
+    description:
+      "A stream: newline-delimited JSON (`application/x-ndjson`), sent as messages are produced. Each line is " +
+      '`{"result": <message>}`; a stream that fails after its first message ends with one `{"error": <google.rpc.Status>}` line ' +
+      "(an error before the first message is an ordinary error response). The schema below is that of one line.",
+    content: {
+      "application/x-ndjson": {
+        schema: {
+          oneOf: [
+            { type: "object", required: ["result"], properties: { result: message }, additionalProperties: false },
+            {
+              type: "object",
+              required: ["error"],
+              properties: { error: { $ref: "#/components/schemas/google.rpc.Status" } },
+              additionalProperties: false,
+            },
+          ],
+        },
+      },
+    },
+  };
+}
+
+/**
  * Builds the OpenAPI 3.1 document from the REST operations the transcoder
  * serves: paths and parameters from the google.api.http rules, request and
  * response schemas in proto3 JSON form from the descriptors, summaries and
@@ -147,7 +176,9 @@ export function openApiDocument(operations: readonly RestOperation[], info: { ti
             }
           : {}),
         responses: {
-          "200": { description: "OK", content: { "application/json": { schema: schemas.message(op.descriptor.output, "output") } } },
+          "200": op.streaming
+            ? streamResponse(schemas.message(op.descriptor.output, "output"))
+            : { description: "OK", content: { "application/json": { schema: schemas.message(op.descriptor.output, "output") } } },
           "400": errorRef("BadRequest"),
           ...(isSecured ? { "401": errorRef("Unauthenticated"), "403": errorRef("PermissionDenied") } : {}),
           ...(op.variables.length > 0 && !isRoot ? { "404": errorRef("NotFound") } : {}),

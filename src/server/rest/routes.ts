@@ -1,3 +1,4 @@
+import { Readable } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { ApiError, invalidField } from "../../domain/errors.js";
@@ -6,7 +7,7 @@ import { REQUEST_CODINGS, requestCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { admittedValues, installRestAdmission, type RestBodyLimits } from "./body-admission.js";
-import { RouteNotFoundError, type RestTranscoder } from "./transcoder.js";
+import { NDJSON_TYPE, RouteNotFoundError, type RestTranscoder } from "./transcoder.js";
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -73,8 +74,11 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
     method: ["GET", "POST", "PUT", "PATCH", "DELETE"],
     url: "/*",
     handler: async (req, reply) => {
+      // Unary handlers run to completion against the store; a server stream stops when its client goes away.
+      const gone = new AbortController();
+      const onClose = () => gone.abort();
+      reply.raw.once("close", onClose);
       try {
-        // Handlers run synchronously against the store: no cancellation signal to wire.
         const res = await transcoder.handle({
           requestId: req.id,
           clientAddress: req.clientAddress,
@@ -84,10 +88,17 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
           headers: HeaderView.ofNode(req.headers),
           body: req.body,
           values: admittedValues(req),
+          signal: gone.signal,
         });
         res.headers?.forEach((value, key) => void reply.header(key, value));
-        return reply.code(res.status).type("application/json").send(res.body);
+        if (res.lines === undefined) {
+          reply.raw.off("close", onClose);
+          return reply.code(res.status).type("application/json").send(res.body);
+        }
+        // Piped with backpressure: the next line is asked for only once the socket took the last ones.
+        return reply.code(res.status).type(NDJSON_TYPE).header("cache-control", "no-store").send(Readable.from(res.lines));
       } catch (err) {
+        reply.raw.off("close", onClose);
         if (err instanceof RouteNotFoundError) return notFound(reply, req.method, err.allowed);
         return sendError(reply, err);
       }

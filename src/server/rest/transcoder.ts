@@ -19,8 +19,8 @@ import { invalidField } from "../../domain/errors.js";
 import { responseJson } from "../codec/json.js";
 import { messageFromJson } from "../codec/request-json.js";
 import { lightContext } from "../context.js";
-import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
-import { requestIdKey, type WrappedHandler, type WrappedService } from "../wrap.js";
+import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
+import { isStreamHandler, requestIdKey, type WrappedMethod, type WrappedService } from "../wrap.js";
 import { compileTemplate, decodeVariable, type CompiledTemplate } from "./http-template.js";
 
 /** How one query parameter maps onto the request message. */
@@ -48,6 +48,8 @@ export interface RestOperation {
   optionalTrailing: boolean;
   /** Query parameters by dotted proto name. */
   queryParams: string[];
+  /** True for a server-streaming method: its body is newline-delimited JSON (RestResponse.lines). */
+  streaming: boolean;
 }
 
 /** One REST binding of one method. */
@@ -58,7 +60,7 @@ interface Route {
   body: string;
   method: DescMethod;
   service: WrappedService["service"];
-  handler: WrappedHandler;
+  handler: WrappedMethod;
   query: Map<string, QueryField>;
   /** JSON paths of the template's variables, in order. */
   variablePaths: string[][];
@@ -83,11 +85,22 @@ interface Match {
 /** A transcoding result: what to send back over HTTP. */
 export interface RestResponse {
   status: number;
-  /** The response's JSON text. */
+  /** The response's JSON text ("" for a stream). */
   body: string;
+  /**
+   * A server stream's body, newline-delimited JSON (NDJSON_TYPE), as
+   * grpc-gateway renders server streams: a {"result": …} line per message and,
+   * when the stream fails after its first message, a last {"error": <Status>}
+   * line. Lines are made only as they are read. An error before the first
+   * message is thrown by handle(), answered like any other.
+   */
+  lines?: AsyncIterable<string>;
   /** Response headers a handler set, if any. */
   headers: Headers | undefined;
 }
+
+/** The Content-Type of a server stream's REST body. */
+export const NDJSON_TYPE = "application/x-ndjson";
 
 /** A request as the transcoder sees it: method, raw path and query, parsed headers and body. */
 export interface RestRequest {
@@ -257,7 +270,7 @@ export class RestTranscoder {
   private add(
     svc: WrappedService,
     method: DescMethod,
-    handler: WrappedHandler,
+    handler: WrappedMethod,
     binding: { method: string; path: string; body: string },
   ): void {
     const template = compileTemplate(binding.path);
@@ -306,6 +319,7 @@ export class RestTranscoder {
       variables: template.variables.map((v) => ({ name: v.fieldPath.join("."), multiSegment: v.multiSegment })),
       optionalTrailing: template.optionalTrailing,
       queryParams,
+      streaming: handler.kind === "server_streaming",
     });
   }
 
@@ -393,9 +407,34 @@ export class RestTranscoder {
       signal: req.signal,
       values: req.values ?? requestValues(req),
     });
+    if (isStreamHandler(route.handler)) return this.stream(route, route.handler(request, ctx), ctx.setResponseHeaders());
     const result = await route.handler(request, ctx);
     // A body ends with a newline, like any text a shell prints.
     return { status: 200, body: `${responseJson(route.method.output, result, this.registry)}\n`, headers: ctx.setResponseHeaders() };
+  }
+
+  /**
+   * A server stream's answer, once its first message (or its end) is there:
+   * until then, an error is thrown, so it gets its HTTP status and the usual
+   * error body; afterwards it becomes the body's last line.
+   */
+  private async stream(route: Route, messages: AsyncIterable<unknown>, headers: Headers | undefined): Promise<RestResponse> {
+    const iterator = messages[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    const output = route.method.output;
+    const domain = areaErrorDomain(route.service.typeName);
+    const registry = this.registry;
+    async function* lines(): AsyncGenerator<string> {
+      try {
+        for (let next = first; !next.done; next = await iterator.next()) yield `{"result":${responseJson(output, next.value, registry)}}\n`;
+      } catch (err) {
+        yield `${JSON.stringify({ error: restErrorBody(toConnectError(err, domain)).body })}\n`;
+      } finally {
+        // The reader stopped early (its client went away): the handler is told, and records its call.
+        await iterator.return?.();
+      }
+    }
+    return { status: 200, body: "", lines: lines(), headers };
   }
 
   private requestJson(route: Route, groups: string[], rawQuery: string, body: unknown): JsonObject {

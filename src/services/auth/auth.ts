@@ -1,5 +1,5 @@
 import { create, getOption } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { GroupCapabilitiesSchema, type AuthService, type GroupCapabilities } from "../../../gen/platformapi/auth/v1/auth_pb.js";
 import { name as capabilityNameOption, CapabilitySchema } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { createAttemptLimiter } from "../../auth/rate-limit.js";
@@ -8,7 +8,9 @@ import { InviteInvalidError, inviteSecretMatches, parseInviteCode } from "../../
 import { isAtOrBelow, newChildUid } from "../../domain/uidp.js";
 import type { GroupRecord, IdentityRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { committed, emit, type Change } from "../events.js";
 import { groupMessage } from "../iam/groups.js";
+import { roleBindingCreated } from "../iam/hydrate.js";
 import { identityMessage } from "../iam/identity-messages.js";
 import { timestampFromMs } from "../time.js";
 
@@ -86,7 +88,7 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
    * invite, consumes it in the same transaction. Every refusal is the same
    * InviteInvalidError.
    */
-  async function acceptInvite(identity: IdentityRecord, code: string): Promise<GroupRecord> {
+  async function acceptInvite(ctx: HandlerContext, identity: IdentityRecord, code: string): Promise<GroupRecord> {
     const parsed = parseInviteCode(code);
     const invite = parsed ? await store.groupInvites.findByKeyId(parsed.keyId) : null;
     // Compared even without an invite, so an unknown key id costs the same.
@@ -99,20 +101,36 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     ) {
       throw new InviteInvalidError();
     }
-    return store.transaction(async (tx) => {
-      if (invite.singleUse && !(await tx.groupInvites.consume(invite.uid))) throw new InviteInvalidError();
-      const group = await tx.groups.get(invite.groupUid);
-      if (!group || !(await tx.roles.get(invite.roleUid))) throw new InviteInvalidError();
-      const bound = (await tx.roleBindings.forIdentity(identity.uid)).some(
-        (b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid,
-      );
-      if (!bound) {
-        await tx.roleBindings.create([
-          { uid: newChildUid(group.uid), groupUid: group.uid, identityUid: identity.uid, roleUid: invite.roleUid, createTime: now },
-        ]);
-      }
-      return group;
-    });
+    return committed(
+      deps,
+      ctx,
+      store.transaction(async (tx) => {
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        const changes: Change<any>[] = [];
+        if (invite.singleUse) {
+          if (!(await tx.groupInvites.consume(invite.uid))) throw new InviteInvalidError();
+          changes.push({ kind: "groupInvite", action: "deleted", subject: invite.uid });
+        }
+        const group = await tx.groups.get(invite.groupUid);
+        if (!group || !(await tx.roles.get(invite.roleUid))) throw new InviteInvalidError();
+        const bound = (await tx.roleBindings.forIdentity(identity.uid)).some(
+          (b) => b.groupUid === invite.groupUid && b.roleUid === invite.roleUid,
+        );
+        if (!bound) {
+          const binding = {
+            uid: newChildUid(group.uid),
+            groupUid: group.uid,
+            identityUid: identity.uid,
+            roleUid: invite.roleUid,
+            createTime: now,
+          };
+          await tx.roleBindings.create([binding]);
+          changes.push(roleBindingCreated(binding));
+        }
+        await emit(tx, deps, ctx, changes);
+        return group;
+      }),
+    );
   }
 
   return {
@@ -152,7 +170,7 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
       const identity = await store.identities.get(principal.subject);
       if (!identity) throw new NotFoundError("identity", principal.subject);
       if (req.code === "") return { identity: identityMessage(identity), group: undefined };
-      const group = await inviteAttempts.attempt(ctx.values, identity.uid, () => acceptInvite(identity, req.code));
+      const group = await inviteAttempts.attempt(ctx.values, identity.uid, () => acceptInvite(ctx, identity, req.code));
       return { identity: identityMessage(identity), group: groupMessage(group) };
     },
   };

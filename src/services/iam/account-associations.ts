@@ -19,6 +19,7 @@ import type {
   AccountAssociationRecord,
 } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 import { checkProviders, PROVIDER_FIELDS, providerMessages, providersOf } from "./account-providers.js";
@@ -84,8 +85,16 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
         createTime: now,
         updateTime: now,
       };
-      await store.accountAssociations.create(record, ctx.signal);
-      return accountAssociationMessage(record);
+      const message = accountAssociationMessage(record);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.accountAssociations.create(record),
+        () => [
+          { kind: "accountAssociation", action: "created", subject: record.uid, resource: { schema: AccountAssociationSchema, message } },
+        ],
+      );
+      return message;
     },
 
     async getAccountAssociation(req) {
@@ -128,11 +137,24 @@ export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl
         }
         changes.providers = providers;
       }
-      return accountAssociationMessage(await store.accountAssociations.update(uid, changes, deps.now(), ctx.signal));
+      return withEvents(
+        deps,
+        ctx,
+        async (tx) => accountAssociationMessage(await tx.accountAssociations.update(uid, changes, deps.now())),
+        (message) => [
+          { kind: "accountAssociation", action: "updated", subject: uid, resource: { schema: AccountAssociationSchema, message } },
+        ],
+      );
     },
 
     async deleteAccountAssociation(req, ctx) {
-      await store.accountAssociations.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.accountAssociations.delete(uid),
+        (deleted) => (deleted === false ? [] : [{ kind: "accountAssociation", action: "deleted", subject: uid }]),
+      );
       return {};
     },
   };

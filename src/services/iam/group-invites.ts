@@ -16,6 +16,7 @@ import { isUidp, newChildUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, RoleRecord, Store } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 import { grantableRole } from "./role-refs.js";
@@ -116,7 +117,14 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
         codeHash: code.codeHash,
         createTime: now,
       };
-      await store.groupInvites.create(record, ctx.signal);
+      // The event's body is the invite without its code: a secret is shown to its creator once, never to a subscriber.
+      const message = groupInviteMessage(record, role);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.groupInvites.create(record),
+        () => [{ kind: "groupInvite", action: "created", subject: record.uid, resource: { schema: GroupInviteSchema, message } }],
+      );
       return groupInviteMessage(record, role, code.code);
     },
 
@@ -140,7 +148,13 @@ export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof
     },
 
     async deleteGroupInvite(req, ctx) {
-      await store.groupInvites.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.groupInvites.delete(uid),
+        () => [{ kind: "groupInvite", action: "deleted", subject: uid }],
+      );
       return {};
     },
   };

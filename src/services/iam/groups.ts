@@ -9,10 +9,12 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid, newRootUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
-import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord } from "../../store/store.js";
+import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, RoleBindingRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents, type Change } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
+import { roleBindingCreated } from "./hydrate.js";
 
 const PAGING: PagingSpec<GroupOrder> = {
   orderFields: ["uid", "name", "created_at", "updated_at"],
@@ -97,27 +99,42 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
         createTime: now,
         updateTime: now,
       };
+      const created: Change<typeof GroupSchema> = {
+        kind: "group",
+        action: "created",
+        subject: record.uid,
+        groupUid: record.uid,
+        resource: { schema: GroupSchema, message: groupMessage(record) },
+      };
       if (parent === null && !principal.admin) {
         // The creator of an organization owns it (the administrator needs no binding): both or neither.
         // The quota is counted in the same transaction, so concurrent creates cannot pass it together.
-        await store.transaction(async (tx) => {
-          if ((await tx.groups.rootsCreatedBy(principal.subject)) >= deps.maxOrgsPerIdentity) {
-            throw organizationQuotaExceeded(deps.maxOrgsPerIdentity);
-          }
-          await tx.groups.createRoot(record, principal.subject);
-          await tx.roleBindings.create([
-            {
-              uid: newChildUid(record.uid),
-              groupUid: record.uid,
-              identityUid: principal.subject,
-              roleUid: builtinRoleUid("owner"),
-              createTime: now,
-            },
-          ]);
-        }, ctx.signal);
+        const owner: RoleBindingRecord = {
+          uid: newChildUid(record.uid),
+          groupUid: record.uid,
+          identityUid: principal.subject,
+          roleUid: builtinRoleUid("owner"),
+          createTime: now,
+        };
+        await withEvents(
+          deps,
+          ctx,
+          async (tx) => {
+            if ((await tx.groups.rootsCreatedBy(principal.subject)) >= deps.maxOrgsPerIdentity) {
+              throw organizationQuotaExceeded(deps.maxOrgsPerIdentity);
+            }
+            await tx.groups.createRoot(record, principal.subject);
+            await tx.roleBindings.create([owner]);
+          },
+          () => [created, roleBindingCreated(owner)],
+        );
       } else {
-        // One insert, its constraints deciding (a parent deleted meanwhile is NOT_FOUND): no transaction to conflict.
-        await store.groups.create(record, ctx.signal);
+        await withEvents(
+          deps,
+          ctx,
+          (tx) => tx.groups.create(record),
+          () => [created],
+        );
       }
       return groupMessage(record);
     },
@@ -144,11 +161,23 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
       const changes: GroupChanges = {};
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
-      return groupMessage(await store.groups.update(uid, changes, deps.now(), ctx.signal));
+      const updated = await withEvents(
+        deps,
+        ctx,
+        async (tx) => groupMessage(await tx.groups.update(uid, changes, deps.now())),
+        (group) => [{ kind: "group", action: "updated", subject: uid, groupUid: uid, resource: { schema: GroupSchema, message: group } }],
+      );
+      return updated;
     },
 
     async deleteGroup(req, ctx) {
-      await store.groups.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.groups.delete(uid),
+        () => [{ kind: "group", action: "deleted", subject: uid, groupUid: uid }],
+      );
       return {};
     },
   };

@@ -7,6 +7,7 @@ import {
   type RoleBinding,
 } from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { GroupRecord, IdentityRecord, RoleBindingRecord, RoleRecord, Store } from "../../store/store.js";
+import type { Change } from "../events.js";
 import { timestampFromMs } from "../time.js";
 import { issuerAndSubjectOf } from "./identity-messages.js";
 
@@ -37,6 +38,16 @@ export function roleBindingMessage(b: RoleBindingRecord, refs: BindingRefs): Rol
     identityUid: b.identityUid,
     roleUid: b.roleUid,
   });
+}
+
+/**
+ * The event of a binding's creation. Its body names the identity, group and
+ * role by uid only: an event is seen by whoever may list bindings at the
+ * group, who may not be allowed to read the identity.
+ */
+export function roleBindingCreated(b: RoleBindingRecord): Change<typeof RoleBindingSchema> {
+  const message = roleBindingMessage(b, { identity: null, group: null, role: null });
+  return { kind: "roleBinding", action: "created", subject: b.uid, groupUid: b.groupUid, resource: { schema: RoleBindingSchema, message } };
 }
 
 /**

@@ -18,6 +18,7 @@ import { userIdentityUid } from "../../domain/user-identity.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityChanges, IdentityFilter, IdentityOrder, IdentityRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { identityMessage, relationshipOf } from "./identity-messages.js";
 
@@ -86,8 +87,14 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
         createTime: now,
         updateTime: now,
       };
-      await store.identities.create(record, ctx.signal);
-      return identityMessage(record);
+      const identity = identityMessage(record);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.identities.create(record),
+        () => [{ kind: "identity", action: "created", subject: record.uid, resource: { schema: IdentitySchema, message: identity } }],
+      );
+      return identity;
     },
 
     async getIdentity(req) {
@@ -148,11 +155,22 @@ export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof I
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
       if (fields.has("company")) changes.company = input.company;
-      return identityMessage(await store.identities.update(uid, changes, now, ctx.signal));
+      return withEvents(
+        deps,
+        ctx,
+        async (tx) => identityMessage(await tx.identities.update(uid, changes, now)),
+        (identity) => [{ kind: "identity", action: "updated", subject: uid, resource: { schema: IdentitySchema, message: identity } }],
+      );
     },
 
     async deleteIdentity(req, ctx) {
-      await store.identities.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.identities.delete(uid),
+        () => [{ kind: "identity", action: "deleted", subject: uid }],
+      );
       return {};
     },
 

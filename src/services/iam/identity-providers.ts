@@ -16,6 +16,7 @@ import { isUidp, newChildUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityProviderChanges, IdentityProviderFilter, IdentityProviderOrder, IdentityProviderRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 import { checkOidc, OIDC_PATHS, oidcSettingsOf, updatedOidc } from "./oidc-settings.js";
@@ -107,8 +108,14 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         createTime: now,
         updateTime: now,
       };
-      await store.identityProviders.create(record, ctx.signal);
-      return identityProviderMessage(record);
+      const message = identityProviderMessage(record);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.identityProviders.create(record),
+        () => [{ kind: "identityProvider", action: "created", subject: record.uid, resource: { schema: IdentityProviderSchema, message } }],
+      );
+      return message;
     },
 
     async getIdentityProvider(req) {
@@ -156,11 +163,22 @@ export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<t
         await grantableRole(store, authz, principalOf(ctx), input.defaultRole, current.parentUid);
         changes.defaultRole = input.defaultRole;
       }
-      return identityProviderMessage(await store.identityProviders.update(uid, changes, deps.now(), ctx.signal));
+      return withEvents(
+        deps,
+        ctx,
+        async (tx) => identityProviderMessage(await tx.identityProviders.update(uid, changes, deps.now())),
+        (message) => [{ kind: "identityProvider", action: "updated", subject: uid, resource: { schema: IdentityProviderSchema, message } }],
+      );
     },
 
     async deleteIdentityProvider(req, ctx) {
-      await store.identityProviders.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.identityProviders.delete(uid),
+        () => [{ kind: "identityProvider", action: "deleted", subject: uid }],
+      );
       return {};
     },
   };

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import {
+  BatchCreateRoleBindingsResponseSchema,
   RoleBindingSchema,
   type ListRoleBindingsResponse,
   type RoleBindingsService,
@@ -15,8 +16,9 @@ import { isAtOrBelow, isUidp, newChildUid, parentOf } from "../../domain/uidp.js
 import { type PagingSpec } from "../../store/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
-import { createHydrator, roleBindingMessage, type BindingRefs } from "./hydrate.js";
+import { createHydrator, roleBindingCreated, roleBindingMessage, type BindingRefs } from "./hydrate.js";
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
 const UPDATABLE = ["identity_uid", "role_uid"] as const;
@@ -95,7 +97,12 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       const violations = [...checkUid("identity_uid", identityUid), ...checkUid("role_uid", roleUid)];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
       const { record, refs } = await prepare(principalOf(ctx), parent, identityUid, roleUid, deps.now());
-      await store.roleBindings.create([record], ctx.signal);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roleBindings.create([record]),
+        () => [roleBindingCreated(record)],
+      );
       return roleBindingMessage(record, refs);
     },
 
@@ -128,9 +135,24 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       const now = deps.now();
       const prepared: Awaited<ReturnType<typeof prepare>>[] = [];
       for (const it of items) prepared.push(await prepare(principal, it.parent, it.identityUid, it.roleUid, now));
-      await store.roleBindings.create(
-        prepared.map((p) => p.record),
-        ctx.signal,
+      const records = prepared.map((p) => p.record);
+      // One event for the batch (the contract's rolebindings.created.batch), naming the bindings by uid only.
+      const batch = create(BatchCreateRoleBindingsResponseSchema, {
+        roleBindings: records.map((r) => roleBindingMessage(r, { identity: null, group: null, role: null })),
+      });
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roleBindings.create(records),
+        () => [
+          {
+            kind: "roleBinding",
+            action: "created.batch",
+            subject: parent,
+            groupUid: parent,
+            resource: { schema: BatchCreateRoleBindingsResponseSchema, message: batch },
+          },
+        ],
       );
       return {
         $typeName: "platformapi.iam.v2beta1.BatchCreateRoleBindingsResponse",
@@ -191,11 +213,23 @@ export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof
       if (fields.has("role_uid")) changes.roleUid = input.roleUid;
       // Pointing a binding at a new identity grants the role afresh: the same no-escalation rule applies.
       requireNoEscalation(role?.capabilities ?? [], await authz.capabilitiesAt(principal, current.groupUid), current.groupUid);
-      return hydrate(await store.roleBindings.update(uid, changes, ctx.signal));
+      const updated = await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roleBindings.update(uid, changes),
+        (b) => [{ ...roleBindingCreated(b), action: "updated" }],
+      );
+      return hydrate(updated);
     },
 
     async deleteRoleBinding(req, ctx) {
-      await store.roleBindings.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roleBindings.delete(uid),
+        (deleted) => (deleted ? [{ kind: "roleBinding", action: "deleted", subject: uid }] : []),
+      );
       return {};
     },
   };

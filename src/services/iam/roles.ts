@@ -18,6 +18,7 @@ import { newChildUid, parentOf } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { RoleChanges, RoleFilter, RoleOrder, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 
@@ -98,8 +99,14 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
         createTime: now,
         updateTime: now,
       };
-      await store.roles.create(record, ctx.signal);
-      return roleMessage(record);
+      const role = roleMessage(record);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roles.create(record),
+        () => [{ kind: "role", action: "created", subject: record.uid, groupUid: parent, resource: { schema: RoleSchema, message: role } }],
+      );
+      return role;
     },
 
     async getRole(req, ctx) {
@@ -131,22 +138,33 @@ export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesS
       const fields = fieldsToUpdate(RoleSchema, input, req.updateMask, UPDATABLE);
       const current = await existing(uid);
       refuseBuiltIn(current, "changed");
+      const group = current.parentUid!;
       validateFields(input, fields);
       const changes: RoleChanges = {};
       if (fields.has("name")) changes.name = input.name;
       if (fields.has("description")) changes.description = input.description;
       if (fields.has("capabilities")) {
         changes.capabilities = normalizeCapabilities(input.capabilities);
-        const group = current.parentUid!;
         requireNoEscalation(changes.capabilities, await deps.authz.capabilitiesAt(principalOf(ctx), group), group);
       }
-      return roleMessage(await store.roles.update(uid, changes, deps.now(), ctx.signal));
+      return withEvents(
+        deps,
+        ctx,
+        async (tx) => roleMessage(await tx.roles.update(uid, changes, deps.now())),
+        (role) => [{ kind: "role", action: "updated", subject: uid, groupUid: group, resource: { schema: RoleSchema, message: role } }],
+      );
     },
 
     async deleteRole(req, ctx) {
       const uid = requireUidp("uid", req.uid);
-      refuseBuiltIn(await existing(uid), "deleted");
-      await store.roles.delete(uid, ctx.signal);
+      const current = await existing(uid);
+      refuseBuiltIn(current, "deleted");
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.roles.delete(uid),
+        () => [{ kind: "role", action: "deleted", subject: uid, groupUid: current.parentUid! }],
+      );
       return {};
     },
   };

@@ -1,4 +1,6 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { IdentitySchema } from "../../../gen/platformapi/iam/v2beta1/identities_pb.js";
+import type { RoleBindingSchema } from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { SecurityTokenService } from "../../../gen/platformapi/oidc/v1/sts_pb.js";
 import type { UpstreamClaims } from "../../auth/upstream.js";
 import { claimsMatch, compilePattern } from "../../domain/claim-match.js";
@@ -6,8 +8,11 @@ import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../..
 import { requireUidp } from "../../domain/hierarchy.js";
 import { newChildUid, rootOf } from "../../domain/uidp.js";
 import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
-import type { IdentityProviderRecord, IdentityRecord, StoreParts } from "../../store/store.js";
+import type { IdentityProviderRecord, IdentityRecord, RoleBindingRecord, StoreParts } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
+import { committed, emit, type Change } from "../events.js";
+import { roleBindingCreated } from "../iam/hydrate.js";
+import { identityMessage } from "../iam/identity-messages.js";
 import { roleAppliesAt } from "../iam/role-refs.js";
 import { timestampFromMs } from "../time.js";
 
@@ -93,13 +98,13 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     return identity;
   }
 
-  async function signIn(token: string): Promise<IdentityRecord> {
+  async function signIn(ctx: HandlerContext, token: string): Promise<IdentityRecord> {
     const claims = await deps.upstream.verify(token, (iss) => deps.signIn.issuers.includes(iss));
     const auds = audiencesOf(claims);
     if (!auds.some((a) => deps.signIn.audiences.includes(a))) {
       throw new UnauthenticatedError("Unauthenticated: the ID token's audience is not one this server accepts for sign-in");
     }
-    return register(userIdentityUid(claims.iss, claims.sub), null, claims, async () => {});
+    return register(ctx, userIdentityUid(claims.iss, claims.sub), null, claims, async () => []);
   }
 
   /**
@@ -108,7 +113,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
    * sign-in the person is registered in the provider's group and gets its
    * default role there, in one transaction.
    */
-  async function signInThrough(providerUid: string, token: string): Promise<IdentityRecord> {
+  async function signInThrough(ctx: HandlerContext, providerUid: string, token: string): Promise<IdentityRecord> {
     const provider = await store.identityProviders.get(providerUid);
     if (!provider) throw cannotSignInThrough(providerUid);
     let claims: UpstreamClaims;
@@ -119,32 +124,39 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       throw err;
     }
     if (!audiencesOf(claims).includes(provider.oidc.clientId)) throw cannotSignInThrough(providerUid);
-    return register(providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) =>
+    return register(ctx, providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) =>
       bindDefaultRole(tx, provider, person),
     );
   }
 
-  async function bindDefaultRole(tx: StoreParts, provider: IdentityProviderRecord, person: IdentityRecord): Promise<void> {
+  /** Binds the provider's default role to a person signing in through it for the first time; the binding's event. */
+  async function bindDefaultRole(
+    tx: StoreParts,
+    provider: IdentityProviderRecord,
+    person: IdentityRecord,
+  ): Promise<Change<typeof RoleBindingSchema>[]> {
     const role = await tx.roles.get(provider.defaultRole);
     // The role cannot be deleted while a provider names it; re-checked all the same.
-    if (!role || !roleAppliesAt(role, provider.parentUid)) return;
-    await tx.roleBindings.create([
-      {
-        uid: newChildUid(provider.parentUid),
-        groupUid: provider.parentUid,
-        identityUid: person.uid,
-        roleUid: role.uid,
-        createTime: person.createTime,
-      },
-    ]);
+    if (!role || !roleAppliesAt(role, provider.parentUid)) return [];
+    const binding: RoleBindingRecord = {
+      uid: newChildUid(provider.parentUid),
+      groupUid: provider.parentUid,
+      identityUid: person.uid,
+      roleUid: role.uid,
+      createTime: person.createTime,
+    };
+    await tx.roleBindings.create([binding]);
+    return [{ ...roleBindingCreated(binding), actor: person.uid }];
   }
 
   /** The person with uid, registered (with onFirstSignIn, in the same transaction) if new. */
   async function register(
+    ctx: HandlerContext,
     uid: string,
     parentUid: string | null,
     claims: UpstreamClaims,
-    onFirstSignIn: (tx: StoreParts, person: IdentityRecord) => Promise<void>,
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    onFirstSignIn: (tx: StoreParts, person: IdentityRecord) => Promise<Change<any>[]>,
   ): Promise<IdentityRecord> {
     const existing = await store.identities.get(uid);
     if (existing) return existing;
@@ -176,10 +188,16 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       updateTime: now,
     };
     try {
-      await store.transaction(async (tx) => {
-        await tx.identities.create(person);
-        await onFirstSignIn(tx, person);
-      });
+      await committed(
+        deps,
+        ctx,
+        store.transaction(async (tx) => {
+          await tx.identities.create(person);
+          const changes = await onFirstSignIn(tx, person);
+          const created = { kind: "identity", action: "created", subject: uid, actor: uid } as const;
+          await emit(tx, deps, ctx, [{ ...created, resource: { schema: IdentitySchema, message: identityMessage(person) } }, ...changes]);
+        }),
+      );
     } catch (err) {
       // Two first sign-ins racing: the other one registered the person.
       const raced = await store.identities.get(uid);
@@ -201,8 +219,8 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
         req.identity !== ""
           ? await assume(requireUidp("identity", req.identity), token)
           : req.identityProvider !== ""
-            ? await signInThrough(requireUidp("identity_provider", req.identityProvider), token)
-            : await signIn(token);
+            ? await signInThrough(ctx, requireUidp("identity_provider", req.identityProvider), token)
+            : await signIn(ctx, token);
       await store.identities.touchLastSeen(identity.uid, deps.now(), ctx.signal);
       const issued = await deps.tokens.mint(identity.uid);
       return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };

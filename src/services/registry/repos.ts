@@ -17,6 +17,7 @@ import { newChildUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { RepoChanges, RepoFilter, RepoOrder, RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 
@@ -126,8 +127,14 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
         createTime: now,
         updateTime: now,
       };
-      await store.repos.create(record, ctx.signal);
-      return repoMessage(record);
+      const message = repoMessage(record);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.repos.create(record),
+        () => [{ kind: "repo", action: "created", subject: record.uid, resource: { schema: RepoSchema, message } }],
+      );
+      return message;
     },
 
     async getRepo(req) {
@@ -155,11 +162,22 @@ export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposS
       if (fields.has("bundles")) changes.bundles = input.bundles;
       if (fields.has("aliases")) changes.aliases = input.aliases;
       if (fields.has("active_tags")) changes.activeTags = input.activeTags;
-      return repoMessage(await store.repos.update(uid, changes, deps.now(), ctx.signal));
+      return withEvents(
+        deps,
+        ctx,
+        async (tx) => repoMessage(await tx.repos.update(uid, changes, deps.now())),
+        (message) => [{ kind: "repo", action: "updated", subject: uid, resource: { schema: RepoSchema, message } }],
+      );
     },
 
     async deleteRepo(req, ctx) {
-      await store.repos.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.repos.delete(uid),
+        () => [{ kind: "repo", action: "deleted", subject: uid }],
+      );
       return {};
     },
   };

@@ -5,10 +5,11 @@ import { TagSchema, type ListTagsResponse, type Tag, type TagsService } from "..
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkBundles, checkDigest, checkTagName } from "../../domain/registry-names.js";
-import { newChildUid } from "../../domain/uidp.js";
+import { newChildUid, parentOf } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { TagFilter, TagOrder, TagRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 
@@ -59,18 +60,30 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
         ...checkBundles("bundles", input.bundles),
       ];
       if (violations.length > 0) throw new InvalidArgumentError(violations);
-      const { tag } = await store.tags.put(
-        {
-          uid: newChildUid(parent),
-          repoUid: parent,
-          name: input.name,
-          digest: input.digest,
-          deprecated: input.deprecated,
-          bundles: input.bundles,
-          updateTime: deps.now(),
-        },
-        { mayUpdate: await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent) },
-        ctx.signal,
+      const record: TagRecord = {
+        uid: newChildUid(parent),
+        repoUid: parent,
+        name: input.name,
+        digest: input.digest,
+        deprecated: input.deprecated,
+        bundles: input.bundles,
+        updateTime: deps.now(),
+      };
+      const mayUpdate = await deps.authz.holds(principalOf(ctx), [Capability.CAP_TAG_UPDATE], parent);
+      const { tag } = await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.tags.put(record, { mayUpdate }),
+        ({ tag, created }) => [
+          // A tag belongs to its repo's group: that is where tag.list decides who sees it.
+          {
+            kind: "tag",
+            action: created ? "created" : "updated",
+            subject: tag.uid,
+            groupUid: parentOf(parent) ?? parent,
+            resource: { schema: TagSchema, message: tagMessage(tag) },
+          },
+        ],
       );
       return tagMessage(tag);
     },
@@ -101,7 +114,14 @@ export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsSer
     },
 
     async deleteTag(req, ctx) {
-      await store.tags.delete(requireUidp("uid", req.uid), ctx.signal);
+      const uid = requireUidp("uid", req.uid);
+      await withEvents(
+        deps,
+        ctx,
+        (tx) => tx.tags.delete(uid),
+        // A tag belongs to its repo's group.
+        () => [{ kind: "tag", action: "deleted", subject: uid, groupUid: parentOf(parentOf(uid) ?? uid) ?? uid }],
+      );
       return {};
     },
   };

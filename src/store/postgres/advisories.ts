@@ -1,75 +1,8 @@
 import { NotFoundError } from "../../domain/errors.js";
-import {
-  comparable,
-  containsPattern,
-  EVENT_FILTERS,
-  EXACT_FILTERS,
-  REVIEW_STATE_APPROVED,
-  TABLE,
-  toRecord,
-  type AdvisoryRow,
-} from "../rows/advisories.js";
+import { comparable, filterClauses, TABLE, toRecord, type AdvisoryRow } from "../rows/advisories.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, AdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
-import { exists, listRecords, one, type Clause } from "./list.js";
+import { exists, listRecords, one, POSTGRES_DIALECT } from "./list.js";
 import type { Runner } from "./tx.js";
-
-/** A list-valued filter as text values; an empty list is treated as absent, as an empty repeated field is. */
-function values(filter: AdvisoryFilter, key: keyof AdvisoryFilter): string[] | null {
-  const v = filter[key];
-  return Array.isArray(v) && v.length > 0 ? v.map(String) : null;
-}
-
-/** The filters as SQL over the same JSON text columns SQLite reads, as jsonb. */
-function filterClauses(f: AdvisoryFilter): Clause[] {
-  const out: Clause[] = [];
-  for (const [key, column] of EXACT_FILTERS) {
-    // origin covers every artifact built from it, so it replaces the artifact names.
-    if (key === "artifactNames" && f.origin !== undefined) continue;
-    const list = values(f, key);
-    if (list !== null) out.push({ sql: `t.${column} = ANY(?::text[])`, params: [list] });
-  }
-  if (f.origin !== undefined) out.push({ sql: "t.origin = ?", params: [f.origin] });
-  const aliases = values(f, "aliases");
-  if (aliases !== null)
-    out.push({
-      sql: "EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.aliases::jsonb) AS a(v) WHERE a.v = ANY(?::text[]))",
-      params: [aliases],
-    });
-  for (const [key, field] of EVENT_FILTERS) {
-    const list = values(f, key);
-    if (list === null) continue;
-    out.push({
-      sql: `EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'${field}' = ANY(?::text[]))`,
-      params: [list],
-    });
-  }
-  const excluded = values(f, "excludeEventAuthors");
-  if (excluded !== null) {
-    out.push({
-      sql: "NOT EXISTS (SELECT 1 FROM jsonb_array_elements(t.events::jsonb) AS e(v) WHERE e.v->>'author' = ANY(?::text[]))",
-      params: [excluded],
-    });
-  }
-  if (f.latestEventType !== undefined) {
-    // Events are stored oldest first: among equal times the later one is the latest.
-    out.push({
-      sql: `(SELECT e.v->>'type' FROM jsonb_array_elements(t.events::jsonb) WITH ORDINALITY AS e(v, i)
-             WHERE (e.v->>'reviewState')::int = ${REVIEW_STATE_APPROVED}
-             ORDER BY (e.v->>'createTime')::bigint DESC, e.i DESC LIMIT 1) = ?`,
-      params: [f.latestEventType],
-    });
-  }
-  if (f.query !== undefined && f.query !== "") {
-    // Case-insensitive for ASCII letters, as SQLite's LIKE (the cluster's ctype is C).
-    const pattern = containsPattern(f.query);
-    out.push({
-      sql: `t.artifact_name ILIKE ? ESCAPE '\\' OR t.component_name ILIKE ? ESCAPE '\\'
-            OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(t.aliases::jsonb) AS a(v) WHERE a.v ILIKE ? ESCAPE '\\')`,
-      params: [pattern, pattern, pattern],
-    });
-  }
-  return out;
-}
 
 const COLUMNS =
   "uid, parent_uid, advisory_id, legacy_advisory_id, author, artifact_name, artifact_type, artifact_architecture, component_name, component_location, component_type, origin, aliases, severities, events, create_time, update_time, delete_time";
@@ -94,7 +27,7 @@ export class PgAdvisoryStore implements AdvisoryStore {
   }
 
   list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): Promise<ListResult<AdvisoryRecord>> {
-    return listRecords(this.run.q, TABLE, query, filterClauses(query.filter), toRecord);
+    return listRecords(this.run.q, TABLE, query, filterClauses(query.filter, POSTGRES_DIALECT), toRecord);
   }
 
   upsert(advisories: readonly AdvisoryRecord[]): Promise<UpsertOutcome[]> {

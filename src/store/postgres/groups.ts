@@ -1,26 +1,18 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type GroupRow } from "../rows/groups.js";
+import { TABLE, toRecord, type GroupChildKind, type GroupRow } from "../rows/groups.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
 import { exact, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 const SELECT_ONE = `SELECT ${TABLE.select} FROM groups WHERE uid = ?`;
 
-/** A kind of record that lives below a group and blocks the group's deletion. */
-export interface PgChildKind {
-  /** Plural name used in the precondition message, e.g. "repos". */
-  label: string;
-  /** SQL returning a row when the group (the single "?" parameter) holds one. */
-  existsSql: string;
-}
-
 /** GroupStore over PostgreSQL; children of every kind are checked before a delete, and the foreign keys hold regardless. */
 export class PgGroupStore implements GroupStore {
-  private readonly childChecks: readonly PgChildKind[];
+  private readonly childChecks: readonly GroupChildKind[];
 
   constructor(
     private readonly run: Runner,
-    childKinds: readonly PgChildKind[],
+    childKinds: readonly GroupChildKind[],
   ) {
     this.childChecks = [{ label: "child groups", existsSql: "SELECT 1 FROM groups WHERE parent_uid = ? LIMIT 1" }, ...childKinds];
   }

@@ -8,6 +8,7 @@ import type { Store, StoreParts } from "../store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
 import { PgAccountAssociationStore } from "./account-associations.js";
 import { PgAdvisoryStore } from "./advisories.js";
+import { PgEventStore } from "./events.js";
 import { PgGroupInviteStore } from "./group-invites.js";
 import { PgGroupStore } from "./groups.js";
 import { PgIdentityStore } from "./identities.js";
@@ -172,6 +173,7 @@ function partsOver(run: Runner): StoreParts {
     tags: new PgTagStore(run),
     advisories: new PgAdvisoryStore(run),
     keys: new PgKeyStore(run),
+    events: new PgEventStore(run),
   };
 }
 

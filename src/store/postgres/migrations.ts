@@ -259,6 +259,34 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE groups ADD COLUMN creator_uid text COLLATE "C";
   CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
   `,
+  // 5: the event outbox and change feed (docs/events.md). The feed is read in
+  // (txid, seq) order and only below the oldest transaction still running, so
+  // an event committed late with a smaller seq is never skipped. root is the
+  // subject's root uid: a tenant's reads scan its own roots' events only.
+  // event_feed remembers the newest position pruned.
+  `
+  CREATE TABLE events (
+    txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq bigserial NOT NULL,
+    id text NOT NULL,
+    kind text NOT NULL,
+    type text NOT NULL,
+    subject text COLLATE "C" NOT NULL,
+    root text COLLATE "C" NOT NULL,
+    group_uid text COLLATE "C" NOT NULL,
+    time bigint NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (txid, seq)
+  );
+  CREATE INDEX events_root ON events (root, txid, seq);
+  CREATE INDEX events_time ON events (time);
+  CREATE TABLE event_feed (
+    id integer PRIMARY KEY CHECK (id = 1),
+    pruned_txid xid8 NOT NULL,
+    pruned_seq bigint NOT NULL
+  );
+  INSERT INTO event_feed (id, pruned_txid, pruned_seq) VALUES (1, '0', 0);
+  `,
 ];
 
 /**

@@ -1,8 +1,8 @@
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
-import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
+import { filterClauses, TABLE, toRecord, type TagRow } from "../rows/tags.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
-import { exists, insertRow, listRecords, one, updateRow, type Clause } from "./list.js";
+import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
@@ -56,15 +56,7 @@ export class PgTagStore implements TagStore {
   }
 
   list(query: ListQuery<TagFilter, TagOrder>): Promise<ListResult<TagRecord>> {
-    const f = query.filter;
-    const filters: Clause[] = [];
-    if (f.name !== undefined) filters.push({ sql: "t.name = ?", params: [f.name] });
-    if (f.digest !== undefined) filters.push({ sql: "t.digest = ?", params: [f.digest] });
-    if (f.updatedSince !== undefined) filters.push({ sql: "t.update_time > ?", params: [f.updatedSince] });
-    if (!f.includeReferrers) filters.push({ sql: "NOT t.is_referrer", params: [] });
-    if (!f.includeDates) filters.push({ sql: "NOT t.is_dated", params: [] });
-    if (!f.includeEpochs) filters.push({ sql: "NOT t.is_epoch", params: [] });
-    return listRecords(this.run.q, TABLE, query, filters, toRecord);
+    return listRecords(this.run.q, TABLE, query, filterClauses(query.filter, POSTGRES_DIALECT), toRecord);
   }
 
   async delete(uid: string): Promise<void> {

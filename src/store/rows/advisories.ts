@@ -1,5 +1,5 @@
 import type { AdvisoryEventRecord, AdvisoryFilter, AdvisoryOrder, AdvisoryRecord } from "../store.js";
-import { type TableSpec } from "./table.js";
+import type { Clause, ListDialect, TableSpec } from "./table.js";
 
 /** The advisories table as both engines read it: its list spec, row and record. */
 export const TABLE: TableSpec<AdvisoryOrder> = {
@@ -75,6 +75,57 @@ export const EVENT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
   ["eventReviewers", "reviewer"],
   ["eventTypes", "type"],
 ];
+
+/**
+ * The list filters as SQL in the engine's dialect. Each list travels as one
+ * parameter, so the SQL depends only on which filters are set; an empty
+ * list is treated as absent, as an empty repeated field is.
+ */
+export function filterClauses(f: AdvisoryFilter, d: ListDialect): Clause[] {
+  const values = (key: keyof AdvisoryFilter) => {
+    const v = f[key];
+    return Array.isArray(v) && v.length > 0 ? d.listParam(v) : null;
+  };
+  const aliases = d.jsonArray("t.aliases", "a");
+  const events = d.jsonArray("t.events", "e");
+  const out: Clause[] = [];
+  for (const [key, column] of EXACT_FILTERS) {
+    // origin covers every artifact built from it, so it replaces the artifact names.
+    if (key === "artifactNames" && f.origin !== undefined) continue;
+    const list = values(key);
+    if (list !== null) out.push({ sql: d.inList(`t.${column}`), params: [list] });
+  }
+  if (f.origin !== undefined) out.push({ sql: "t.origin = ?", params: [f.origin] });
+  const aliasList = values("aliases");
+  if (aliasList !== null) out.push({ sql: `EXISTS (SELECT 1 FROM ${aliases.texts} WHERE ${d.inList(aliases.text)})`, params: [aliasList] });
+  for (const [key, field] of EVENT_FILTERS) {
+    const list = values(key);
+    if (list !== null) out.push({ sql: `EXISTS (SELECT 1 FROM ${events.objects} WHERE ${d.inList(events.field(field))})`, params: [list] });
+  }
+  const excluded = values("excludeEventAuthors");
+  if (excluded !== null) {
+    out.push({ sql: `NOT EXISTS (SELECT 1 FROM ${events.objects} WHERE ${d.inList(events.field("author"))})`, params: [excluded] });
+  }
+  if (f.latestEventType !== undefined) {
+    // Events are stored oldest first: among equal times the later one is the latest.
+    out.push({
+      sql: `(SELECT ${events.field("type")} FROM ${events.ordered}
+             WHERE ${events.number("reviewState")} = ${REVIEW_STATE_APPROVED}
+             ORDER BY ${events.number("createTime")} DESC, ${events.position} DESC LIMIT 1) = ?`,
+      params: [f.latestEventType],
+    });
+  }
+  if (f.query !== undefined && f.query !== "") {
+    const pattern = containsPattern(f.query);
+    const like = `${d.caselessLike} ? ESCAPE '\\'`;
+    out.push({
+      sql: `t.artifact_name ${like} OR t.component_name ${like}
+            OR EXISTS (SELECT 1 FROM ${aliases.texts} WHERE ${aliases.text} ${like})`,
+      params: [pattern, pattern, pattern],
+    });
+  }
+  return out;
+}
 
 /** A LIKE pattern matching text anywhere, with the wildcards in text taken literally. */
 export function containsPattern(text: string): string {

@@ -1,5 +1,5 @@
-import type { TagOrder, TagRecord } from "../store.js";
-import { isTrue, type TableSpec } from "./table.js";
+import type { TagFilter, TagOrder, TagRecord } from "../store.js";
+import { isTrue, type Clause, type ListDialect, type TableSpec } from "./table.js";
 
 /** The tags table as both engines read it: its list spec, row and record. */
 export const TABLE: TableSpec<TagOrder> = {
@@ -28,4 +28,16 @@ export function toRecord(row: TagRow): TagRecord {
     bundles: JSON.parse(row.bundles) as string[],
     updateTime: row.update_time,
   };
+}
+
+/** The list filters as SQL in the engine's dialect: the include flags exclude a tag form unless set. */
+export function filterClauses(f: TagFilter, d: ListDialect): Clause[] {
+  const filters: Clause[] = [];
+  if (f.name !== undefined) filters.push({ sql: "t.name = ?", params: [f.name] });
+  if (f.digest !== undefined) filters.push({ sql: "t.digest = ?", params: [f.digest] });
+  if (f.updatedSince !== undefined) filters.push({ sql: "t.update_time > ?", params: [f.updatedSince] });
+  if (!f.includeReferrers) filters.push({ sql: d.isFalse("t.is_referrer"), params: [] });
+  if (!f.includeDates) filters.push({ sql: d.isFalse("t.is_dated"), params: [] });
+  if (!f.includeEpochs) filters.push({ sql: d.isFalse("t.is_epoch"), params: [] });
+  return filters;
 }

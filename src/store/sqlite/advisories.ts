@@ -1,77 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { NotFoundError } from "../../domain/errors.js";
-import {
-  comparable,
-  containsPattern,
-  EVENT_FILTERS,
-  EXACT_FILTERS,
-  REVIEW_STATE_APPROVED,
-  TABLE as SHARED_TABLE,
-  toRecord,
-} from "../rows/advisories.js";
+import { comparable, filterClauses, TABLE, toRecord } from "../rows/advisories.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, ListQuery, ListResult, SyncAdvisoryStore, UpsertOutcome } from "../store.js";
-import type { Clause, ListableTable, ListRunner } from "./list.js";
-
-const TABLE: ListableTable<AdvisoryOrder> = SHARED_TABLE;
-
-/** A list-valued filter; an empty list is treated as absent, as an empty repeated field is. */
-function values(filter: AdvisoryFilter, key: keyof AdvisoryFilter): string | null {
-  const v = filter[key];
-  return Array.isArray(v) && v.length > 0 ? JSON.stringify(v) : null;
-}
-
-/** The filters as SQL; list values travel as one JSON parameter each, so the SQL depends only on which are set. */
-function filterClauses(f: AdvisoryFilter): Clause[] {
-  const out: Clause[] = [];
-  for (const [key, column] of EXACT_FILTERS) {
-    // origin covers every artifact built from it, so it replaces the artifact names.
-    if (key === "artifactNames" && f.origin !== undefined) continue;
-    const list = values(f, key);
-    if (list !== null) out.push({ sql: `t.${column} IN (SELECT value FROM json_each(?))`, params: [list] });
-  }
-  if (f.origin !== undefined) out.push({ sql: "t.origin = ?", params: [f.origin] });
-  const aliases = values(f, "aliases");
-  if (aliases !== null) {
-    out.push({
-      sql: "EXISTS (SELECT 1 FROM json_each(t.aliases) AS a WHERE a.value IN (SELECT value FROM json_each(?)))",
-      params: [aliases],
-    });
-  }
-  for (const [key, field] of EVENT_FILTERS) {
-    const list = values(f, key);
-    if (list === null) continue;
-    out.push({
-      sql: `EXISTS (SELECT 1 FROM json_each(t.events) AS e WHERE json_extract(e.value, '$.${field}') IN (SELECT value FROM json_each(?)))`,
-      params: [list],
-    });
-  }
-  const excluded = values(f, "excludeEventAuthors");
-  if (excluded !== null) {
-    out.push({
-      sql: "NOT EXISTS (SELECT 1 FROM json_each(t.events) AS e WHERE json_extract(e.value, '$.author') IN (SELECT value FROM json_each(?)))",
-      params: [excluded],
-    });
-  }
-  if (f.latestEventType !== undefined) {
-    // Events are stored oldest first: among equal times the later one is the latest.
-    out.push({
-      sql: `(SELECT json_extract(e.value, '$.type') FROM json_each(t.events) AS e
-             WHERE json_extract(e.value, '$.reviewState') = ${REVIEW_STATE_APPROVED}
-             ORDER BY json_extract(e.value, '$.createTime') DESC, e.key DESC LIMIT 1) = ?`,
-      params: [f.latestEventType],
-    });
-  }
-  if (f.query !== undefined && f.query !== "") {
-    // LIKE is case-insensitive for ASCII letters.
-    const pattern = containsPattern(f.query);
-    out.push({
-      sql: `t.artifact_name LIKE ? ESCAPE '\\' OR t.component_name LIKE ? ESCAPE '\\'
-            OR EXISTS (SELECT 1 FROM json_each(t.aliases) AS a WHERE a.value LIKE ? ESCAPE '\\')`,
-      params: [pattern, pattern, pattern],
-    });
-  }
-  return out;
-}
+import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 
 /**
  * AdvisoryStore over SQLite. The importer may write from another process
@@ -111,7 +42,7 @@ export class SqliteAdvisoryStore implements SyncAdvisoryStore {
   }
 
   list(query: ListQuery<AdvisoryFilter, AdvisoryOrder>): ListResult<AdvisoryRecord> {
-    return this.lists.records(TABLE, query, filterClauses(query.filter), toRecord);
+    return this.lists.records(TABLE, query, filterClauses(query.filter, SQLITE_DIALECT), toRecord);
   }
 
   upsert(advisories: readonly AdvisoryRecord[]): UpsertOutcome[] {

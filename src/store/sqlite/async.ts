@@ -1,4 +1,4 @@
-import { methodNames, READ_METHODS } from "../decorate.js";
+import { mapMethods, type MethodKinds } from "../parts.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
 import type { Async } from "../store.js";
 
@@ -37,23 +37,20 @@ export type Run = <R>(fn: () => R) => Promise<R>;
 
 /**
  * The asynchronous form of a synchronous part: each method runs through
- * `read` or `write` (unless its signal aborted while it waited), and what it
- * throws becomes a rejection.
+ * `read` or `write` as its kind says (unless its signal aborted while it
+ * waited), and what it throws becomes a rejection.
  */
-export function asyncPart<T extends object>(part: T, read: Run, write: Run): Async<T> {
-  const out: Record<string, unknown> = {};
-  for (const name of methodNames(part)) {
-    const method = (part as Record<string, (...args: unknown[]) => unknown>)[name]!;
-    const run = READ_METHODS.has(name) ? read : write;
-    out[name] = (...call: unknown[]) => {
+export function asyncPart<T extends object>(part: T, kinds: MethodKinds<T>, read: Run, write: Run): Async<T> {
+  return mapMethods(part, kinds, (_method, kind, original) => {
+    const run = kind === "read" ? read : write;
+    return (...call: unknown[]) => {
       const { signal, args } = splitSignal(call);
       return run(() => {
         throwIfCancelled(signal);
-        return method.apply(part, args);
+        return original(...args);
       });
     };
-  }
-  return out as Async<T>;
+  });
 }
 
 /** Runs fn now, turning a throw into a rejection (inside a transaction, which holds the gate already). */

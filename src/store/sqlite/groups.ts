@@ -1,16 +1,8 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/groups.js";
+import { TABLE, toRecord, type GroupChildKind } from "../rows/groups.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, ListQuery, ListResult, SyncGroupStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
-
-/** A kind of record that lives below a group and blocks the group's deletion. */
-export interface ChildKind {
-  /** Plural name used in the precondition message, e.g. "repos". */
-  label: string;
-  /** SQL returning a row when the group (the single parameter) holds one. */
-  existsSql: string;
-}
 
 /** GroupStore over SQLite; children of every kind are checked before a delete. */
 export class SqliteGroupStore implements SyncGroupStore {
@@ -24,7 +16,7 @@ export class SqliteGroupStore implements SyncGroupStore {
   constructor(
     private readonly db: Database,
     private readonly lists: ListRunner,
-    childKinds: readonly ChildKind[],
+    childKinds: readonly GroupChildKind[],
   ) {
     this.insertStmt = db.prepare(
       `INSERT INTO groups (uid, parent_uid, name, description, verified, resource_limits, create_time, update_time, creator_uid)

@@ -1,13 +1,15 @@
 import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
+import { makeParts, STORE_PARTS } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { throwIfCancelled } from "../signal.js";
-import type { Store, StoreParts } from "../store.js";
+import type { Store, StoreParts, SyncStoreParts } from "../store.js";
 import { versionsFromRows, type TableVersions } from "../versions.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
 import { asyncPart, ConnectionGate, direct, type Run } from "./async.js";
 import { prepareDataDir } from "./data-dir.js";
+import { SqliteEventStore } from "./events.js";
 import { GroupCommitter } from "./group-commit.js";
 import { SqliteGroupInviteStore } from "./group-invites.js";
 import { SqliteGroupStore } from "./groups.js";
@@ -71,7 +73,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const db = openDatabase(file);
 
   const lists = new ListRunner(db);
-  const sync = {
+  const sync: SyncStoreParts = {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
     identities: new SqliteIdentityStore(db, lists),
     roles: new SqliteRoleStore(db, lists),
@@ -83,6 +85,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     tags: new SqliteTagStore(db, lists),
     advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
+    events: new SqliteEventStore(db),
   };
   const gate = new ConnectionGate();
   // Versions are read again only after a commit: this connection's own (a
@@ -95,11 +98,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   };
   const committer = new GroupCommitter(db, gate, committed);
   let calls = 0;
-  const partsVia = (read: Run, write: Run): StoreParts => {
-    const out: Record<string, unknown> = {};
-    for (const [name, part] of Object.entries(sync)) out[name] = asyncPart(part, read, write);
-    return out as unknown as StoreParts;
-  };
+  const partsVia = (read: Run, write: Run): StoreParts =>
+    makeParts((name) => asyncPart(sync[name], STORE_PARTS[name].methods, read, write));
   // Reads run as soon as no transaction holds the connection; writes join the next group commit.
   const parts = partsVia(
     (fn) => gate.shared(fn),

@@ -176,6 +176,30 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE groups ADD COLUMN creator_uid TEXT;
   CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
   `,
+  // 10: the event outbox and change feed (docs/events.md). One writer at a
+  // time, so seq is commit order; root is the subject's root uid, so a
+  // tenant's reads scan its own roots' events only. event_feed remembers the
+  // newest position pruned.
+  `
+  CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    type TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    root TEXT NOT NULL,
+    group_uid TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    data TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX events_root ON events(root, seq);
+  CREATE INDEX events_time ON events(time);
+  CREATE TABLE event_feed (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    pruned_seq INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO event_feed (id, pruned_seq) VALUES (1, 0);
+  `,
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */

@@ -1,9 +1,9 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
-import { TABLE, toRecord, type TagRow } from "../rows/tags.js";
+import { filterClauses, TABLE, toRecord, type TagRow } from "../rows/tags.js";
 import type { ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord } from "../store.js";
-import type { Clause, ListRunner } from "./list.js";
+import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
 
@@ -66,15 +66,7 @@ export class SqliteTagStore implements SyncTagStore {
   }
 
   list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord> {
-    const f = query.filter;
-    const filters: Clause[] = [];
-    if (f.name !== undefined) filters.push({ sql: "t.name = ?", params: [f.name] });
-    if (f.digest !== undefined) filters.push({ sql: "t.digest = ?", params: [f.digest] });
-    if (f.updatedSince !== undefined) filters.push({ sql: "t.update_time > ?", params: [f.updatedSince] });
-    if (!f.includeReferrers) filters.push({ sql: "t.is_referrer = 0", params: [] });
-    if (!f.includeDates) filters.push({ sql: "t.is_dated = 0", params: [] });
-    if (!f.includeEpochs) filters.push({ sql: "t.is_epoch = 0", params: [] });
-    return this.lists.records(TABLE, query, filters, toRecord);
+    return this.lists.records(TABLE, query, filterClauses(query.filter, SQLITE_DIALECT), toRecord);
   }
 
   delete(uid: string): void {

@@ -1,0 +1,149 @@
+import type { Async, PartName, StoreParts, SyncStoreParts } from "./store.js";
+import type { VersionedTable } from "./versions.js";
+
+export type { PartName };
+
+/**
+ * What a part method does to the data: a "read" only reads (CachingStore
+ * answers it from memory while its table is unchanged; SQLite runs it
+ * beside the group commit), a "write" writes or may (it joins the group
+ * commit, and moves the caches' view of the versions).
+ */
+export type MethodKind = "read" | "write";
+
+/** The kind of each method of a part: every method, and nothing else. */
+export type MethodKinds<T> = { readonly [M in keyof T]-?: MethodKind };
+
+/** What the store says of one part, besides its interface. */
+export interface PartDeclaration<T> {
+  /**
+   * The versioned table holding the part's records (its version moves on
+   * every write to them); null for a part nothing caches (the event feed,
+   * whose every write rides with another table's).
+   */
+  table: VersionedTable | null;
+  /** Whether CachingStore answers the part's reads from memory. */
+  cached: boolean;
+  methods: MethodKinds<T>;
+}
+
+/**
+ * Every part of a store, in one declaration the compiler checks against
+ * SyncStoreParts (store.ts): a part or a method missing here, or one here
+ * that the interface lacks, is a type error. Engines and wrappers take the
+ * part names and method kinds from it; nothing else lists them.
+ */
+export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreParts[P]> } = {
+  groups: {
+    table: "groups",
+    cached: true,
+    methods: { create: "write", createRoot: "write", rootsCreatedBy: "read", get: "read", list: "read", update: "write", delete: "write" },
+  },
+  identities: {
+    table: "identities",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", touchLastSeen: "write", delete: "write" },
+  },
+  roles: {
+    table: "roles",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
+  },
+  roleBindings: {
+    table: "role_bindings",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", delete: "write", forIdentity: "read" },
+  },
+  identityProviders: {
+    table: "identity_providers",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
+  },
+  accountAssociations: {
+    table: "account_associations",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
+  },
+  groupInvites: {
+    table: "group_invites",
+    cached: true,
+    methods: { create: "write", get: "read", findByKeyId: "read", list: "read", delete: "write", consume: "write" },
+  },
+  repos: {
+    table: "repos",
+    cached: true,
+    methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
+  },
+  tags: {
+    table: "tags",
+    cached: true,
+    methods: { put: "write", get: "read", list: "read", delete: "write" },
+  },
+  advisories: {
+    table: "advisories",
+    cached: true,
+    methods: { get: "read", list: "read", upsert: "write" },
+  },
+  // Keys are read rarely, by their holders: not cached. secret() may create the secret: a write.
+  keys: {
+    table: "signing_keys",
+    cached: false,
+    methods: { secret: "write", signingKeys: "read", addSigningKey: "write", retireSigningKey: "write" },
+  },
+  // The feed is read fresh every time: a reader polls it for what was just committed.
+  events: {
+    table: null,
+    cached: false,
+    methods: { append: "write", read: "read", prune: "write" },
+  },
+};
+
+/** The part names, in STORE_PARTS' order (the keys of a record the compiler holds complete). */
+export const PART_NAMES = Object.keys(STORE_PARTS) as readonly PartName[];
+
+/**
+ * A whole set of parts, one made per name. The object below names every
+ * part once, checked by the compiler against StoreParts (a missing or extra
+ * part is a type error), so no engine or wrapper assembles parts by hand
+ * from a loop and a cast.
+ */
+export function makeParts(make: <P extends PartName>(name: P) => Async<SyncStoreParts[P]>): StoreParts {
+  return {
+    groups: make("groups"),
+    identities: make("identities"),
+    roles: make("roles"),
+    roleBindings: make("roleBindings"),
+    identityProviders: make("identityProviders"),
+    accountAssociations: make("accountAssociations"),
+    groupInvites: make("groupInvites"),
+    repos: make("repos"),
+    tags: make("tags"),
+    advisories: make("advisories"),
+    keys: make("keys"),
+    events: make("events"),
+  };
+}
+
+/** A method of a part, as a wrapper sees it. */
+export type PartMethod = (...args: unknown[]) => unknown;
+
+/**
+ * A part's declared methods, each replaced by what wrap makes of it (the
+ * original bound to the part), as an object of type R: the part's own
+ * interface for a decorator, its Async form for the SQLite engine. The one
+ * step here the compiler cannot follow is that the object built has R's
+ * methods: it has exactly the methods `kinds` names, and callers pass a
+ * part's STORE_PARTS methods, which the compiler holds to be the part's.
+ */
+export function mapMethods<R>(
+  part: object,
+  kinds: Readonly<Record<string, MethodKind>>,
+  wrap: (method: string, kind: MethodKind, original: PartMethod) => PartMethod,
+): R {
+  const out: Record<string, PartMethod> = {};
+  const methods = part as Record<string, PartMethod>;
+  for (const [method, kind] of Object.entries(kinds)) {
+    out[method] = wrap(method, kind, methods[method]!.bind(part));
+  }
+  return out as R;
+}
