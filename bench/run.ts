@@ -62,7 +62,7 @@ const LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? "info";
 const GET_GROUP = "/platformapi.iam.v2beta1.GroupsService/GetGroup";
 /** BENCH_COMPARE: the root of another built checkout whose server is measured alongside (the rows COMPARED). */
 const COMPARE = process.env.BENCH_COMPARE;
-const COMPARED = ["restGet", "listFirst", "grpcGet", "connectGet"];
+const COMPARED = ["restGet", "listFirst", "grpcGet", "connectGet", "create"];
 
 /** One row of the table: which process it loads, how, and which ceiling it is compared with. */
 interface Scenario extends ScenarioInfo {
@@ -358,9 +358,16 @@ async function measure(
     );
     if (baseline)
       wanted.push(
-        ...baselineRows(baseline, { getPath, listPath, headers, getGroup, grpcRequest, http1, h2c }).filter((s) =>
-          selected(s.key.split("@")[0]!),
-        ),
+        ...baselineRows(baseline, {
+          getPath,
+          createPath: `/iam/v2beta1/groups/${seeded.orgUid}`,
+          listPath,
+          headers,
+          getGroup,
+          grpcRequest,
+          http1,
+          h2c,
+        }).filter((s) => selected(s.key.split("@")[0]!)),
       );
     const needed = new Set(wanted.map((s) => s.ceiling));
     const rows = [...scenarios.filter((s) => s.key.startsWith("ceiling") && needed.has(s.key)), ...wanted];
@@ -461,6 +468,8 @@ async function runRounds(rows: Scenario[], server: ServerTarget, processes: numb
 /** How the rows of the main server are made, for the same rows against BENCH_COMPARE's server. */
 interface RowMakers {
   getPath: string;
+  /** Where the create row posts (a folder under the seeded organization). */
+  createPath: string;
   listPath: string;
   headers: Record<string, string>;
   getGroup: Uint8Array;
@@ -488,6 +497,14 @@ function baselineRows(baseline: ServerTarget, make: RowMakers): Scenario[] {
         method: "POST",
         headers: { "content-type": "application/proto" },
         body: Buffer.from(make.getGroup),
+      }),
+    ),
+    row("create", "HTTP/1.1", "ceiling", () =>
+      make.http1("", base + make.createPath, {
+        method: "POST",
+        headers: { ...make.headers, "content-type": "application/json" },
+        body: JSON.stringify({ name: "bench folder" }),
+        connections: 32,
       }),
     ),
   ];

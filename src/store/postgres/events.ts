@@ -15,6 +15,8 @@ interface CandidateRow {
   time: string;
 }
 
+// The positions travel as text (a bigint and an xid8 exceed a JS number); ORDER BY names the table's columns, not
+// these aliases, or the feed would be sorted as text (…, 99, 100, 1000, 101, …).
 const CANDIDATE_COLUMNS = "txid::text AS txid, seq::text AS seq, id, kind, type, subject, group_uid, time::text AS time";
 
 function candidate(r: CandidateRow): EventCandidate {
@@ -35,7 +37,7 @@ async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root
   const params: unknown[] = root === null ? [] : [root];
   params.push(String(after.txid), String(after.seq), String(horizonTxid), EVENT_SCAN_LIMIT);
   const sql = `SELECT ${CANDIDATE_COLUMNS} FROM events
-    WHERE ${where}(txid, seq) > (?::xid8, ?::bigint) AND txid < ?::xid8 ORDER BY txid, seq LIMIT ?`;
+    WHERE ${where}(txid, seq) > (?::xid8, ?::bigint) AND txid < ?::xid8 ORDER BY events.txid, events.seq LIMIT ?`;
   return (await q.query<CandidateRow>(numbered(sql), params)).rows;
 }
 
@@ -119,7 +121,7 @@ export class PgEventStore implements EventStore {
   /** The position just before the first event (in feed order) whose time is at or after `time`; the horizon when none is. */
   private async justBefore(time: number, horizon: FeedPosition): Promise<FeedPosition> {
     const first = await this.run.q.query<{ txid: string; seq: string }>(
-      "SELECT txid::text AS txid, seq::text AS seq FROM events WHERE time >= $1 AND txid < $2::xid8 ORDER BY txid, seq LIMIT 1",
+      "SELECT txid::text AS txid, seq::text AS seq FROM events WHERE time >= $1 AND txid < $2::xid8 ORDER BY events.txid, events.seq LIMIT 1",
       [time, String(horizon.txid)],
     );
     const f = first.rows[0];
