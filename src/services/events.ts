@@ -5,7 +5,7 @@ import { principalKey, requestIdKey } from "../auth/principal.js";
 import { eventType, type EventAction, type EventDraft, type EventKind } from "../domain/events.js";
 import { parentOf } from "../domain/uidp.js";
 import type { Store, StoreParts } from "../store/store.js";
-import type { WatchOptions } from "./events/watch.js";
+import type { WatchOptions } from "./events/feed-notifier.js";
 
 /**
  * Renders a resource message as the REST API returns it (the same JSON text),

@@ -10,15 +10,7 @@ import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventVisibility
  */
 
 /** An event as scanned, without its data (fetched only for the events returned). */
-export interface EventCandidate {
-  position: FeedPosition;
-  id: string;
-  kind: EventKind;
-  type: string;
-  subject: string;
-  groupUid: string;
-  time: number;
-}
+export type EventCandidate = Omit<EventRecord, "data">;
 
 /**
  * The roots whose events a caller may see, or null for every root: the
