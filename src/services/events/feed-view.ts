@@ -1,5 +1,5 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { EventSchema, type Event } from "../../../gen/platformapi/events/v1/events_pb.js";
 import type { Principal } from "../../auth/principal.js";
@@ -67,4 +67,19 @@ export function eventMessage(source: string, e: EventRecord): Event {
     data: JSON.parse(e.data) as JsonObject,
     cursor: encodeCursor(e.position),
   });
+}
+
+/** A request's type_prefix, checked: the start of a CloudEvents type, at most 256 characters. */
+export function typePrefixOf(prefix: string): string {
+  if (!/^[A-Za-z0-9._-]{0,256}$/.test(prefix))
+    throw invalidField("type_prefix", "must be at most 256 letters, digits, dots, dashes and underscores (a CloudEvents type's start)");
+  return prefix;
+}
+
+/** A request's time field in milliseconds since the epoch (undefined when unset); INVALID_ARGUMENT before 1970. */
+export function millisOf(field: string, t: Timestamp | undefined): number | undefined {
+  if (t === undefined) return undefined;
+  const ms = timestampDate(t).getTime();
+  if (!Number.isFinite(ms) || ms < 0) throw invalidField(field, "must be a time after 1970");
+  return ms;
 }

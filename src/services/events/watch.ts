@@ -1,14 +1,13 @@
-import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, type HandlerContext } from "@connectrpc/connect";
 import type { Event, WatchEventsRequest } from "../../../gen/platformapi/events/v1/events_pb.js";
 import type { Principal } from "../../auth/principal.js";
-import { ApiError, invalidField } from "../../domain/errors.js";
+import { ApiError } from "../../domain/errors.js";
 import type { FeedPosition } from "../../domain/events.js";
 import { hierarchyFilter } from "../../domain/hierarchy.js";
 import type { EventStore, EventVisibility } from "../../store/event-store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import type { Notifier, WatchOptions } from "./feed-notifier.js";
-import { cursorExpired, decodeCursor, eventMessage, eventVisibility } from "./feed-view.js";
+import { cursorExpired, decodeCursor, eventMessage, eventVisibility, millisOf, typePrefixOf } from "./feed-view.js";
 
 export { createFeedNotifier, type FeedNotifier, type WatchOptions } from "./feed-notifier.js";
 
@@ -43,11 +42,10 @@ export function createEventsWatch(deps: ServiceDeps, feed: EventStore, opts: Wat
     },
     async *watchEvents(req, ctx) {
       const hierarchy = hierarchyFilter(req.uidp);
-      if (!/^[A-Za-z0-9._-]{0,256}$/.test(req.typePrefix))
-        throw invalidField("type_prefix", "must be at most 256 letters, digits, dots, dashes and underscores (a CloudEvents type's start)");
+      const typePrefix = typePrefixOf(req.typePrefix);
       let position: FeedPosition | null = req.cursor === "" ? null : decodeCursor("cursor", req.cursor);
       // Neither a cursor nor a time: from now, i.e. the horizon the first read returns (nothing stamped earlier).
-      const startTime = position !== null ? undefined : (startMillis(req) ?? deps.now());
+      const startTime = position !== null ? undefined : (millisOf("start_time", req.startTime) ?? deps.now());
       if (notifier.closed) throw shuttingDown();
       const principal = principalOf(ctx);
       const release = slots.take(principal);
@@ -62,7 +60,7 @@ export function createEventsWatch(deps: ServiceDeps, feed: EventStore, opts: Wat
           }
           // Read before the read: a commit notified while it runs is not waited for.
           const seen = notifier.generation;
-          const page = await read(feed, position, startTime, { typePrefix: req.typePrefix, hierarchy, visible });
+          const page = await read(feed, position, startTime, { typePrefix, hierarchy, visible });
           if (page.expired) throw cursorExpired(deps.events.retentionMs);
           for (const e of page.events) {
             if (stop.signal.aborted) return;
@@ -86,13 +84,6 @@ function read(
   filters: { typePrefix: string; hierarchy: ReturnType<typeof hierarchyFilter>; visible: EventVisibility },
 ) {
   return feed.read({ after, startTime: after === null ? startTime : undefined, limit: PAGE, ...filters });
-}
-
-function startMillis(req: WatchEventsRequest): number | undefined {
-  if (req.startTime === undefined) return undefined;
-  const ms = timestampDate(req.startTime).getTime();
-  if (!Number.isFinite(ms) || ms < 0) throw invalidField("start_time", "must be a time after 1970");
-  return ms;
 }
 
 /** Aborts when the call's signal does, the notifier closes, or the stream's maximum duration has passed. */
