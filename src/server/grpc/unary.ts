@@ -96,6 +96,8 @@ async function serve(stream: http2.ServerHttp2Stream, headers: http2.IncomingHtt
   }
   const requestId = requestIdFrom(headers["x-request-id"]);
   const session = stream.session;
+  // The handler's own answer, not the deadline's: a stream that closes while the handler runs aborts its signal.
+  let handled = false;
   const ctx = grpcCallContext({
     method,
     path,
@@ -106,7 +108,7 @@ async function serve(stream: http2.ServerHttp2Stream, headers: http2.IncomingHtt
       callSignal(
         ctx.timeoutMs(),
         (end) => stream.once("close", end),
-        () => answer.done,
+        () => handled,
       ),
     timeoutMs,
   });
@@ -125,7 +127,12 @@ async function serve(stream: http2.ServerHttp2Stream, headers: http2.IncomingHtt
     } catch {
       return answer.error(toConnectError(undecodableRequest(method.input), route.domain, route.onInternal));
     }
-    const result = await handler(request, ctx);
+    let result: unknown;
+    try {
+      result = await handler(request, ctx);
+    } finally {
+      handled = true;
+    }
     const output = encodeMessage(method.output, asMessage(method.output, result));
     answer.message(output, requestId, ctx.setResponseHeaders());
   } catch (err) {
