@@ -114,6 +114,25 @@ export interface Config {
    * 8) and total streams (PLATFORM_EVENT_WATCHES, 1,000) per process.
    */
   eventWatch: { maxStreamMs: number; pollMs: number; perIdentity: number; total: number };
+  /**
+   * Subscription deliveries (src/delivery/deliverer.ts): whether this process
+   * delivers at all (PLATFORM_DELIVERIES, on; off leaves delivering to the
+   * other processes sharing the database), subscriptions it delivers at once
+   * (PLATFORM_DELIVERY_CONCURRENCY, 16), how long a process's claim on a
+   * subscription outlives its last sign of life (PLATFORM_DELIVERY_LEASE_MS,
+   * 60 s: a killed process's deliveries resume elsewhere after it), and how
+   * often it looks for due subscriptions when no commit of its own woke it
+   * (PLATFORM_DELIVERY_POLL_MS, 1 s).
+   */
+  deliveries: { enabled: boolean; concurrency: number; leaseMs: number; pollMs: number };
+  /**
+   * Subscriptions one organization (its whole tree) may have
+   * (PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG, 25): each is a delivery loop that
+   * reads the feed after every commit, and deliverers serve the subscriptions
+   * waiting longest first, so the bound keeps one tenant from taking the
+   * delivery capacity every other tenant shares.
+   */
+  maxSubscriptionsPerOrg: number;
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
@@ -253,6 +272,11 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_EVENT_WATCH_POLL_MS", default: "1000", meaning: "how often a caught-up watch looks for other processes' events" },
   { name: "PLATFORM_EVENT_WATCHES_PER_IDENTITY", default: "8", meaning: "WatchEvents streams one identity may hold open per process" },
   { name: "PLATFORM_EVENT_WATCHES", default: "1000", meaning: "WatchEvents streams one process serves at once" },
+  { name: "PLATFORM_DELIVERIES", default: "on", meaning: "whether this process delivers subscriptions' events (off: other processes do)" },
+  { name: "PLATFORM_DELIVERY_CONCURRENCY", default: "16", meaning: "subscriptions one process delivers at once (one slow sink holds one)" },
+  { name: "PLATFORM_DELIVERY_LEASE_MS", default: "60000", meaning: "a delivering process's claim outlives its last sign of life by this" },
+  { name: "PLATFORM_DELIVERY_POLL_MS", default: "1000", meaning: "how often due subscriptions are looked for between commits" },
+  { name: "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", default: "25", meaning: "event subscriptions one organization's tree may have" },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
   { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
@@ -360,6 +384,12 @@ function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): bool
   if (raw === "true" || raw === "1") return true;
   problems.push(`${name}=${raw}: must be true or false`);
   return false;
+}
+
+function onOffDefault(env: NodeJS.ProcessEnv, name: string, fallback: boolean, problems: string[]): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  return onOff(env, name, problems);
 }
 
 function onOff(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
@@ -481,6 +511,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       perIdentity: integer(env, "PLATFORM_EVENT_WATCHES_PER_IDENTITY", 8, 1, 10_000, problems),
       total: integer(env, "PLATFORM_EVENT_WATCHES", 1000, 1, 100_000, problems),
     },
+    deliveries: {
+      enabled: onOffDefault(env, "PLATFORM_DELIVERIES", true, problems),
+      concurrency: integer(env, "PLATFORM_DELIVERY_CONCURRENCY", 16, 1, 1000, problems),
+      // Above the 10 s a sink may take (src/delivery/sink.ts), or a slow post would lose its lease.
+      leaseMs: integer(env, "PLATFORM_DELIVERY_LEASE_MS", 60_000, 30_000, 3_600_000, problems),
+      pollMs: integer(env, "PLATFORM_DELIVERY_POLL_MS", 1000, 10, 60_000, problems),
+    },
+    maxSubscriptionsPerOrg: integer(env, "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", 25, 1, 100_000, problems),
     eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),

@@ -15,6 +15,7 @@ import { file_google_rpc_error_details } from "../gen/google/rpc/error_details_p
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { Capability } from "../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { EventsService } from "../gen/platformapi/events/v1/events_pb.js";
+import { SubscriptionsService } from "../gen/platformapi/events/v1/subscriptions_pb.js";
 import { GroupsService as GroupsV1Service } from "../gen/platformapi/iam/v1/groups_pb.js";
 import { AccountAssociationsService } from "../gen/platformapi/iam/v2beta1/account_associations_pb.js";
 import { GroupInvitesService } from "../gen/platformapi/iam/v2beta1/group_invites_pb.js";
@@ -462,6 +463,30 @@ function probes(): Probe[] {
     rest: { method: "DELETE", path: `${R2}/tags/${u}` },
     rpc: { uid: u },
   }));
+  // Subscriptions: one under B's groups (it would receive B's events), B's by uid, its log, a redelivery.
+  const SUBS = "/events/v1/subscriptions";
+  for (const g of [B.org, B.folder]) {
+    add(SubscriptionsService, "createSubscription", `under ${g.name}`, g.uid, "denied", (u) => ({
+      rest: { method: "POST", path: `${SUBS}/${u}`, body: { sink: "https://intruder.example/hook" } },
+      rpc: { parent: u, subscription: { sink: "https://intruder.example/hook" } },
+    }));
+  }
+  add(SubscriptionsService, "getSubscription", "B's subscription", B.subscription.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${SUBS}/${u}` },
+    rpc: { uid: u },
+  }));
+  add(SubscriptionsService, "deleteSubscription", "B's subscription", B.subscription.uid, "denied", (u) => ({
+    rest: { method: "DELETE", path: `${SUBS}/${u}` },
+    rpc: { uid: u },
+  }));
+  add(SubscriptionsService, "listDeliveries", "B's subscription", B.subscription.uid, "denied", (u) => ({
+    rest: { method: "GET", path: `${SUBS}/${u}/deliveries` },
+    rpc: { uid: u },
+  }));
+  add(SubscriptionsService, "redeliverEvent", "B's subscription", B.subscription.uid, "denied", (u) => ({
+    rest: { method: "POST", path: `${SUBS}/${u}:redeliver`, body: { eventId: "00000000-0000-4000-8000-000000000000" } },
+    rpc: { uid: u, eventId: "00000000-0000-4000-8000-000000000000" },
+  }));
   // An identity provider or an invite in A that promises B's custom role.
   add(IdentityProvidersService, "createIdentityProvider", "in A with B's role as default", B.role.uid, "notFound", (u) => ({
     rest: { method: "POST", path: `${V2}/identityProviders/${A.org.uid}`, body: idp(u) },
@@ -511,6 +536,7 @@ function probes(): Probe[] {
     [TagsService, "listTags", "tags"],
     [RegistryV1Service, "listRepos", "v1/repos"],
     [EventsService, "listEvents", "events"],
+    [SubscriptionsService, "listSubscriptions", "subscriptions"],
   ];
   const listPaths: Record<string, string> = {
     "v1/groups": "/iam/v1/groups",
@@ -518,6 +544,7 @@ function probes(): Probe[] {
     tags: "/registry/v2beta1/tags",
     "v1/repos": "/registry/v1/repos",
     events: "/events/v1/events",
+    subscriptions: "/events/v1/subscriptions",
   };
   const filters: [string, string, (u: string) => object][] = [
     ["uidp.descendants_of", B.org.uid, (u) => ({ descendantsOf: u })],
@@ -555,6 +582,7 @@ function probes(): Probe[] {
       "v1/repos": B.repo.uid,
       // An event's subject: B's folder's creation was one.
       events: B.folder.uid,
+      subscriptions: B.subscription.uid,
     };
     add(service, method, "uidp.ids=B's", own[collection]!, "empty", (u) => ({
       rest: { method: "GET", path: `${path}?uidp.ids=${u}` },
@@ -649,6 +677,7 @@ function listItems(body: Json): Json[] {
     "repos",
     "tags",
     "events",
+    "subscriptions",
     "items",
   ])
     if (Array.isArray(body?.[key])) return body[key];

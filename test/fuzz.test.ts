@@ -58,18 +58,20 @@ let agent: http.Agent;
 let grpcRaw: RawGrpcClient;
 
 before(async () => {
-  // Row checksums read SQLite's file: the fuzzer runs on SQLite whatever the suite's engine.
-  srv = await startTestServer({ backend: "sqlite" });
+  // Row checksums read SQLite's file: the fuzzer runs on SQLite whatever the suite's engine. Nothing may write
+  // but the requests themselves: no deliverer claiming the fuzzed subscriptions in the background.
+  srv = await startTestServer({ backend: "sqlite", env: { PLATFORM_DELIVERIES: "off" } });
   fixture = await createFuzzFixture(srv);
   rows = openRowChecksummer(srv.dataDir);
   agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   grpcRaw = rawGrpcClient(srv.port);
 });
 after(async () => {
-  grpcRaw.close();
-  agent.destroy();
-  rows.close();
-  await srv.close();
+  // Whatever before() got to: a fixture that failed must not leave the server running (the run would hang).
+  grpcRaw?.close();
+  agent?.destroy();
+  rows?.close();
+  await srv?.close();
 });
 
 /**

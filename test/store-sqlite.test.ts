@@ -35,6 +35,7 @@ runStoreConformance("sqlite file behind its caches", () => createCachingStore(op
 
 /** Drops the tables of migrations after 3, so a file looks like what an older server left. */
 const LATER_THAN_3 =
+  "DROP TABLE delivery_attempts; DROP TABLE subscription_deliveries; DROP TABLE subscriptions; " +
   FIRST_VERSIONED_TABLES.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER ${t}_version_${op};`)).join(" ") +
   " DROP TABLE table_versions; DROP TABLE IF EXISTS advisories; DROP TABLE tags; DROP TABLE repos;" +
   " ALTER TABLE signing_keys DROP COLUMN retire_time;" +

@@ -22,6 +22,8 @@ const LISTS = [
   C.CAP_TAG_LIST,
   C.CAP_MANIFEST_METADATA_LIST,
   C.CAP_ADVISORIES_LIST,
+  // The SDK's ConsoleViewerCaps holds every list, event subscriptions' included (their secrets are never listed).
+  C.CAP_SUBSCRIPTIONS_LIST,
 ];
 const PULL = [
   C.CAP_REPO_BLOBS_GET,
@@ -66,13 +68,15 @@ const IAM_WRITE = [
   C.CAP_IAM_ACCOUNT_ASSOCIATIONS_DELETE,
 ];
 const VIEWER = [...LISTS, C.CAP_REPO_BLOBS_GET];
-const EDITOR = [...VIEWER, ...REPO_WRITE];
+/** The SDK's EditorCaps: event subscriptions' create, update (redeliver) and delete. */
+const SUBSCRIPTIONS_WRITE = [C.CAP_SUBSCRIPTIONS_CREATE, C.CAP_SUBSCRIPTIONS_UPDATE, C.CAP_SUBSCRIPTIONS_DELETE];
+const EDITOR = [...VIEWER, ...REPO_WRITE, ...SUBSCRIPTIONS_WRITE];
 const PULL_TOKEN_CREATOR = [C.CAP_IAM_ROLE_BINDINGS_CREATE, C.CAP_IAM_IDENTITY_CREATE, C.CAP_IAM_ROLES_LIST, C.CAP_IAM_GROUPS_LIST];
 
 /** The built-in roles (contract facts §17), restricted to this server's capabilities. */
 export const BUILTIN_ROLES: readonly BuiltinRole[] = [
   { name: "viewer", description: "Read everything in the group and pull images", capabilities: VIEWER },
-  { name: "editor", description: "Viewer, plus create, update and delete repos", capabilities: EDITOR },
+  { name: "editor", description: "Viewer, plus create, update and delete repos and event subscriptions", capabilities: EDITOR },
   {
     name: "owner",
     description: "Full control of the group: IAM, registry writes and everything an editor can do",

@@ -13,6 +13,7 @@ import { createCallRateLimiter } from "../auth/rate-limit.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
+import { createDeliverer } from "../delivery/deliverer.js";
 import { invalidField } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { startEventRetention } from "../services/events/retention.js";
@@ -136,6 +137,22 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     now,
     onError: (err) => app.log.warn({ err }, "pruning old events failed; retried in a minute"),
   });
+  const deliverer = createDeliverer({
+    store,
+    authz: authorizer,
+    tokens,
+    source: config.baseUrl,
+    policy: { allowLoopback: config.allowLoopbackIssuers },
+    now,
+    concurrency: config.deliveries.concurrency,
+    leaseMs: config.deliveries.leaseMs,
+    pollMs: config.deliveries.pollMs,
+    onAttempt: (_subscription, attempt, event) => {
+      metrics.deliveryAttempts.inc(attempt.outcome);
+      metrics.deliveryLag.observe(Math.max(0, attempt.time - event.time) / 1000);
+    },
+    onError: (err) => app.log.error({ err }, "subscription delivery failed; retried shortly"),
+  });
   const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
   const deps = {
     store,
@@ -153,12 +170,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
     maxOrgsPerIdentity: config.maxOrgsPerIdentity,
+    maxSubscriptionsPerOrg: config.maxSubscriptionsPerOrg,
     events: {
       json: (schema: DescMessage, message: unknown) => responseJson(schema, message, registry),
       source: config.baseUrl,
       retentionMs: config.eventRetentionMs,
       written: (events: readonly { kind: string }[]) => {
         for (const e of events) metrics.eventsWritten.inc(e.kind);
+        deliverer.wake();
       },
       watch: {
         notifier: feedNotifier,
@@ -305,6 +324,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   installWellKnown(app, config, tokens);
 
   const port = await listen(app, config, store);
+  if (config.deliveries.enabled) deliverer.start();
   return {
     port,
     url: `${config.tls ? "https" : "http"}://127.0.0.1:${port}`,
@@ -316,8 +336,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     // The log lines of every call answered are written before close() resolves (and the process exits).
     reloadTls: (trigger) => tls?.reload(trigger) ?? false,
     pruneEvents: () => retention.pruneNow(),
-    close: () => {
+    close: async () => {
       retention.stop();
+      // Before the store closes: a post cut short is simply posted again by the next holder of its lease.
+      await deliverer.stop();
       feedNotifier.close();
       tls?.close();
       return lifecycle.close({ app, front: front!, grpcServer, health, store, flush: logging.flush });

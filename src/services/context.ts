@@ -29,6 +29,8 @@ export interface ServiceDeps {
   issuerPolicy: IssuerPolicy;
   /** Root organizations one identity may have created (the administrator: no limit). */
   maxOrgsPerIdentity: number;
+  /** Subscriptions one organization's tree may have (PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG). */
+  maxSubscriptionsPerOrg: number;
   /** How mutations write their events and the feed renders them. */
   events: EventDeps;
 }

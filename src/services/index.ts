@@ -2,6 +2,7 @@ import type { DescFile } from "@bufbuild/protobuf";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { AuthService, file_platformapi_auth_v1_auth } from "../../gen/platformapi/auth/v1/auth_pb.js";
 import { EventsService, file_platformapi_events_v1_events } from "../../gen/platformapi/events/v1/events_pb.js";
+import { file_platformapi_events_v1_subscriptions, SubscriptionsService } from "../../gen/platformapi/events/v1/subscriptions_pb.js";
 import { file_platformapi_iam_v1_groups, GroupsService as GroupsV1Service } from "../../gen/platformapi/iam/v1/groups_pb.js";
 import {
   AccountAssociationsService,
@@ -28,6 +29,7 @@ import { createAuthService } from "./auth/auth.js";
 import { bind, type ServiceBinding } from "./binding.js";
 import type { ServiceDeps } from "./context.js";
 import { createEventsService } from "./events/events.js";
+import { createSubscriptionsService } from "./events/subscriptions.js";
 import { createGroupsV1Service } from "./iam-v1/groups.js";
 import { createAccountAssociationsService } from "./iam/account-associations.js";
 import { createGroupInvitesService } from "./iam/group-invites.js";
@@ -59,6 +61,7 @@ export const CONTRACT_FILES: readonly DescFile[] = [
   file_platformapi_auth_v1_auth,
   file_platformapi_oidc_v1_sts,
   file_platformapi_events_v1_events,
+  file_platformapi_events_v1_subscriptions,
   file_google_rpc_error_details,
 ];
 
@@ -80,5 +83,6 @@ export function createServiceBindings(deps: ServiceDeps): ServiceBinding[] {
     bind(SecurityTokenService, createStsService(deps)),
     bind(AuthService, createAuthService(deps)),
     bind(EventsService, createEventsService(deps)),
+    bind(SubscriptionsService, createSubscriptionsService(deps)),
   ];
 }

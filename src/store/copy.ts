@@ -140,6 +140,17 @@ const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, co
   },
   // With their secrets and creators. Feed positions differ between engines, so each copy's delivery starts with
   // the events written after the copy: run migrate-to-postgres with the servers stopped and delivered up.
+  subscriptions: (from, tx, copyAll) => {
+    const copiedAt = Date.now();
+    return copyAll(
+      "subscriptions",
+      (q) => from.subscriptions.list(q),
+      {},
+      (s) => tx.subscriptions.create(s, copiedAt),
+    );
+  },
+  // Delivery state (cursors, retries, leases) and logs are the source's own: created afresh with each subscription.
+  deliveries: async () => {},
 };
 
 /** How many records of each kind were copied. */

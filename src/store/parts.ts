@@ -96,6 +96,25 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
     cached: false,
     methods: { append: "write", read: "read", prune: "write" },
   },
+  subscriptions: {
+    table: "subscriptions",
+    cached: true,
+    methods: { create: "write", get: "read", countInTree: "read", list: "read", delete: "write", setState: "write" },
+  },
+  // Delivery state moves with every attempt and is read by its lease holder only: never cached.
+  deliveries: {
+    table: null,
+    cached: false,
+    methods: {
+      claim: "write",
+      record: "write",
+      advance: "write",
+      release: "write",
+      logAttempt: "write",
+      log: "read",
+      eventPosition: "read",
+    },
+  },
 };
 
 /** The part names, in STORE_PARTS' order (the keys of a record the compiler holds complete). */
@@ -121,6 +140,8 @@ export function makeParts(make: <P extends PartName>(name: P) => Async<SyncStore
     advisories: make("advisories"),
     keys: make("keys"),
     events: make("events"),
+    subscriptions: make("subscriptions"),
+    deliveries: make("deliveries"),
   };
 }
 

@@ -13,11 +13,12 @@ import type { ClaimMatchRecord } from "../domain/claim-match-record.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import type { Async } from "./async-type.js";
 import type { EventStore, SyncEventStore } from "./event-store.js";
+import type { DeliveryStore, SubscriptionStore, SyncDeliveryStore, SyncSubscriptionStore } from "./subscription-store.js";
 import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
-export type { Async, EventStore };
+export type { Async, DeliveryStore, EventStore, SubscriptionStore };
 
 /** A keyset position: the order column's value and the uid of the last item returned. */
 export interface Cursor {
@@ -658,6 +659,8 @@ export interface SyncStoreParts {
   advisories: SyncAdvisoryStore;
   keys: SyncKeyStore;
   events: SyncEventStore;
+  subscriptions: SyncSubscriptionStore;
+  deliveries: SyncDeliveryStore;
 }
 
 /** A part's name. */

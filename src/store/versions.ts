@@ -26,7 +26,7 @@ export const FIRST_VERSIONED_TABLES = [
 ] as const;
 
 /** The tables caches are checked against. */
-export const VERSIONED_TABLES = FIRST_VERSIONED_TABLES;
+export const VERSIONED_TABLES = [...FIRST_VERSIONED_TABLES, "subscriptions"] as const;
 
 export type VersionedTable = (typeof VERSIONED_TABLES)[number];
 

@@ -37,6 +37,8 @@ export interface Tenant {
   repo: Json;
   /** A tag of repo. */
   tag: Json;
+  /** A subscription of the folder's events (its sink refuses connections: deliveries are retried, nothing arrives). */
+  subscription: Json;
 }
 
 /**
@@ -120,7 +122,23 @@ async function tenant(srv: TestServer, label: string, builtin: Record<string, st
     description: `repo of ${label}`,
   });
   const tag = await adminOk(srv, "POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: `sha256:${"0".repeat(64)}` });
-  return { org, folder, sub, identity, role, binding, owner: o.caller, ownerBinding: o.binding, idp, association, invite, repo, tag };
+  const subscription = await adminOk(srv, "POST", `/events/v1/subscriptions/${folder.uid}`, { sink: "http://127.0.0.1:9/hook" });
+  return {
+    org,
+    folder,
+    sub,
+    identity,
+    role,
+    binding,
+    owner: o.caller,
+    ownerBinding: o.binding,
+    idp,
+    association,
+    invite,
+    repo,
+    tag,
+    subscription,
+  };
 }
 
 const clientSecret = (label: string) => `client-secret-of-${label}-0123456789`;
@@ -157,5 +175,6 @@ export async function snapshot(srv: TestServer, org: string): Promise<Json> {
     groupInvites: (await adminOk(srv, "GET", `/iam/v2beta1/groupInvites?${q}`)).groupInvites,
     repos: (await adminOk(srv, "GET", `/registry/v2beta1/repos?${q}`)).repos,
     tags: (await adminOk(srv, "GET", `/registry/v2beta1/tags?${q}&include_referrers=true&include_dates=true&include_epochs=true`)).tags,
+    subscriptions: (await adminOk(srv, "GET", `/events/v1/subscriptions?${q}`)).subscriptions,
   };
 }

@@ -38,6 +38,7 @@ const CREATE_BODIES: Record<string, (r: Refs, i: number) => JsonObject> = {
   groupInvites: (r) => ({ roleUid: r.viewer, ttl: "86400s" }),
   repos: (_r, i) => ({ name: `fuzz-repo-${i}` }),
   tags: (_r, i) => ({ name: `t${i}`, digest: `sha256:${"c".repeat(64)}` }),
+  subscriptions: (_r, i) => ({ sink: `https://hooks.example.com/fuzz/${i}`, types: ["api.platform.iam."] }),
 };
 
 /** The collection an operation works on: "groups" in /iam/v2beta1/groups/{uid=**}. */

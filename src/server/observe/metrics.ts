@@ -55,6 +55,21 @@ export class Metrics {
     this.registry,
   );
 
+  /** outcome */
+  readonly deliveryAttempts = new SeriesCounter(
+    "platform_event_delivery_attempts_total",
+    "Event deliveries to subscriptions' sinks attempted by this process, by outcome (delivered, retry, failed)",
+    ["outcome"],
+    this.registry,
+  );
+  readonly deliveryLag = new SeriesHistogram(
+    "platform_event_delivery_lag_seconds",
+    "Time from an event's commit to an attempt to deliver it",
+    [],
+    [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600],
+    this.registry,
+  );
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: "platform_" });
   }

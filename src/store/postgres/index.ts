@@ -18,6 +18,7 @@ import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
 import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
+import { PgDeliveryStore, PgSubscriptionStore } from "./subscriptions.js";
 import { PgTagStore } from "./tags.js";
 import {
   isConnectionError,
@@ -174,6 +175,8 @@ function partsOver(run: Runner): StoreParts {
     advisories: new PgAdvisoryStore(run),
     keys: new PgKeyStore(run),
     events: new PgEventStore(run),
+    subscriptions: new PgSubscriptionStore(run),
+    deliveries: new PgDeliveryStore(run),
   };
 }
 

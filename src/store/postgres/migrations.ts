@@ -287,6 +287,55 @@ const MIGRATIONS: readonly string[] = [
   );
   INSERT INTO event_feed (id, pruned_txid, pruned_seq) VALUES (1, '0', 0);
   `,
+  // 6: event subscriptions (src/delivery/), as SQLite's 11th migration: the
+  // subscription RESTRICTs its group's deletion; its delivery state (cursor,
+  // retry, lease) and log go with it; events_id finds an event by its id.
+  `
+  CREATE TABLE subscriptions (
+    uid text COLLATE "C" PRIMARY KEY,
+    parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    sink text NOT NULL,
+    types text NOT NULL DEFAULT '[]',
+    state text NOT NULL DEFAULT 'active',
+    last_error text NOT NULL DEFAULT '',
+    secret text NOT NULL,
+    creator_uid text COLLATE "C" NOT NULL,
+    creator_admin boolean NOT NULL DEFAULT false,
+    create_time bigint NOT NULL,
+    update_time bigint NOT NULL
+  );
+  CREATE INDEX subscriptions_parent ON subscriptions(parent_uid, uid);
+  CREATE INDEX subscriptions_create_time ON subscriptions(create_time, uid);
+  CREATE INDEX subscriptions_update_time ON subscriptions(update_time, uid);
+  ALTER TABLE version_buckets ADD COLUMN subscriptions bigint NOT NULL DEFAULT 0;
+  ${bucketTrigger("subscriptions")}
+  CREATE TABLE subscription_deliveries (
+    subscription_uid text COLLATE "C" PRIMARY KEY REFERENCES subscriptions(uid) ON DELETE CASCADE,
+    start_time bigint NOT NULL,
+    cursor text,
+    retry_event_id text,
+    retry_attempts integer NOT NULL DEFAULT 0,
+    retry_first_at bigint,
+    next_attempt_at bigint NOT NULL DEFAULT 0,
+    lease_owner text,
+    lease_until bigint NOT NULL DEFAULT 0,
+    log_seq bigint NOT NULL DEFAULT 0
+  );
+  CREATE TABLE delivery_attempts (
+    subscription_uid text COLLATE "C" NOT NULL REFERENCES subscriptions(uid) ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    time bigint NOT NULL,
+    event_id text NOT NULL,
+    event_type text NOT NULL,
+    status integer NOT NULL,
+    latency_ms integer NOT NULL,
+    outcome text NOT NULL,
+    error text NOT NULL,
+    attempt integer NOT NULL,
+    PRIMARY KEY (subscription_uid, seq)
+  );
+  CREATE INDEX events_id ON events (id);
+  `,
 ];
 
 /**

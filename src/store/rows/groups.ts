@@ -61,6 +61,11 @@ const GROUP_CHILDREN: { readonly [P in PartName]: GroupChildKind | null } = {
   // Events record what happened in a group; they outlive it (a group's deletion is itself an event).
   events: null,
   keys: null,
+  // Like every record in a group, a subscription blocks the group's deletion: it holds a sink and a secret its
+  // creator should retire knowingly (and a deleted group's own deletion event is worth delivering first).
+  subscriptions: { label: "subscriptions", existsSql: "SELECT 1 FROM subscriptions WHERE parent_uid = ? LIMIT 1" },
+  // Delivery state is a subscription's, not a group's.
+  deliveries: null,
 };
 
 /** Kinds of record that live below a group, checked before the group may be deleted. */

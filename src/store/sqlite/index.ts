@@ -21,6 +21,7 @@ import { migrate } from "./migrations.js";
 import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
+import { SqliteDeliveryStore, SqliteSubscriptionStore } from "./subscriptions.js";
 import { SqliteTagStore } from "./tags.js";
 
 /** Options for opening the SQLite store. */
@@ -86,6 +87,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     advisories: new SqliteAdvisoryStore(db, lists),
     keys: new SqliteKeyStore(db),
     events: new SqliteEventStore(db),
+    subscriptions: new SqliteSubscriptionStore(db, lists),
+    deliveries: new SqliteDeliveryStore(db),
   };
   const gate = new ConnectionGate();
   // Versions are read again only after a commit: this connection's own (a

@@ -200,6 +200,57 @@ const MIGRATIONS: readonly string[] = [
   ) STRICT;
   INSERT INTO event_feed (id, pruned_seq) VALUES (1, 0);
   `,
+  // 11: event subscriptions (src/delivery/). A subscription RESTRICTs its
+  // group's deletion like every group-owned record; its delivery state (the
+  // cursor, the event being retried, the lease of the process delivering it)
+  // and its log go with it. The secret is stored as it is used: it signs every
+  // delivery. events_id finds an event to redeliver by its id.
+  `
+  CREATE TABLE subscriptions (
+    uid TEXT PRIMARY KEY,
+    parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
+    sink TEXT NOT NULL,
+    types TEXT NOT NULL DEFAULT '[]',
+    state TEXT NOT NULL DEFAULT 'active',
+    last_error TEXT NOT NULL DEFAULT '',
+    secret TEXT NOT NULL,
+    creator_uid TEXT NOT NULL,
+    creator_admin INTEGER NOT NULL DEFAULT 0,
+    create_time INTEGER NOT NULL,
+    update_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX subscriptions_parent ON subscriptions(parent_uid, uid);
+  CREATE INDEX subscriptions_create_time ON subscriptions(create_time, uid);
+  CREATE INDEX subscriptions_update_time ON subscriptions(update_time, uid);
+  INSERT INTO table_versions (name, version) VALUES ('subscriptions', 0);
+  ${versionTriggerStatements("subscriptions")}
+  CREATE TABLE subscription_deliveries (
+    subscription_uid TEXT PRIMARY KEY REFERENCES subscriptions(uid) ON DELETE CASCADE,
+    start_time INTEGER NOT NULL,
+    cursor TEXT,
+    retry_event_id TEXT,
+    retry_attempts INTEGER NOT NULL DEFAULT 0,
+    retry_first_at INTEGER,
+    next_attempt_at INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until INTEGER NOT NULL DEFAULT 0,
+    log_seq INTEGER NOT NULL DEFAULT 0
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE delivery_attempts (
+    subscription_uid TEXT NOT NULL REFERENCES subscriptions(uid) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    event_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    latency_ms INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (subscription_uid, seq)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX events_id ON events(id);
+  `,
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */
@@ -217,6 +268,17 @@ function versionTriggers(tables: readonly string[]): string {
   INSERT INTO table_versions (name, version) VALUES ${rows};
   ${triggers.join("\n  ")}
   `;
+}
+
+/** One table's three version triggers, as versionTriggers writes them (for a table versioned after the 7th migration). */
+function versionTriggerStatements(t: string): string {
+  return ["INSERT", "UPDATE", "DELETE"]
+    .map(
+      (op) => `CREATE TRIGGER ${t}_version_${op.toLowerCase()} AFTER ${op} ON ${t} BEGIN
+    UPDATE table_versions SET version = version + 1 WHERE name = '${t}';
+  END;`,
+    )
+    .join("\n  ");
 }
 
 /** Brings the database schema up to date inside one transaction per step. */

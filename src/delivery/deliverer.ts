@@ -1,0 +1,257 @@
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import type { Authorizer } from "../auth/authorizer.js";
+import type { EventRecord, FeedPosition } from "../domain/events.js";
+import type { Store } from "../store/store.js";
+import type { DeliveryLease, DeliveryLogEntry, DeliveryStep, SubscriptionRecord, SubscriptionState } from "../store/subscription-store.js";
+import { nextAttempt, type NextAttempt } from "./backoff.js";
+import { SINK_TIMEOUT_MS } from "./sink.js";
+import { postEvent, readPrefix, subscriptionVisibility, typeMatches, type PostDeps } from "./subscriber.js";
+
+/**
+ * The per-process deliverer of subscriptions (docs/events.md, "Delivering").
+ *
+ * Each subscription is delivered by one process at a time: a process leases
+ * it (store.deliveries.claim: FOR UPDATE SKIP LOCKED on PostgreSQL, a
+ * conditional UPDATE on SQLite), reads the feed from the subscription's own
+ * cursor, posts event after event, and records each outcome with the cursor
+ * move in one transaction that also extends the lease. At least once: the
+ * cursor passes an event only once its attempt is recorded, so a process
+ * killed mid-delivery leaves the cursor before it and its lease to expire,
+ * and the next holder posts it again (same webhook-id). A retryable failure
+ * stores the event's retry and frees the subscription until it is due; after
+ * three days (backoff.ts) or a refusal (4xx) the event is skipped and the
+ * subscription marked FAILING until a later delivery succeeds.
+ *
+ * Every subscription has its own loop, at most `concurrency` in flight per
+ * process, so a slow sink holds one slot, never another subscription's
+ * deliveries.
+ */
+
+/** How a deliverer runs; everything but the first five has a production default. */
+export interface DelivererOptions extends PostDeps {
+  store: Store;
+  authz: Authorizer;
+  /** This process's name in leases (default host:pid:random). */
+  owner?: string;
+  /** Subscriptions delivered at once by this process (default 16). */
+  concurrency?: number;
+  /** How long a lease lasts past its last extension (default 60 s; keep it well above sinkTimeoutMs). */
+  leaseMs?: number;
+  /** How often due subscriptions are looked for when nothing woke the deliverer (default 1 s). */
+  pollMs?: number;
+  /** Events read from the feed at once (default 100). */
+  batch?: number;
+  /** When a retryable failure is tried again (default: backoff.ts nextAttempt with Math.random). */
+  retry?: (attempts: number, firstAttemptAt: number, now: number) => NextAttempt;
+  /** How long stop() waits for posts in flight before leaving their leases to expire (default 10 s). */
+  stopWaitMs?: number;
+  /** Told of every attempt recorded (metrics: attempts by outcome; lag = attempt.time - event.time). */
+  onAttempt?: (subscription: SubscriptionRecord, attempt: DeliveryLogEntry, event: EventRecord) => void;
+  /** Told of an unexpected failure of a subscription's loop (a store error); the subscription is retried later. */
+  onError?: (err: unknown) => void;
+}
+
+/** The deliverer of one process. */
+export interface Deliverer {
+  /** Starts looking for due subscriptions (idempotent). */
+  start(): void;
+  /** The feed may have new events (this process committed some): look now rather than at the next poll. */
+  wake(): void;
+  /**
+   * Stops claiming, lets each loop finish the post in flight (up to
+   * stopWaitMs), releases every lease held (a post still in flight then
+   * records nothing) and resolves. A delivery cut short is not lost: the
+   * cursor never passed it, so the next holder posts it again.
+   */
+  stop(): Promise<void>;
+  /** Subscriptions this process is delivering now. */
+  readonly active: number;
+}
+
+/** The production retry schedule. */
+const defaultRetry = (attempts: number, firstAttemptAt: number, now: number) => nextAttempt(attempts, firstAttemptAt, now, Math.random());
+
+/** Creates a deliverer; nothing happens until start(). */
+export function createDeliverer(opts: DelivererOptions): Deliverer {
+  const { store } = opts;
+  const owner = opts.owner ?? `${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
+  const concurrency = opts.concurrency ?? 16;
+  const sinkTimeoutMs = opts.sinkTimeoutMs ?? SINK_TIMEOUT_MS;
+  const leaseMs = opts.leaseMs ?? Math.max(60_000, 3 * sinkTimeoutMs);
+  const pollMs = opts.pollMs ?? 1000;
+  const batch = opts.batch ?? 100;
+  const retry = opts.retry ?? defaultRetry;
+  const onError = opts.onError ?? (() => {});
+  const loops = new Map<string, Promise<void>>();
+  let running = false;
+  let timer: NodeJS.Timeout | undefined;
+  let ticking: Promise<void> | null = null;
+  let again = false;
+
+  const leaseUntil = () => opts.now() + leaseMs;
+
+  /** Claims what this process has room for and starts a loop per subscription claimed. */
+  async function tick(): Promise<void> {
+    clearTimeout(timer);
+    try {
+      const room = concurrency - loops.size;
+      if (room > 0) {
+        // Grants and subscriptions are read through the caches: bring them up to date with every process's writes.
+        await store.refresh();
+        const now = opts.now();
+        for (const lease of await store.deliveries.claim(owner, now, now + leaseMs, room)) {
+          const uid = lease.subscription.uid;
+          // Its lease ran out under a post slower than leaseMs and this process took it again: the loop goes on.
+          if (loops.has(uid)) continue;
+          const loop = deliver(lease)
+            .catch(onError)
+            .finally(async () => {
+              await store.deliveries.release(uid, owner).catch(onError);
+              loops.delete(uid);
+              // A slot came free: claim again soon rather than at the next poll.
+              if (running) schedule(0);
+            });
+          loops.set(uid, loop);
+        }
+      }
+    } catch (err) {
+      onError(err);
+    }
+    if (running) schedule(pollMs);
+  }
+
+  /** Runs tick after delayMs, one tick at a time (a wake during a tick runs another right after). */
+  function schedule(delayMs: number): void {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      if (ticking) {
+        again = true;
+        return;
+      }
+      ticking = tick().finally(() => {
+        ticking = null;
+        if (again && running) {
+          again = false;
+          schedule(0);
+        }
+      });
+    }, delayMs);
+    timer.unref();
+  }
+
+  /** Delivers one leased subscription's due events, in feed order, until it is caught up or must wait. */
+  async function deliver(lease: DeliveryLease): Promise<void> {
+    const s = lease.subscription;
+    const visible = await subscriptionVisibility(opts.authz, s);
+    let cursor: FeedPosition | null = lease.cursor;
+    let pending = lease.retry;
+    const status = { state: s.state, lastError: s.lastError };
+    while (running) {
+      const page = await store.events.read({
+        after: cursor,
+        startTime: cursor === null ? lease.startTime : undefined,
+        typePrefix: readPrefix(s),
+        hierarchy: {},
+        visible,
+        limit: batch,
+      });
+      if (page.expired) {
+        // Events were pruned before this subscription received them (it was failing or stopped for longer than
+        // the retention): it goes on with the oldest event kept, and says what it lost.
+        await mark(s, status, "failing", "events were pruned before they could be delivered");
+        cursor = null;
+        lease = { ...lease, startTime: 0 };
+        continue;
+      }
+      for (const event of page.events) {
+        if (!running) return;
+        if (!typeMatches(s, event.type)) continue;
+        const retrying = pending !== null && pending.eventId === event.id ? pending : null;
+        const attempt = await postEvent({ ...opts, sinkTimeoutMs }, s, event, (retrying?.attempts ?? 0) + 1);
+        const { step, final } = nextStep(event, attempt, retrying);
+        if (!(await store.deliveries.record(s.uid, owner, final, step, leaseUntil()))) return; // the lease was lost
+        opts.onAttempt?.(s, final, event);
+        if (step.kind === "retry") return; // released; claimed again when due
+        cursor = event.position;
+        pending = null;
+        if (final.outcome === "delivered") await mark(s, status, "active", status.lastError);
+        else await mark(s, status, "failing", `event ${event.id} was not delivered: ${final.error}`);
+      }
+      const caughtUp = page.events.length < batch;
+      if (cursor === null || positionDiffers(cursor, page.resume)) {
+        if (!(await store.deliveries.advance(s.uid, owner, page.resume))) return;
+        cursor = page.resume;
+      }
+      if (caughtUp) return;
+    }
+  }
+
+  /** What an attempt does to the delivery state: pass the event, or wait and retry it. */
+  function nextStep(
+    event: EventRecord,
+    attempt: DeliveryLogEntry,
+    retrying: DeliveryLease["retry"],
+  ): { step: DeliveryStep; final: DeliveryLogEntry } {
+    if (attempt.outcome !== "retry") return { step: { kind: "advance", cursor: event.position }, final: attempt };
+    const firstAttemptAt = retrying?.firstAttemptAt ?? attempt.time;
+    const next = retry(attempt.attempt, firstAttemptAt, opts.now());
+    if (next === "give-up") {
+      const final = { ...attempt, outcome: "failed" as const, error: `given up after 3 days of retries: ${attempt.error}` };
+      return { step: { kind: "advance", cursor: event.position }, final };
+    }
+    return {
+      step: { kind: "retry", retry: { eventId: event.id, attempts: attempt.attempt, firstAttemptAt, nextAttemptAt: next.at } },
+      final: attempt,
+    };
+  }
+
+  /**
+   * Sets the subscription's state and last error when they change (a write
+   * to the versioned table only then). A recovery keeps the last error: it
+   * says what was lost.
+   */
+  async function mark(
+    s: SubscriptionRecord,
+    status: { state: SubscriptionState; lastError: string },
+    state: SubscriptionState,
+    error: string,
+  ) {
+    if (status.state === state && status.lastError === error) return;
+    await store.subscriptions.setState(s.uid, state, error, opts.now());
+    status.state = state;
+    status.lastError = error;
+  }
+
+  return {
+    get active() {
+      return loops.size;
+    },
+    start() {
+      if (running) return;
+      running = true;
+      schedule(0);
+    },
+    wake() {
+      if (running) schedule(0);
+    },
+    async stop() {
+      running = false;
+      clearTimeout(timer);
+      await ticking;
+      let waited: NodeJS.Timeout | undefined;
+      const bound = new Promise<void>((resolve) => {
+        waited = setTimeout(resolve, opts.stopWaitMs ?? sinkTimeoutMs);
+        waited.unref();
+      });
+      await Promise.race([Promise.allSettled([...loops.values()]), bound]);
+      clearTimeout(waited);
+      // Posts still in flight record nothing once their lease is gone: another process posts those events again now.
+      await Promise.allSettled([...loops.keys()].map((uid) => store.deliveries.release(uid, owner)));
+    },
+  };
+}
+
+function positionDiffers(a: FeedPosition, b: FeedPosition): boolean {
+  return a.txid !== b.txid || a.seq !== b.seq;
+}
