@@ -12,7 +12,7 @@ import { EventSchema, EventsService, WatchEventsRequestSchema, type Event } from
 import { eventType, type EventRecord } from "../src/domain/events.js";
 import { responseJson } from "../src/server/codec/json.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import { encodeCursor, EVENT_CURSOR_EXPIRED, eventMessage } from "../src/services/events/events.js";
+import { EVENT_CURSOR_EXPIRED, eventMessage } from "../src/services/events/events.js";
 import { WATCH_LIMIT } from "../src/services/events/watch.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
 import type { EventPage, EventQuery, EventStore } from "../src/store/event-store.js";
@@ -351,7 +351,7 @@ describe("WatchEvents plumbing (a memory feed behind the real server)", () => {
         );
         assert.deepEqual(
           first.map((e) => e.cursor),
-          there.map((r) => encodeCursor(r.position)),
+          there.map((r) => srv.server.eventCursors.encode(r.position)),
         );
         const more = feed.add(org, 2);
         const next = await within(30_000, watch.take(2), "the events committed after the watch began");
@@ -363,7 +363,13 @@ describe("WatchEvents plumbing (a memory feed behind the real server)", () => {
         if (protocol.startsWith("rest"))
           assert.deepEqual(
             next[0]!.json,
-            JSON.parse(responseJson(EventSchema, eventMessage(String(next[0]!.json.source), more[0]!), createRegistry(...CONTRACT_FILES))),
+            JSON.parse(
+              responseJson(
+                EventSchema,
+                eventMessage({ source: String(next[0]!.json.source), cursors: srv.server.eventCursors }, more[0]!),
+                createRegistry(...CONTRACT_FILES),
+              ),
+            ),
           );
         else assert.equal(next[0]!.json.subject, org);
         watch.cancel();
@@ -371,7 +377,7 @@ describe("WatchEvents plumbing (a memory feed behind the real server)", () => {
 
       test("resumes right after a cursor: no gap, no duplicate", async () => {
         const from = feed.records[1]!;
-        const watch = openWatch(protocol, srv.url, srv.adminToken, { cursor: encodeCursor(from.position) });
+        const watch = openWatch(protocol, srv.url, srv.adminToken, { cursor: srv.server.eventCursors.encode(from.position) });
         const expected = feed.records.slice(2).map((r) => r.id);
         const got = await within(30_000, watch.take(expected.length), "the events after the cursor");
         assert.deepEqual(
@@ -396,7 +402,7 @@ describe("WatchEvents plumbing (a memory feed behind the real server)", () => {
       test("an expired cursor is OUT_OF_RANGE (EVENT_CURSOR_EXPIRED)", async () => {
         feed.pruneThrough(1n);
         try {
-          const watch = openWatch(protocol, srv.url, srv.adminToken, { cursor: encodeCursor(feed.records[0]!.position) });
+          const watch = openWatch(protocol, srv.url, srv.adminToken, { cursor: srv.server.eventCursors.encode(feed.records[0]!.position) });
           const { rest: events, end } = await within(30_000, watch.end(), "the refusal");
           assert.deepEqual(events, []);
           assert.deepEqual([end.code, end.reason], [11, EVENT_CURSOR_EXPIRED]);

@@ -16,6 +16,7 @@ import type { Config } from "../config.js";
 import { createDeliverer } from "../delivery/deliverer.js";
 import { invalidField } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
+import { FeedCursors } from "../services/events/feed-cursor.js";
 import { startEventRetention } from "../services/events/retention.js";
 import { createFeedNotifier } from "../services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
@@ -77,6 +78,8 @@ export interface RunningServer {
   adminSubject: string;
   /** Prunes the events older than PLATFORM_EVENT_RETENTION now (each process also does every minute); how many went. */
   pruneEvents(): Promise<number>;
+  /** How this deployment seals feed positions into cursors (tests read positions from the store). */
+  eventCursors: FeedCursors;
   /** Re-reads the TLS certificate and key (SIGHUP); false when TLS is off or the new pair was refused (logged). */
   reloadTls(trigger: string): boolean;
   /**
@@ -132,6 +135,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   // Called only while serving, after `app` below exists.
   const registry = createRegistry(...CONTRACT_FILES);
   const feedNotifier = createFeedNotifier();
+  const eventCursors = await FeedCursors.open(store.keys);
   const retention = startEventRetention(store.events, {
     retentionMs: config.eventRetentionMs,
     now,
@@ -174,6 +178,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     events: {
       json: (schema: DescMessage, message: unknown) => responseJson(schema, message, registry),
       source: config.baseUrl,
+      cursors: eventCursors,
       retentionMs: config.eventRetentionMs,
       written: (events: readonly { kind: string }[]) => {
         for (const e of events) metrics.eventsWritten.inc(e.kind);
@@ -336,6 +341,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     // The log lines of every call answered are written before close() resolves (and the process exits).
     reloadTls: (trigger) => tls?.reload(trigger) ?? false,
     pruneEvents: () => retention.pruneNow(),
+    eventCursors,
     close: async () => {
       retention.stop();
       // Before the store closes: a post cut short is simply posted again by the next holder of its lease.

@@ -5,6 +5,7 @@ import { principalKey, requestIdKey } from "../auth/principal.js";
 import { eventType, type EventAction, type EventDraft, type EventKind } from "../domain/events.js";
 import { parentOf } from "../domain/uidp.js";
 import type { Store, StoreParts } from "../store/store.js";
+import type { FeedCursors } from "./events/feed-cursor.js";
 import type { WatchOptions } from "./events/feed-notifier.js";
 
 /**
@@ -66,6 +67,8 @@ export interface EventDeps {
   json: MessageJson;
   /** CloudEvents source of every event: this deployment's base URL. */
   source: string;
+  /** How feed positions are sealed into the cursors clients hold. */
+  cursors: FeedCursors;
   /** How long events are kept (PLATFORM_EVENT_RETENTION), for the expired-cursor error. */
   retentionMs: number;
   /** WatchEvents' notifier and bounds: told after every commit that wrote events. */

@@ -3,10 +3,11 @@ import type { EventsService, ListEventsResponse } from "../../../gen/platformapi
 import { invalidField } from "../../domain/errors.js";
 import { hierarchyFilter } from "../../domain/hierarchy.js";
 import { principalOf, type ServiceDeps } from "../context.js";
-import { cursorExpired, decodeCursor, encodeCursor, eventMessage, eventVisibility, millisOf, typePrefixOf } from "./feed-view.js";
+import { cursorExpired, eventMessage, eventVisibility, millisOf, typePrefixOf } from "./feed-view.js";
 import { createEventsWatch } from "./watch.js";
 
-export { EVENT_CURSOR_EXPIRED, encodeCursor, eventMessage } from "./feed-view.js";
+export { FeedCursors } from "./feed-cursor.js";
+export { EVENT_CURSOR_EXPIRED, eventMessage } from "./feed-view.js";
 
 const DEFAULT_PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 200;
@@ -21,7 +22,7 @@ export function createEventsService(deps: ServiceDeps): ServiceImpl<typeof Event
       const limit = Math.min(req.pageSize || DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE);
       const hierarchy = hierarchyFilter(req.uidp);
       const typePrefix = typePrefixOf(req.typePrefix);
-      const after = req.pageToken === "" ? null : decodeCursor("page_token", req.pageToken);
+      const after = req.pageToken === "" ? null : deps.events.cursors.decode("page_token", req.pageToken);
       const startTime = millisOf("start_time", req.startTime);
       const endTime = millisOf("end_time", req.endTime);
       const visible = await eventVisibility(deps, principalOf(ctx));
@@ -37,8 +38,8 @@ export function createEventsService(deps: ServiceDeps): ServiceImpl<typeof Event
       if (page.expired) throw cursorExpired(deps.events.retentionMs);
       return {
         $typeName: "platformapi.events.v1.ListEventsResponse",
-        events: page.events.map((e) => eventMessage(deps.events.source, e)),
-        nextPageToken: encodeCursor(page.resume),
+        events: page.events.map((e) => eventMessage(deps.events, e)),
+        nextPageToken: deps.events.cursors.encode(page.resume),
       };
     },
   };

@@ -4,9 +4,10 @@ import { Code } from "@connectrpc/connect";
 import { EventSchema, type Event } from "../../../gen/platformapi/events/v1/events_pb.js";
 import type { Principal } from "../../auth/principal.js";
 import { ApiError, invalidField } from "../../domain/errors.js";
-import { CLOUDEVENTS_SPEC_VERSION, EVENT_KINDS, type EventKind, type EventRecord, type FeedPosition } from "../../domain/events.js";
+import { CLOUDEVENTS_SPEC_VERSION, EVENT_KINDS, type EventKind, type EventRecord } from "../../domain/events.js";
 import type { EventVisibility } from "../../store/event-store.js";
 import type { ServiceDeps } from "../context.js";
+import type { FeedCursors } from "./feed-cursor.js";
 
 /*
  * What ListEvents and WatchEvents share: cursors, the expired-cursor error,
@@ -15,23 +16,6 @@ import type { ServiceDeps } from "../context.js";
 
 /** ErrorInfo reason of a cursor older than the retention period: the client restarts from a time. */
 export const EVENT_CURSOR_EXPIRED = "EVENT_CURSOR_EXPIRED";
-
-/**
- * A feed position as clients hold it: "e1." + transaction id + "." +
- * sequence, base64url. Not sealed like list page tokens: it must outlive
- * them (events are kept 30 days), and a forged one only moves where a caller
- * reads from, never what the caller may see.
- */
-export function encodeCursor(p: FeedPosition): string {
-  return Buffer.from(`e1.${p.txid}.${p.seq}`).toString("base64url");
-}
-
-/** The position a cursor names; INVALID_ARGUMENT naming field when it is not one. */
-export function decodeCursor(field: string, token: string): FeedPosition {
-  const match = /^e1\.(\d{1,20})\.(\d{1,20})$/.exec(Buffer.from(token, "base64url").toString("latin1"));
-  if (token.length > 64 || match === null) throw invalidField(field, "is not a cursor this server issued");
-  return { txid: BigInt(match[1]!), seq: BigInt(match[2]!) };
-}
 
 /** OUT_OF_RANGE: the cursor points before events already pruned. */
 export function cursorExpired(retentionMs: number): ApiError {
@@ -53,11 +37,11 @@ export async function eventVisibility(deps: ServiceDeps, principal: Principal): 
   return visible as EventVisibility;
 }
 
-/** The API form of a stored event. */
-export function eventMessage(source: string, e: EventRecord): Event {
+/** The API form of a stored event, its cursor sealed. */
+export function eventMessage(view: { source: string; cursors: FeedCursors }, e: EventRecord): Event {
   return create(EventSchema, {
     id: e.id,
-    source,
+    source: view.source,
     specVersion: CLOUDEVENTS_SPEC_VERSION,
     type: e.type,
     subject: e.subject,
@@ -65,7 +49,7 @@ export function eventMessage(source: string, e: EventRecord): Event {
     group: e.groupUid,
     dataContentType: "application/json",
     data: JSON.parse(e.data) as JsonObject,
-    cursor: encodeCursor(e.position),
+    cursor: view.cursors.encode(e.position),
   });
 }
 

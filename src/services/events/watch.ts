@@ -7,7 +7,7 @@ import { hierarchyFilter } from "../../domain/hierarchy.js";
 import type { EventStore, EventVisibility } from "../../store/event-store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import type { Notifier, WatchOptions } from "./feed-notifier.js";
-import { cursorExpired, decodeCursor, eventMessage, eventVisibility, millisOf, typePrefixOf } from "./feed-view.js";
+import { cursorExpired, eventMessage, eventVisibility, millisOf, typePrefixOf } from "./feed-view.js";
 
 export { createFeedNotifier, type FeedNotifier, type WatchOptions } from "./feed-notifier.js";
 
@@ -43,7 +43,7 @@ export function createEventsWatch(deps: ServiceDeps, feed: EventStore, opts: Wat
     async *watchEvents(req, ctx) {
       const hierarchy = hierarchyFilter(req.uidp);
       const typePrefix = typePrefixOf(req.typePrefix);
-      let position: FeedPosition | null = req.cursor === "" ? null : decodeCursor("cursor", req.cursor);
+      let position: FeedPosition | null = req.cursor === "" ? null : deps.events.cursors.decode("cursor", req.cursor);
       // Neither a cursor nor a time: from now, i.e. the horizon the first read returns (nothing stamped earlier).
       const startTime = position !== null ? undefined : (millisOf("start_time", req.startTime) ?? deps.now());
       if (notifier.closed) throw shuttingDown();
@@ -64,7 +64,7 @@ export function createEventsWatch(deps: ServiceDeps, feed: EventStore, opts: Wat
           if (page.expired) throw cursorExpired(deps.events.retentionMs);
           for (const e of page.events) {
             if (stop.signal.aborted) return;
-            yield eventMessage(deps.events.source, e);
+            yield eventMessage(deps.events, e);
           }
           position = page.resume;
           if (page.events.length < PAGE) await notifier.moved(seen, pollMs, stop.signal);
