@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
+import { performance } from "node:perf_hooks";
 import type { Authorizer } from "../auth/authorizer.js";
 import type { EventRecord, FeedPosition } from "../domain/events.js";
 import type { Store } from "../store/store.js";
@@ -69,6 +70,9 @@ export interface Deliverer {
   readonly active: number;
 }
 
+/** The least time between two ticks woken by this process's commits. */
+const WAKE_SPACING_MS = 20;
+
 /** The production retry schedule. */
 const defaultRetry = (attempts: number, firstAttemptAt: number, now: number) => nextAttempt(attempts, firstAttemptAt, now, Math.random());
 
@@ -88,17 +92,26 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   let timer: NodeJS.Timeout | undefined;
   let ticking: Promise<void> | null = null;
   let again = false;
+  // No subscription existed at the last look: this process's commits wake nothing until the next poll finds one.
+  let idle = false;
+  let lastTick = 0;
 
   const leaseUntil = () => opts.now() + leaseMs;
 
   /** Claims what this process has room for and starts a loop per subscription claimed. */
   async function tick(): Promise<void> {
     clearTimeout(timer);
+    lastTick = performance.now();
     try {
       const room = concurrency - loops.size;
       if (room > 0) {
         // Grants and subscriptions are read through the caches: bring them up to date with every process's writes.
         await store.refresh();
+        // A cached read while the subscriptions table is unchanged: a deployment without subscriptions pays
+        // nothing per commit, and one look per poll.
+        idle = !(await store.subscriptions.any());
+      }
+      if (room > 0 && !idle) {
         const now = opts.now();
         for (const lease of await store.deliveries.claim(owner, now, now + leaseMs, room)) {
           const uid = lease.subscription.uid;
@@ -233,16 +246,18 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       schedule(0);
     },
     wake() {
-      if (running) schedule(0);
+      // Ticks woken by commits start at most every WAKE_SPACING_MS: under a stream of writes, a claim per spacing
+      // rather than one per commit (each event still reaches its sink within the spacing of its commit).
+      if (running && !idle) schedule(Math.max(0, lastTick + WAKE_SPACING_MS - performance.now()));
     },
     async stop() {
       running = false;
       clearTimeout(timer);
       await ticking;
       let waited: NodeJS.Timeout | undefined;
+      // Not unref'd: a process closing keeps running until its posts are done or this bound has passed.
       const bound = new Promise<void>((resolve) => {
         waited = setTimeout(resolve, opts.stopWaitMs ?? sinkTimeoutMs);
-        waited.unref();
       });
       await Promise.race([Promise.allSettled([...loops.values()]), bound]);
       clearTimeout(waited);

@@ -99,7 +99,7 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
   subscriptions: {
     table: "subscriptions",
     cached: true,
-    methods: { create: "write", get: "read", countInTree: "read", list: "read", delete: "write", setState: "write" },
+    methods: { create: "write", get: "read", countInTree: "read", any: "read", list: "read", delete: "write", setState: "write" },
   },
   // Delivery state moves with every attempt and is read by its lease holder only: never cached.
   deliveries: {
@@ -121,27 +121,59 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
 export const PART_NAMES = Object.keys(STORE_PARTS) as readonly PartName[];
 
 /**
- * A whole set of parts, one made per name. The object below names every
+ * A whole set of parts, one made per name when first used. The object below names every
  * part once, checked by the compiler against StoreParts (a missing or extra
  * part is a type error), so no engine or wrapper assembles parts by hand
  * from a loop and a cast.
  */
 export function makeParts(make: <P extends PartName>(name: P) => Async<SyncStoreParts[P]>): StoreParts {
+  // Each part is made on first use: a transaction's parts (decorated once per transaction by every wrapper) cost
+  // only the parts it touches, not all of them.
+  const made: Partial<Record<PartName, unknown>> = {};
+  const part = <P extends PartName>(name: P): Async<SyncStoreParts[P]> => (made[name] ??= make(name)) as Async<SyncStoreParts[P]>;
   return {
-    groups: make("groups"),
-    identities: make("identities"),
-    roles: make("roles"),
-    roleBindings: make("roleBindings"),
-    identityProviders: make("identityProviders"),
-    accountAssociations: make("accountAssociations"),
-    groupInvites: make("groupInvites"),
-    repos: make("repos"),
-    tags: make("tags"),
-    advisories: make("advisories"),
-    keys: make("keys"),
-    events: make("events"),
-    subscriptions: make("subscriptions"),
-    deliveries: make("deliveries"),
+    get groups() {
+      return part("groups");
+    },
+    get identities() {
+      return part("identities");
+    },
+    get roles() {
+      return part("roles");
+    },
+    get roleBindings() {
+      return part("roleBindings");
+    },
+    get identityProviders() {
+      return part("identityProviders");
+    },
+    get accountAssociations() {
+      return part("accountAssociations");
+    },
+    get groupInvites() {
+      return part("groupInvites");
+    },
+    get repos() {
+      return part("repos");
+    },
+    get tags() {
+      return part("tags");
+    },
+    get advisories() {
+      return part("advisories");
+    },
+    get keys() {
+      return part("keys");
+    },
+    get events() {
+      return part("events");
+    },
+    get subscriptions() {
+      return part("subscriptions");
+    },
+    get deliveries() {
+      return part("deliveries");
+    },
   };
 }
 

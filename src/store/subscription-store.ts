@@ -45,6 +45,8 @@ export interface SyncSubscriptionStore {
   create(subscription: SubscriptionRecord, startTime: number): void;
   /** Returns the subscription, or null when absent. */
   get(uid: string): SubscriptionRecord | null;
+  /** Whether any subscription exists (a deliverer with none has nothing to claim). */
+  any(): boolean;
   /** How many subscriptions the group rootUid and every group below it have (the per-organization quota). */
   countInTree(rootUid: string): number;
   /** Returns one page of subscriptions in the requested order. */

@@ -55,6 +55,11 @@ export class PgSubscriptionStore implements SubscriptionStore {
     return row && toRecord(row);
   }
 
+  async any(): Promise<boolean> {
+    const { rows } = await this.run.q.query<{ any: boolean }>("SELECT EXISTS (SELECT 1 FROM subscriptions) AS any");
+    return rows[0]!.any;
+  }
+
   async countInTree(rootUid: string): Promise<number> {
     // A uid is hex and slashes: no LIKE wildcard can hide in it.
     const { rows } = await this.run.q.query<{ n: string }>(
