@@ -6,7 +6,9 @@
  * pages ListEvents (alternating between the processes) with the cursor it
  * was given; every created group's event must arrive exactly once, and in
  * no other order than the feed's (a cursor never goes back). The same on
- * SQLite with two worker processes sharing the file.
+ * SQLite with two worker processes sharing the file. A subscription of the
+ * organization is delivered meanwhile by both processes' own deliverers:
+ * each event reaches its sink exactly once, verified.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -14,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "../scripts/support/cli-server.js";
+import { startEventReceiver, type EventReceiver, type ReceivedDelivery } from "./support/event-receiver.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { rest } from "./support/server.js";
 
@@ -28,8 +31,11 @@ interface Setup {
   cleanup: () => Promise<void>;
 }
 
+/** Both processes deliver subscriptions, to the loopback receiver, looking for due ones every 100 ms. */
+const DELIVERING = { PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true", PLATFORM_DELIVERY_POLL_MS: "100" };
+
 async function twoPostgresProcesses(): Promise<Setup> {
-  const env = { PLATFORM_DATABASE_URL: await freshPgDatabase() };
+  const env = { PLATFORM_DATABASE_URL: await freshPgDatabase(), ...DELIVERING };
   const dirs = [mkdtempSync(join(tmpdir(), "platform-feed-a-")), mkdtempSync(join(tmpdir(), "platform-feed-b-"))];
   const servers = [await startServerProcess(dirs[0]!, { env }), await startServerProcess(dirs[1]!, { env })];
   const token = await mintAdminToken(dirs[0]!, env);
@@ -46,7 +52,7 @@ async function twoPostgresProcesses(): Promise<Setup> {
 async function twoSqliteWorkers(): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), "platform-feed-sqlite-"));
   // Two worker processes behind one port, sharing the database file.
-  const server = await startServerProcess(dir, { env: { PLATFORM_WORKERS: "2" } });
+  const server = await startServerProcess(dir, { env: { PLATFORM_WORKERS: "2", ...DELIVERING } });
   const token = await mintAdminToken(dir);
   return {
     servers: [server],
@@ -63,10 +69,27 @@ async function twoSqliteWorkers(): Promise<Setup> {
 }
 
 /** Runs the writers and the reader; the reader's count of each created group's event. */
-async function writeAndFollow(setup: Setup): Promise<{ created: string[]; seen: Map<string, number>; positions: string[] }> {
+async function writeAndFollow(
+  setup: Setup,
+): Promise<{ created: string[]; seen: Map<string, number>; positions: string[]; delivered: ReceivedDelivery[] }> {
   const { servers, token } = setup;
   const auth = { authorization: `Bearer ${token}` };
   const org = (await rest(servers[0]!.url, "POST", "/iam/v2beta1/groups", { name: "feed org" }, auth)).body as { uid: string };
+  const { issuer } = (await rest(servers[0]!.url, "GET", "/.well-known/openid-configuration")).body as { issuer: string };
+  const receiver: EventReceiver = await startEventReceiver({
+    jwksUrl: `${servers[1 % servers.length]!.url}/.well-known/jwks.json`,
+    issuer,
+  });
+  const sink = receiver.sink("feed");
+  const subscription = await rest(
+    servers[1 % servers.length]!.url,
+    "POST",
+    `/events/v1/subscriptions/${org.uid}`,
+    { sink: sink.url, types: ["api.platform.iam.group.created"] },
+    auth,
+  );
+  assert.equal(subscription.status, 200, JSON.stringify(subscription.body));
+  sink.secret = subscription.body.secret as string;
   // Start from the feed's position now: the org's own event and earlier ones are behind it.
   let cursor = (
     await rest(servers[0]!.url, "GET", `/events/v1/events?start_time=${new Date(Date.now() + 3_600_000).toISOString()}`, undefined, auth)
@@ -111,16 +134,45 @@ async function writeAndFollow(setup: Setup): Promise<{ created: string[]; seen: 
   await Promise.all(writers);
   writing = false;
   await reader;
-  return { created, seen, positions };
+  try {
+    // A liveness bound: the deliverers find the subscription within a poll and post one event after another.
+    let delivered = await sink.waitForDeliveries(created.length, STALL_MS * 2);
+    // The organization's own event too, when it fell in the subscription's first millisecond: one more to wait for.
+    if (delivered.some((d) => d.headers["ce-subject"] === org.uid))
+      delivered = await sink.waitForDeliveries(created.length + 1, STALL_MS * 2);
+    return { created, seen, positions, delivered: delivered.filter((d) => d.headers["ce-subject"] !== org.uid) };
+  } finally {
+    await receiver.close();
+  }
 }
 
-function assertExactlyOnce(result: { created: string[]; seen: Map<string, number>; positions: string[] }): void {
+function assertExactlyOnce(result: {
+  created: string[];
+  seen: Map<string, number>;
+  positions: string[];
+  delivered: ReceivedDelivery[];
+}): void {
   const missing = result.created.filter((uid) => !result.seen.has(uid));
   const repeated = [...result.seen].filter(([, n]) => n > 1).map(([uid]) => uid);
   const unexpected = [...result.seen.keys()].filter((uid) => !result.created.includes(uid));
   assert.equal(result.created.length, WRITERS * CREATES_PER_WRITER);
   assert.deepEqual({ missing, repeated, unexpected }, { missing: [], repeated: [], unexpected: [] });
   assert.equal(new Set(result.positions).size, result.positions.length, "every event has its own position");
+  // Delivered: every created group's event once, verified (bearer token against the JWKS, webhook signature).
+  const bySubject = new Map<string, number>();
+  for (const d of result.delivered) {
+    assert.deepEqual([d.tokenError, d.signatureError], ["", ""], "delivery verified");
+    const subject = String(d.headers["ce-subject"]);
+    bySubject.set(subject, (bySubject.get(subject) ?? 0) + 1);
+  }
+  assert.deepEqual(
+    {
+      undelivered: result.created.filter((uid) => !bySubject.has(uid)),
+      twice: [...bySubject].filter(([, n]) => n > 1).map(([uid]) => uid),
+    },
+    { undelivered: [], twice: [] },
+  );
+  assert.equal(result.delivered.length, result.created.length);
 }
 
 describe("the change feed never skips or repeats an event under concurrent writers in two processes", () => {

@@ -10,8 +10,9 @@ import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { eventType, type EventDraft, type FeedPosition } from "../src/domain/events.js";
 import { EVERYWHERE } from "../src/store/event-store.js";
-import type { Store } from "../src/store/store.js";
-import { freshStorage } from "./support/server.js";
+import { eventsCarryingRunner } from "../src/store/postgres/events.js";
+import { insertWithEvents, type Store } from "../src/store/store.js";
+import { freshStorage, TEST_BACKEND } from "./support/server.js";
 
 const ORG = "a".repeat(40);
 
@@ -61,4 +62,96 @@ describe("the change feed at the store", () => {
     const next = await read(page.resume, 200);
     assert.equal(next.events.length, 0, "the cursor is past every event examined");
   });
+});
+
+describe("one INSERT with its events (insertWithEvents)", () => {
+  let store: Store;
+  const org = "b".repeat(40);
+  const group = (uid: string, parentUid: string | null) => ({
+    uid,
+    parentUid,
+    name: uid.slice(-4),
+    description: "",
+    verified: false,
+    resourceLimits: {},
+    createTime: 1,
+    updateTime: 1,
+  });
+  const eventFor = (subject: string): EventDraft => ({ ...draft(0), subject, groupUid: subject });
+  const subjects = async () =>
+    (await store.events.read({ after: null, typePrefix: "", hierarchy: {}, visible: EVERYWHERE, limit: 200 })).events.map((e) => e.subject);
+
+  before(async () => {
+    store = await (await freshStorage()).openStore();
+    await store.groups.createRoot(group(org, null), "creator");
+  });
+  after(() => store.close());
+
+  test("the row and its event commit together; a refused INSERT writes neither, on the suite's engine", async () => {
+    const child = `${org}/${"1".repeat(16)}`;
+    await insertWithEvents(store, (parts) => parts.groups.create(group(child, org)), [eventFor(child)]);
+    assert.equal((await store.groups.get(child))?.uid, child);
+    assert.deepEqual(await subjects(), [child]);
+    // The same uid again (a unique violation), and a parent that does not exist (a foreign key): errors, no event.
+    await assert.rejects(
+      insertWithEvents(store, (parts) => parts.groups.create(group(child, org)), [eventFor("x")]),
+      /already exists/i,
+    );
+    const orphan = `${"c".repeat(40)}/${"2".repeat(16)}`;
+    await assert.rejects(
+      insertWithEvents(store, (parts) => parts.groups.create(group(orphan, "c".repeat(40))), [eventFor(orphan)]),
+      /not found/i,
+    );
+    assert.deepEqual(await subjects(), [child]);
+    assert.equal(await store.groups.get(orphan), null);
+  });
+
+  test(
+    "on PostgreSQL, a write that is not one plain INSERT is a programming error, thrown",
+    { skip: TEST_BACKEND !== "postgres" },
+    async () => {
+      // A second statement (its first has committed, with its events: why only one INSERT may be passed).
+      const first = `${org}/${"3".repeat(16)}`;
+      const second = `${org}/${"4".repeat(16)}`;
+      await assert.rejects(
+        insertWithEvents(
+          store,
+          async (parts) => {
+            await parts.groups.create(group(first, org));
+            await parts.groups.create(group(second, org));
+          },
+          [eventFor(first)],
+        ),
+        /insertWithEvents: the write made a second statement/,
+      );
+      assert.equal(await store.groups.get(second), null);
+      // A part method that needs a transaction (here an UPDATE with its read) is refused before it sends anything.
+      await assert.rejects(
+        insertWithEvents(store, (parts) => parts.groups.update(org, { name: "renamed" }, 2), [eventFor(org)]),
+        /insertWithEvents: the write opened a transaction/,
+      );
+      assert.equal((await store.groups.get(org))?.name, org.slice(-4), "the UPDATE was not sent");
+      assert.ok(!(await subjects()).includes(org));
+    },
+  );
+});
+
+test("the PostgreSQL carrier sends one plain INSERT with the events' WITH, numbering their parameters after its own", async () => {
+  const sent: { text: string; params: unknown[] }[] = [];
+  const q = {
+    query: async (text: string, params: unknown[] = []) => {
+      sent.push({ text, params });
+      return { rows: [], rowCount: 1 };
+    },
+  };
+  const events = [draft(1), draft(2)];
+  await eventsCarryingRunner(q as never, events).q.query("INSERT INTO groups (uid, name) VALUES ($1, $2)", ["u", "n"]);
+  assert.equal(sent.length, 1);
+  assert.match(sent[0]!.text, /^WITH platform_events AS \(INSERT INTO events .*\$3::text\[\].*\$10::text\[\]\)\) INSERT INTO groups/s);
+  assert.equal(sent[0]!.params.length, 10);
+  assert.deepEqual(sent[0]!.params[2], [events[0]!.id, events[1]!.id]);
+  for (const text of ["UPDATE groups SET name = $1", "DELETE FROM groups", "INSERT INTO groups (uid) VALUES ($1) ON CONFLICT DO NOTHING"]) {
+    await assert.rejects(async () => eventsCarryingRunner(q as never, events).q.query(text, []), /not one plain INSERT/);
+  }
+  assert.equal(sent.length, 1, "nothing refused was sent");
 });

@@ -4,7 +4,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import { principalKey, requestIdKey } from "../auth/principal.js";
 import { eventType, type EventAction, type EventDraft, type EventKind } from "../domain/events.js";
 import { parentOf } from "../domain/uidp.js";
-import type { Store, StoreParts } from "../store/store.js";
+import { insertWithEvents as insertWithEventsIn, type Store, type StoreParts } from "../store/store.js";
 import type { FeedCursors } from "./events/feed-cursor.js";
 import type { WatchOptions } from "./events/feed-notifier.js";
 
@@ -122,6 +122,24 @@ export function withEvents<T>(
       return result;
     }, ctx.signal),
   );
+}
+
+/**
+ * Runs a write that is one plain INSERT with the events of its changes
+ * (known before it runs), atomically: in the INSERT's own statement where
+ * the engine can (Store.insertWithEvents), else in a transaction.
+ */
+export function insertWithEvents<T>(
+  deps: EmitDeps,
+  ctx: HandlerContext,
+  write: (parts: StoreParts) => Promise<T>,
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  changes: readonly Change<any>[],
+): Promise<T> {
+  const time = deps.now();
+  const drafts = changes.map((change) => changeEvent(ctx, deps.events.json, time, change));
+  pending.set(ctx, drafts);
+  return committed(deps, ctx, insertWithEventsIn(deps.store, write, drafts, ctx.signal));
 }
 
 /** A call's transaction that appended events (emit), once it has committed: waiting watches read the feed again at once. */

@@ -147,6 +147,16 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
         throw err;
       }
     },
+    // A write like any other: the versions are read after it.
+    ...(inner.insertWithEvents && {
+      async insertWithEvents(write, events, signal) {
+        try {
+          return await inner.insertWithEvents!(write, events, signal);
+        } finally {
+          await afterWrite();
+        }
+      },
+    }),
     ready: () => inner.ready(),
     describe: () => inner.describe(),
     close: () => inner.close(),

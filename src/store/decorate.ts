@@ -24,6 +24,9 @@ export function decorateStore(store: Store, wrap: MethodWrapper): Store {
     version: (tables) => store.version(tables),
     refresh: () => store.refresh(),
     transaction: (fn, signal) => store.transaction((tx) => fn(decorateParts(tx, wrap)), signal),
+    ...(store.insertWithEvents && {
+      insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(decorateParts(parts, wrap)), events, signal),
+    }),
     ready: () => store.ready(),
     describe: () => store.describe(),
     close: () => store.close(),

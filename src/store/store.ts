@@ -10,54 +10,17 @@
  */
 
 import type { ClaimMatchRecord } from "../domain/claim-match-record.js";
+import type { EventDraft } from "../domain/events.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import type { Async } from "./async-type.js";
 import type { EventStore, SyncEventStore } from "./event-store.js";
+import type { Cursor, ListQuery, ListResult } from "./list-query.js";
 import type { DeliveryStore, SubscriptionStore, SyncDeliveryStore, SyncSubscriptionStore } from "./subscription-store.js";
 import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
-export type { Async, DeliveryStore, EventStore, SubscriptionStore };
-
-/** A keyset position: the order column's value and the uid of the last item returned. */
-export interface Cursor {
-  key: string | number;
-  uid: string;
-}
-
-/** One page request against a store list. */
-export interface ListQuery<TFilter, TOrder extends string> {
-  hierarchy: HierarchyFilter;
-  filter: TFilter;
-  order: { field: TOrder; desc: boolean };
-  /** Exclusive keyset position; null starts at the beginning. */
-  after: Cursor | null;
-  /** Items to skip after the position, before the page. */
-  offset: number;
-  /** Maximum items on the page. */
-  limit: number;
-  /**
-   * Authorization narrowing: only records at or below one of these uids.
-   * null means no narrowing (an administrator).
-   */
-  visibleWithin: readonly string[] | null;
-  /**
-   * The total count of this query's matches (its hierarchy, filter and
-   * visibility), when the caller knows it for the current data: the engine
-   * returns it as totalCount instead of counting again.
-   */
-  knownTotal?: number;
-}
-
-/** One page of a store list. */
-export interface ListResult<T> {
-  items: T[];
-  /** True when at least one more item follows the page. */
-  hasMore: boolean;
-  /** Every record matching the filters and visibility, ignoring position, offset and limit. */
-  totalCount: number;
-}
+export type { Async, Cursor, DeliveryStore, EventStore, ListQuery, ListResult, SubscriptionStore };
 
 /** Group orderings the store supports. */
 export type GroupOrder = "uid" | "name" | "created_at" | "updated_at";
@@ -709,6 +672,15 @@ export interface Store extends StoreParts {
    * instead of costing a round trip of its own. CachingStore uses it.
    */
   transactionThenVersions?<T>(fn: (tx: StoreParts) => Promise<T>, signal?: AbortSignal): Promise<[T, TableVersions]>;
+  /**
+   * Optional: runs write, which must make exactly one plain INSERT through
+   * the parts it is given, with events appended atomically, for engines
+   * where the events can ride in that statement (PostgreSQL: a
+   * data-modifying WITH, one round trip in autocommit instead of BEGIN,
+   * two statements and COMMIT). Without it, insertWithEvents runs a
+   * transaction. Call insertWithEvents, not this.
+   */
+  insertWithEvents?<T>(write: (parts: StoreParts) => Promise<T>, events: readonly EventDraft[], signal?: AbortSignal): Promise<T>;
   /** True when the store can serve requests. */
   ready(): boolean;
   /**
@@ -719,4 +691,23 @@ export interface Store extends StoreParts {
   describe(): StoreDescription;
   /** Flushes what it must and closes; idempotent. */
   close(): Promise<void>;
+}
+
+/**
+ * One INSERT (write, through the parts it is given) and its events,
+ * atomically: in that one statement where the engine can
+ * (Store.insertWithEvents), else in a transaction.
+ */
+export function insertWithEvents<T>(
+  store: Store,
+  write: (parts: StoreParts) => Promise<T>,
+  events: readonly EventDraft[],
+  signal?: AbortSignal,
+): Promise<T> {
+  if (store.insertWithEvents) return store.insertWithEvents(write, events, signal);
+  return store.transaction(async (tx) => {
+    const result = await write(tx);
+    await tx.events.append(events);
+    return result;
+  }, signal);
 }

@@ -11,7 +11,7 @@ import { newChildUid, newRootUid } from "../../domain/uidp.js";
 import { type PagingSpec } from "../../store/paging.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, RoleBindingRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
-import { withEvents, type Change } from "../events.js";
+import { insertWithEvents, withEvents, type Change } from "../events.js";
 import { listPage, type ListSpec } from "../list-page.js";
 import { timestampFromMs } from "../time.js";
 import { roleBindingCreated } from "./hydrate.js";
@@ -129,12 +129,8 @@ export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof Group
           () => [created, roleBindingCreated(owner)],
         );
       } else {
-        await withEvents(
-          deps,
-          ctx,
-          (tx) => tx.groups.create(record),
-          () => [created],
-        );
+        // One INSERT, its constraints deciding: its event rides in the same statement where the engine can.
+        await insertWithEvents(deps, ctx, (parts) => parts.groups.create(record), [created]);
       }
       return groupMessage(record);
     },

@@ -41,6 +41,54 @@ async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root
   return (await q.query<CandidateRow>(numbered(sql), params)).rows;
 }
 
+/** The INSERT of a change's events, its 8 array parameters numbered from first. */
+export function eventsInsert(first: number): string {
+  const p = (i: number, type: string) => `$${first + i}::${type}[]`;
+  return `INSERT INTO events (id, kind, type, subject, root, group_uid, time, data)
+    SELECT * FROM unnest(${p(0, "text")}, ${p(1, "text")}, ${p(2, "text")}, ${p(3, "text")}, ${p(4, "text")}, ${p(5, "text")}, ${p(6, "bigint")}, ${p(7, "text")})`;
+}
+
+/** The parameters of eventsInsert: one array per column. */
+export function eventsParams(events: readonly EventDraft[]): unknown[] {
+  const rows = events.map(draftRow);
+  return [
+    rows.map((r) => r.id),
+    rows.map((r) => r.kind),
+    rows.map((r) => r.type),
+    rows.map((r) => r.subject),
+    rows.map((r) => r.root),
+    rows.map((r) => r.groupUid),
+    rows.map((r) => String(r.time)),
+    rows.map((r) => r.data),
+  ];
+}
+
+/**
+ * A runner for one INSERT that carries its events with it: the statement
+ * becomes `WITH platform_events AS (INSERT INTO events …) INSERT …`, one
+ * statement in autocommit, so the row and its events commit together or
+ * not at all, with no BEGIN and COMMIT round trips (Store.insertWithEvents).
+ * Only an INSERT without ON CONFLICT qualifies (an UPDATE or DELETE matching
+ * nothing, or a conflict skipped, would still write the events), and only
+ * one statement: anything else is a programming error, thrown.
+ */
+export function eventsCarryingRunner(q: Queryable, events: readonly EventDraft[]): Runner {
+  let used = false;
+  const refuse = (why: string): never => {
+    throw new Error(`insertWithEvents: ${why}`);
+  };
+  const carrier: Queryable = {
+    query<R>(text: string, params: unknown[] = []) {
+      if (used) refuse("the write made a second statement");
+      used = true;
+      if (!/^\s*INSERT\s+INTO\s/i.test(text) || /\bON\s+CONFLICT\b/i.test(text)) refuse("the write is not one plain INSERT");
+      if (events.length === 0) return q.query<R>(text, params);
+      return q.query<R>(`WITH platform_events AS (${eventsInsert(params.length + 1)}) ${text}`, [...params, ...eventsParams(events)]);
+    },
+  };
+  return { q: carrier, atomically: () => refuse("the write opened a transaction") };
+}
+
 /**
  * The change feed on PostgreSQL (docs/events.md). Transactions commit out
  * of seq order, so the feed is ordered by the writing transaction's id
@@ -55,22 +103,8 @@ export class PgEventStore implements EventStore {
 
   async append(events: readonly EventDraft[]): Promise<void> {
     if (events.length === 0) return;
-    const rows = events.map(draftRow);
     // One statement for the change's events, whatever their number.
-    await this.run.q.query(
-      `INSERT INTO events (id, kind, type, subject, root, group_uid, time, data)
-       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])`,
-      [
-        rows.map((r) => r.id),
-        rows.map((r) => r.kind),
-        rows.map((r) => r.type),
-        rows.map((r) => r.subject),
-        rows.map((r) => r.root),
-        rows.map((r) => r.groupUid),
-        rows.map((r) => String(r.time)),
-        rows.map((r) => r.data),
-      ],
-    );
+    await this.run.q.query(eventsInsert(1), eventsParams(events));
   }
 
   async read(query: EventQuery): Promise<EventPage> {

@@ -8,7 +8,7 @@ import type { Store, StoreParts } from "../store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
 import { PgAccountAssociationStore } from "./account-associations.js";
 import { PgAdvisoryStore } from "./advisories.js";
-import { PgEventStore } from "./events.js";
+import { eventsCarryingRunner, PgEventStore } from "./events.js";
 import { PgGroupInviteStore } from "./group-invites.js";
 import { PgGroupStore } from "./groups.js";
 import { PgIdentityStore } from "./identities.js";
@@ -245,6 +245,11 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
         signal,
       );
       return [result, versionsOf(rows)];
+    },
+    // The events ride in the INSERT's own statement: one round trip in autocommit.
+    insertWithEvents: (write, events, signal) => {
+      throwIfCancelled(signal);
+      return write(partsOver(eventsCarryingRunner(source, events)));
     },
     ready: () => open && reach.up,
     describe: () => ({ backend: "postgresql", location: redactedUrl(opts.url) }),
