@@ -2,6 +2,7 @@ import pg from "pg";
 import { UnavailableError } from "../../domain/errors.js";
 import { describeSystemError, StartupError, systemErrorCode } from "../../startup-error.js";
 import { decorateParts } from "../decorate.js";
+import { makeParts, type PartName } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts } from "../store.js";
@@ -160,25 +161,28 @@ function cancellableParts(run: Runner): StoreParts {
   });
 }
 
-/** The parts over one runner (the pool, or an open transaction's client). */
+/** The parts over one runner (the pool, or an open transaction's client), each made when first used. */
 function partsOver(run: Runner): StoreParts {
-  return {
-    groups: new PgGroupStore(run, GROUP_CHILD_KINDS),
-    identities: new PgIdentityStore(run),
-    roles: new PgRoleStore(run),
-    roleBindings: new PgRoleBindingStore(run),
-    identityProviders: new PgIdentityProviderStore(run),
-    accountAssociations: new PgAccountAssociationStore(run),
-    groupInvites: new PgGroupInviteStore(run),
-    repos: new PgRepoStore(run),
-    tags: new PgTagStore(run),
-    advisories: new PgAdvisoryStore(run),
-    keys: new PgKeyStore(run),
-    events: new PgEventStore(run),
-    subscriptions: new PgSubscriptionStore(run),
-    deliveries: new PgDeliveryStore(run),
-  };
+  return makeParts((name) => PART_MAKERS[name](run));
 }
+
+/** How each part is made over a runner (a record the compiler holds complete). */
+const PART_MAKERS: { readonly [P in PartName]: (run: Runner) => StoreParts[P] } = {
+  groups: (run) => new PgGroupStore(run, GROUP_CHILD_KINDS),
+  identities: (run) => new PgIdentityStore(run),
+  roles: (run) => new PgRoleStore(run),
+  roleBindings: (run) => new PgRoleBindingStore(run),
+  identityProviders: (run) => new PgIdentityProviderStore(run),
+  accountAssociations: (run) => new PgAccountAssociationStore(run),
+  groupInvites: (run) => new PgGroupInviteStore(run),
+  repos: (run) => new PgRepoStore(run),
+  tags: (run) => new PgTagStore(run),
+  advisories: (run) => new PgAdvisoryStore(run),
+  keys: (run) => new PgKeyStore(run),
+  events: (run) => new PgEventStore(run),
+  subscriptions: (run) => new PgSubscriptionStore(run),
+  deliveries: (run) => new PgDeliveryStore(run),
+};
 
 /** True when a server has migrated this database (it has our schema_migrations table). */
 async function hasSchema(pool: pg.Pool): Promise<boolean> {
