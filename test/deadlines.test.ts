@@ -12,6 +12,7 @@ import { Code } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { CreateGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
+import type { StoreParts } from "../src/store/store.js";
 import { frame, parseFrames } from "./support/grpc-web-frames.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -125,29 +126,35 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
         });
   before(async () => {
     srv = await startTestServer({
-      // groups.create (in the transaction that also writes its event) waits for the call's signal instead of
-      // writing; 60 s is the fallback a path without the abort would hit.
-      decorateStore: (store) => ({
-        ...store,
-        transaction: (fn, signal) =>
-          store.transaction((tx) => {
-            const groups = Object.create(tx.groups) as typeof tx.groups;
-            groups.create = async (record: { name: string }) => {
-              const aborted = await new Promise<boolean>((resolve) => {
-                if (signal?.aborted) return resolve(true);
-                const fallback = setTimeout(() => resolve(false), 60_000);
-                signal?.addEventListener("abort", () => {
-                  clearTimeout(fallback);
-                  resolve(true);
-                });
+      // groups.create (in the transaction that also writes its event, or in the one statement that carries it
+      // where the engine has insertWithEvents) waits for the call's signal instead of writing; 60 s is the
+      // fallback a path without the abort would hit.
+      decorateStore: (store) => {
+        const waiting = (parts: StoreParts, signal: AbortSignal | undefined): StoreParts => {
+          const groups = Object.create(parts.groups) as typeof parts.groups;
+          groups.create = async (record: { name: string }) => {
+            const aborted = await new Promise<boolean>((resolve) => {
+              if (signal?.aborted) return resolve(true);
+              const fallback = setTimeout(() => resolve(false), 60_000);
+              signal?.addEventListener("abort", () => {
+                clearTimeout(fallback);
+                resolve(true);
               });
-              seen.set(record.name, aborted);
-              settled.get(record.name)?.();
-              throw new Error("the test store writes nothing");
-            };
-            return fn({ ...tx, groups });
-          }, signal),
-      }),
+            });
+            seen.set(record.name, aborted);
+            settled.get(record.name)?.();
+            throw new Error("the test store writes nothing");
+          };
+          return { ...parts, groups };
+        };
+        return {
+          ...store,
+          transaction: (fn, signal) => store.transaction((tx) => fn(waiting(tx, signal)), signal),
+          ...(store.insertWithEvents && {
+            insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(waiting(parts, signal)), events, signal),
+          }),
+        };
+      },
     });
   });
   after(async () => {
