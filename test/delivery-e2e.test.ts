@@ -337,6 +337,30 @@ describe("delivery end to end", () => {
     }
   });
 
+  test("RedeliverEvent posts one event at a time per subscription: a second while one hangs is 429 REDELIVERY_IN_FLIGHT", async () => {
+    const org = (await createGroup(srv.url, null, "e2e-redeliver")).uid;
+    const sink = receiver.sink("redeliver");
+    const uid = await subscribe(org, sink);
+    try {
+      await children(org, 1, "r");
+      const [event] = (await ok(rest(srv.url, "GET", `/events/v1/events?uidp.descendants_of=${org}`))).events as { id: string }[];
+      sink.behave({ hangMs: 10 * 60_000 });
+      const first = rest(srv.url, "POST", `${PATH}/${uid}:redeliver`, { eventId: event!.id });
+      await sink.waitForDeliveries(1, WAIT);
+      const second = await rest(srv.url, "POST", `${PATH}/${uid}:redeliver`, { eventId: event!.id });
+      assert.equal(second.status, 429, JSON.stringify(second.body));
+      assert.equal(second.body.details[0].reason, "REDELIVERY_IN_FLIGHT");
+      sink.behave({ status: 204 });
+      receiver.releaseHangs();
+      assert.equal((await first).status, 200);
+      // Once the first has answered, the subscription may be redelivered again.
+      assert.equal((await ok(rest(srv.url, "POST", `${PATH}/${uid}:redeliver`, { eventId: event!.id }))).outcome, "DELIVERED");
+    } finally {
+      receiver.releaseHangs();
+      await ok(rest(srv.url, "DELETE", `${PATH}/${uid}`));
+    }
+  });
+
   test("two processes deliver each event once in normal operation", async () => {
     const org = (await createGroup(srv.url, null, "e2e-two")).uid;
     const sinks = [0, 1, 2, 3].map((i) => receiver.sink(`two-${i}`));

@@ -78,6 +78,21 @@ function subscriptionQuotaExceeded(limit: number): ApiError {
   );
 }
 
+/** ErrorInfo reason of a RedeliverEvent refused while another post is in flight. */
+export const REDELIVERY_IN_FLIGHT = "REDELIVERY_IN_FLIGHT";
+/** RedeliverEvent posts one process makes at once (one per subscription). */
+const MAX_REDELIVERIES = 32;
+
+/** RESOURCE_EXHAUSTED (HTTP 429): a redelivery of this subscription (or too many of any) is being posted now. */
+function redeliveryInFlight(uid: string): ApiError {
+  return new ApiError(
+    Code.ResourceExhausted,
+    REDELIVERY_IN_FLIGHT,
+    `Resource exhausted: a redelivery is being posted (to subscription ${uid}, or ${MAX_REDELIVERIES} at once); retry when it has answered`,
+    { retryDelayMs: 1000 },
+  );
+}
+
 function subscriptionCursor(s: SubscriptionRecord, field: SubscriptionOrder) {
   const key = field === "created_at" ? s.createTime : field === "updated_at" ? s.updateTime : s.uid;
   return { key, uid: s.uid };
@@ -97,6 +112,9 @@ export function createSubscriptionsService(deps: ServiceDeps): ServiceImpl<typeo
     list: (q, signal) => store.subscriptions.list(q, signal),
     cursor: subscriptionCursor,
   };
+
+  // Subscriptions with a RedeliverEvent post in flight in this process.
+  const redelivering = new Set<string>();
 
   async function existing(uid: string): Promise<SubscriptionRecord> {
     const found = await store.subscriptions.get(uid);
@@ -188,14 +206,22 @@ export function createSubscriptionsService(deps: ServiceDeps): ServiceImpl<typeo
         }));
       const event = page?.events[0];
       if (!event || event.id !== req.eventId || !typeMatches(subscription, event.type)) throw new NotFoundError("event", req.eventId);
-      const attempt = await postEvent(
-        { tokens: deps.tokens, source: deps.events.source, policy: deps.issuerPolicy, now: deps.now },
-        subscription,
-        event,
-        0,
-      );
-      await store.deliveries.logAttempt(uid, attempt);
-      return deliveryMessage(attempt);
+      // An outbound post per call, up to the sink timeout each: one at a time per subscription, and a bounded
+      // number per process, so no caller can hold more of this process's connections than that.
+      if (redelivering.has(uid) || redelivering.size >= MAX_REDELIVERIES) throw redeliveryInFlight(uid);
+      redelivering.add(uid);
+      try {
+        const attempt = await postEvent(
+          { tokens: deps.tokens, source: deps.events.source, policy: deps.issuerPolicy, now: deps.now },
+          subscription,
+          event,
+          0,
+        );
+        await store.deliveries.logAttempt(uid, attempt);
+        return deliveryMessage(attempt);
+      } finally {
+        redelivering.delete(uid);
+      }
     },
   };
 }
