@@ -361,6 +361,36 @@ describe("delivery end to end", () => {
     }
   });
 
+  test("a subscription freed while this process is still ticking is claimed again, not left held until its lease expires", async () => {
+    const org = (await createGroup(srv.url, null, "e2e-release")).uid;
+    const sink = receiver.sink("release");
+    const uid = await subscribe(org, sink);
+    // Each release takes a while after it has freed the lease: the deliverer's polls (every 50 ms) go on meanwhile.
+    // Were the claim of such a poll to see its own finishing loop, it would skip the subscription while holding its
+    // (20-minute) lease, and the events below would wait that long.
+    const d = await startTestDeliverer(srv, { leaseMs: 20 * 60_000 }, (store) => {
+      const release = store.deliveries.release.bind(store.deliveries);
+      store.deliveries.release = async (...args) => {
+        await release(...args);
+        await sleep(200);
+      };
+    });
+    try {
+      const made: string[] = [];
+      for (let i = 0; i < 4; i++) {
+        made.push(...(await children(org, 1, `r${i}`)));
+        await sink.waitForDeliveries(made.length, WAIT);
+      }
+      assert.deepEqual(
+        sink.deliveries.map((x) => x.headers["ce-subject"]),
+        made,
+      );
+    } finally {
+      await d.stop();
+      await ok(rest(srv.url, "DELETE", `${PATH}/${uid}`));
+    }
+  });
+
   test("two processes deliver each event once in normal operation", async () => {
     const org = (await createGroup(srv.url, null, "e2e-two")).uid;
     const sinks = [0, 1, 2, 3].map((i) => receiver.sink(`two-${i}`));
@@ -373,7 +403,9 @@ describe("delivery end to end", () => {
     try {
       const made = await children(org, 12, "t");
       for (const sink of sinks) {
-        const got = await sink.waitForDeliveries(made.length, WAIT);
+        const got = await sink.waitForDeliveries(made.length, WAIT).catch((err: Error) => {
+          throw new Error(`${err.message}; the workers said: ${workers.map((w) => JSON.stringify(w.output())).join(", ")}`);
+        });
         assert.deepEqual(
           got.map((x) => x.headers["ce-subject"]),
           made,

@@ -88,6 +88,10 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   const retry = opts.retry ?? defaultRetry;
   const onError = opts.onError ?? (() => {});
   const loops = new Map<string, Promise<void>>();
+  // Loops that have ended and whose leases the next tick releases. Releasing in the tick, before it claims, keeps a
+  // lease this process frees from being claimed again by the same tick while its old loop is still listed (the
+  // claim would then be skipped as a duplicate, and the subscription held idle until its lease expired).
+  const ended = new Set<string>();
   let running = false;
   let timer: NodeJS.Timeout | undefined;
   let ticking: Promise<void> | null = null;
@@ -103,6 +107,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
     clearTimeout(timer);
     lastTick = performance.now();
     try {
+      await releaseEnded();
       const room = concurrency - loops.size;
       if (room > 0) {
         // Grants and subscriptions are read through the caches: bring them up to date with every process's writes.
@@ -119,10 +124,9 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
           if (loops.has(uid)) continue;
           const loop = deliver(lease)
             .catch(onError)
-            .finally(async () => {
-              await store.deliveries.release(uid, owner).catch(onError);
-              loops.delete(uid);
-              // A slot came free: claim again soon rather than at the next poll.
+            .finally(() => {
+              ended.add(uid);
+              // A slot comes free: release and claim again soon rather than at the next poll.
               if (running) schedule(0);
             });
           loops.set(uid, loop);
@@ -132,6 +136,24 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       onError(err);
     }
     if (running) schedule(pollMs);
+  }
+
+  /**
+   * Releases the leases of loops that have ended. One whose release fails
+   * stays listed (not claimed again by this process) and is released by a
+   * later tick; its lease never outlives this process by more than leaseMs.
+   */
+  async function releaseEnded(): Promise<void> {
+    for (const uid of [...ended]) {
+      try {
+        await store.deliveries.release(uid, owner);
+      } catch (err) {
+        onError(err);
+        continue;
+      }
+      ended.delete(uid);
+      loops.delete(uid);
+    }
   }
 
   /** Runs tick after delayMs, one tick at a time (a wake during a tick runs another right after). */
@@ -238,7 +260,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
 
   return {
     get active() {
-      return loops.size;
+      return loops.size - ended.size;
     },
     start() {
       if (running) return;

@@ -18,9 +18,17 @@ export interface TestDeliverer {
   stop(): Promise<void>;
 }
 
-/** Starts a deliverer over a second store of srv's data, signing with srv's keys, loopback sinks allowed. */
-export async function startTestDeliverer(srv: TestServer, opts: Partial<DelivererOptions> = {}): Promise<TestDeliverer> {
+/**
+ * Starts a deliverer over a second store of srv's data, signing with srv's
+ * keys, loopback sinks allowed; decorate may wrap the store's parts first.
+ */
+export async function startTestDeliverer(
+  srv: TestServer,
+  opts: Partial<DelivererOptions> = {},
+  decorate: (store: Store) => void = () => {},
+): Promise<TestDeliverer> {
   const store = await srv.openStore();
+  decorate(store);
   const deliverer = createDeliverer({
     store,
     authz: createAuthorizer(store, ALL),
