@@ -8,7 +8,7 @@ import { describe, test } from "node:test";
 import { cloudEventRequest, encodeHeaderValue, rfc3339 } from "../src/delivery/cloudevents.js";
 import { deliveryRequest } from "../src/delivery/request.js";
 import { generateWebhookSecret, verifyWebhook } from "../src/delivery/signature.js";
-import { eventType, type EventRecord } from "../src/domain/events.js";
+import { eventId, eventType, type EventRecord } from "../src/domain/events.js";
 
 const DATA =
   '{"actor":{"subject":"3f1c"},"requestId":"r-1","body":{"uid":"g-1","name":"Zürich team","description":"\\u00e9 \\"quoted\\""}}';
@@ -66,5 +66,18 @@ describe("CloudEvents binary content mode", () => {
     assert.equal(headers["webhook-timestamp"], String(now / 1000));
     assert.equal(verifyWebhook(secret, headers, Buffer.from(body, "utf8"), { now }), EVENT.id);
     assert.throws(() => verifyWebhook(secret, headers, DATA.replace("Zürich", "Zurich"), { now }), /no webhook-signature matches/);
+  });
+});
+
+describe("event ids", () => {
+  test("are UUIDs of version 7: the time in their first 48 bits, later ids sorting later, never repeated", () => {
+    const at = Date.UTC(2026, 10, 27, 10, 0, 0, 123);
+    const id = eventId(at);
+    assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.equal(parseInt(id.slice(0, 8) + id.slice(9, 13), 16), at);
+    const ids = Array.from({ length: 5000 }, (_, i) => eventId(at + i));
+    assert.deepEqual([...ids].sort(), ids);
+    assert.equal(new Set(ids).size, ids.length);
+    assert.equal(new Set(Array.from({ length: 5000 }, () => eventId(at))).size, 5000, "random within one millisecond");
   });
 });

@@ -1,3 +1,4 @@
+import { randomFillSync } from "node:crypto";
 import { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 
 /**
@@ -58,7 +59,7 @@ export function kindOfType(type: string): EventKind | undefined {
  * at commit).
  */
 export interface EventDraft {
-  /** A fresh UUID. */
+  /** A fresh UUID, version 7 (eventId()). */
   id: string;
   kind: EventKind;
   /** eventType(kind, action). */
@@ -93,4 +94,34 @@ export interface FeedPosition {
 /** Whether a comes strictly before b in the feed. */
 export function positionBefore(a: FeedPosition, b: FeedPosition): boolean {
   return a.txid < b.txid || (a.txid === b.txid && a.seq < b.seq);
+}
+
+/** Random bytes drawn 10 at a time for event ids, refilled a pool at a time (as randomUUID caches its entropy). */
+const entropy = Buffer.alloc(16 * 1024);
+let entropyAt = entropy.length;
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+
+/**
+ * A fresh event id: a UUID of version 7 (RFC 9562), its first 48 bits the
+ * time in milliseconds and the other 74 random. Ids made later sort later, so
+ * the index on events' ids grows at its end rather than at random pages (a
+ * random UUID's insert costs about a third more on SQLite), and a reader
+ * can tell roughly when an event was made from its id alone.
+ */
+export function eventId(now = Date.now()): string {
+  if (entropyAt + 10 > entropy.length) {
+    randomFillSync(entropy);
+    entropyAt = 0;
+  }
+  const b = entropy;
+  const r = entropyAt;
+  entropyAt += 10;
+  const ms = Math.max(0, Math.floor(now)) % 2 ** 48;
+  const hi = Math.floor(ms / 2 ** 16);
+  const time = hi.toString(16).padStart(8, "0") + "-" + (ms % 2 ** 16).toString(16).padStart(4, "0");
+  const version = "7" + HEX[b[r]! & 0x0f]!.slice(1) + HEX[b[r + 1]!];
+  const variant = HEX[(b[r + 2]! & 0x3f) | 0x80]! + HEX[b[r + 3]!];
+  let node = "";
+  for (let i = r + 4; i < r + 10; i++) node += HEX[b[i]!];
+  return `${time}-${version}-${variant}-${node}`;
 }

@@ -1,8 +1,7 @@
-import { randomUUID } from "node:crypto";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import { principalKey, requestIdKey } from "../auth/principal.js";
-import { eventType, type EventAction, type EventDraft, type EventKind } from "../domain/events.js";
+import { eventId, eventType, type EventAction, type EventDraft, type EventKind } from "../domain/events.js";
 import { parentOf } from "../domain/uidp.js";
 import { insertWithEvents as insertWithEventsIn, type Store, type StoreParts } from "../store/store.js";
 import type { FeedCursors } from "./events/feed-cursor.js";
@@ -51,7 +50,7 @@ export function changeEvent<Desc extends DescMessage>(
   const actor = JSON.stringify({ subject: change.actor ?? ctx.values.get(principalKey)?.subject ?? "" });
   const data = `{"actor":${actor},"requestId":${JSON.stringify(ctx.values.get(requestIdKey))},"body":${body}}`;
   return {
-    id: randomUUID(),
+    id: eventId(time),
     kind: change.kind,
     type: eventType(change.kind, change.action),
     subject: change.subject,

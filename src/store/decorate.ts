@@ -18,14 +18,22 @@ export function decorateParts(parts: StoreParts, wrap: MethodWrapper): StorePart
  * own methods pass through to the store.
  */
 export function decorateStore(store: Store, wrap: MethodWrapper): Store {
+  // The wrappers hold no state of a transaction: parts an engine hands every transaction alike (SQLite's, whose
+  // connection is one) are decorated once, not once per transaction.
+  const decorated = new WeakMap<StoreParts, StoreParts>();
+  const decorate = (parts: StoreParts): StoreParts => {
+    let out = decorated.get(parts);
+    if (out === undefined) decorated.set(parts, (out = decorateParts(parts, wrap)));
+    return out;
+  };
   return {
     ...decorateParts(store, wrap),
     readVersions: () => store.readVersions(),
     version: (tables) => store.version(tables),
     refresh: () => store.refresh(),
-    transaction: (fn, signal) => store.transaction((tx) => fn(decorateParts(tx, wrap)), signal),
+    transaction: (fn, signal) => store.transaction((tx) => fn(decorate(tx)), signal),
     ...(store.insertWithEvents && {
-      insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(decorateParts(parts, wrap)), events, signal),
+      insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(decorate(parts)), events, signal),
     }),
     ready: () => store.ready(),
     describe: () => store.describe(),

@@ -677,8 +677,9 @@ export interface Store extends StoreParts {
    * the parts it is given, with events appended atomically, for engines
    * where the events can ride in that statement (PostgreSQL: a
    * data-modifying WITH, one round trip in autocommit instead of BEGIN,
-   * two statements and COMMIT). Without it, insertWithEvents runs a
-   * transaction. Call insertWithEvents, not this.
+   * two statements and COMMIT; SQLite: one write of a group commit, the
+   * events appended without a transaction's wrapping). Without it,
+   * insertWithEvents runs a transaction. Call insertWithEvents, not this.
    */
   insertWithEvents?<T>(write: (parts: StoreParts) => Promise<T>, events: readonly EventDraft[], signal?: AbortSignal): Promise<T>;
   /** True when the store can serve requests. */

@@ -128,6 +128,15 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
         throwIfCancelled(signal);
         return fn(txParts);
       }),
+    // A create and its events in one write of the next group commit: the INSERT through the parts, the events
+    // appended directly (they are the server's own text, rendered from what was just validated).
+    insertWithEvents: (write, events, signal) =>
+      committer.write(async () => {
+        throwIfCancelled(signal);
+        const result = await write(txParts);
+        sync.events.append(events);
+        return result;
+      }),
     ready: () => open,
     describe: () => ({ backend: "sqlite", location: file }),
     close: () =>
