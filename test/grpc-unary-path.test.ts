@@ -171,7 +171,7 @@ describe("native gRPC unary calls on the fast path", () => {
       stream.end(envelope(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" }))));
       const [headers] = (await once(stream, "response")) as [http2.IncomingHttpHeaders];
       assert.equal(headers[":status"], 200);
-      const [first] = (await within(10_000, once(stream, "data"), "the first Watch answer")) as [Buffer];
+      const [first] = (await within(30_000, once(stream, "data"), "the first Watch answer")) as [Buffer];
       const answer = fromBinary(HealthCheckResponseSchema, first.subarray(5, 5 + first.readUInt32BE(1)));
       assert.equal(answer.status, 1, "SERVING");
       assert.equal(stream.closed, false, "the stream stays open for the next answer");
@@ -220,11 +220,11 @@ test("a client cancelling mid-call aborts the handler's signal; a finished call'
       const stream = session.request({ ":method": "POST", ":path": GET_GROUP, "content-type": "application/grpc", te: "trailers" });
       stream.on("error", () => {});
       stream.end(request("slow"));
-      await within(10_000, slowStarted, "the slow call reaches its handler");
+      await within(30_000, slowStarted, "the slow call reaches its handler");
       const signal = signals.get("slow")!;
       assert.equal(signal.aborted, false);
       stream.close(http2.constants.NGHTTP2_CANCEL);
-      if (!signal.aborted) await within(10_000, once(signal, "abort"), "the handler's signal aborts when the client cancels");
+      if (!signal.aborted) await within(30_000, once(signal, "abort"), "the handler's signal aborts when the client cancels");
       assert.equal(signal.aborted, true);
     } finally {
       session.close();

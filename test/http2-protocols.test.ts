@@ -62,7 +62,7 @@ interface H2Answer {
 async function h2c(): Promise<http2.ClientHttp2Session> {
   const session = http2.connect(srv.url);
   session.on("error", () => {});
-  await within(5000, once(session, "connect"), "h2c connect");
+  await within(30_000, once(session, "connect"), "h2c connect");
   return session;
 }
 
@@ -420,7 +420,7 @@ test("REST bodies on HTTP/2 count against the per-address unfinished-bytes budge
     }
     const refused = post();
     refused.end(Buffer.alloc(10 * KiB, "a"));
-    const [headers] = (await within(10_000, once(refused, "response"), "refusal")) as [http2.IncomingHttpHeaders];
+    const [headers] = (await within(30_000, once(refused, "response"), "refusal")) as [http2.IncomingHttpHeaders];
     const parts: Buffer[] = [];
     for await (const chunk of refused) parts.push(chunk as Buffer);
     assert.equal(headers[":status"], 429);
@@ -449,7 +449,7 @@ test("a REST body left open on HTTP/2 is reset at the request timeout, and the c
     await within(30_000, once(open, "close"), "the reset");
     assert.equal(open.rstCode, http2.constants.NGHTTP2_CANCEL);
     const health = session.request({ ":path": "/healthz" });
-    const [headers] = (await within(10_000, once(health, "response"), "healthz")) as [http2.IncomingHttpHeaders];
+    const [headers] = (await within(30_000, once(health, "response"), "healthz")) as [http2.IncomingHttpHeaders];
     assert.equal(headers[":status"], 200);
     health.resume();
   } finally {

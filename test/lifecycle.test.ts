@@ -258,7 +258,7 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
   const token = await adminToken(dataDir);
   const health = watchHealth(srv.port);
   try {
-    await within(10_000, health.next(ServingStatus.SERVING), "health watch says SERVING");
+    await within(30_000, health.next(ServingStatus.SERVING), "health watch says SERVING");
     // The token from the CLI works on the server.
     const ok = await fetch(`http://127.0.0.1:${srv.port}/iam/v2beta1/groups`, { headers: { authorization: `Bearer ${token}` } });
     assert.equal(ok.status, 200, await ok.text());
@@ -278,7 +278,7 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     const grpcHeld = sessions.flatMap((s) => s.calls);
 
     assert.ok(srv.child.kill(signal));
-    await within(10_000, health.next(ServingStatus.NOT_SERVING), "health watch says NOT_SERVING once the signal arrives");
+    await within(30_000, health.next(ServingStatus.NOT_SERVING), "health watch says NOT_SERVING once the signal arrives");
     health.close();
     const answers = await within(20_000, untilRefused(srv.port), "the listener stops accepting");
     for (const status of answers) assert.equal(status, 503, "a connection accepted while closing is refused with 503");
@@ -337,9 +337,9 @@ describe("serve: graceful stop", () => {
     const srv = await startServe(dataDir, { PLATFORM_SHUTDOWN_GRACE_MS: "1000" });
     const health = watchHealth(srv.port);
     try {
-      await within(10_000, health.next(ServingStatus.SERVING), "SERVING");
+      await within(30_000, health.next(ServingStatus.SERVING), "SERVING");
       srv.child.kill("SIGTERM");
-      await within(10_000, health.next(ServingStatus.NOT_SERVING), "NOT_SERVING");
+      await within(30_000, health.next(ServingStatus.NOT_SERVING), "NOT_SERVING");
       // The watch is left open: the server ends it after the grace period.
       const { code, signal } = await within(30_000, srv.exit, "the process exits");
       assert.deepEqual({ code, signal }, { code: 0, signal: null }, srv.stderr());

@@ -84,7 +84,7 @@ async function listen(grpcServer: grpc.Server, timeouts: OnePortTimeouts = DEFAU
       server.closeAllConnections();
       server.drainGrpc(0);
       grpcServer.forceShutdown();
-      await within(5000, closed, "test server close");
+      await within(30_000, closed, "test server close");
     },
   };
 }
@@ -147,7 +147,7 @@ async function h2Unary(session: http2.ClientHttp2Session, path: string, message:
   req.on("response", (h) => (grpcStatus ??= h["grpc-status"] as string | undefined));
   req.on("trailers", (t) => (grpcStatus = t["grpc-status"] as string | undefined));
   req.on("data", (c: Buffer) => chunks.push(c));
-  await within(5000, once(req, "end"), "h2 gRPC response");
+  await within(30_000, once(req, "end"), "h2 gRPC response");
   const data = Buffer.concat(chunks);
   return { grpcStatus, body: data.subarray(5) };
 }
@@ -156,7 +156,7 @@ async function h2Unary(session: http2.ClientHttp2Session, path: string, message:
 async function h2Connect(port: number): Promise<http2.ClientHttp2Session> {
   const session = http2.connect(`http://127.0.0.1:${port}`);
   session.on("error", () => {});
-  await within(5000, once(session, "connect"), "h2c connect");
+  await within(30_000, once(session, "connect"), "h2c connect");
   return session;
 }
 
@@ -218,7 +218,7 @@ test("pitfall 1: an HTTP/1.1 request split after its first byte is answered inta
   const srv = await listen(probeGrpcServer());
   const proxy = await splittingProxy(srv.port, [1]);
   try {
-    const res = await within(5000, h1Get(proxy.port, "/split/path?x=1", false), "split HTTP/1.1 request");
+    const res = await within(30_000, h1Get(proxy.port, "/split/path?x=1", false), "split HTTP/1.1 request");
     assert.equal(res.status, 200);
     assert.equal(res.body, "GET /split/path?x=1");
     assert.equal(proxy.splits[0], 1);
@@ -303,7 +303,7 @@ test("pitfall 4: a partial HTTP/1.1 request head is timed out by headersTimeout"
   const { socket, closed } = await rawSocket(srv.port);
   try {
     socket.write("GET /slow HTTP/1.1\r\nHost: x\r\nX-Partial: ");
-    const received = await within(5000, closed, "server closes a connection stuck in its request head");
+    const received = await within(30_000, closed, "server closes a connection stuck in its request head");
     assert.match(received, /^HTTP\/1\.1 408 /);
     assert.equal(clientErrors[0], "ERR_HTTP_REQUEST_TIMEOUT");
   } finally {
@@ -316,7 +316,7 @@ test("pitfall 4: a connection that sends nothing is closed after firstBytes", as
   const srv = await listen(probeGrpcServer(), SHORT);
   const { socket, closed } = await rawSocket(srv.port);
   try {
-    assert.equal(await within(5000, closed, "server closes a silent connection"), "");
+    assert.equal(await within(30_000, closed, "server closes a silent connection"), "");
   } finally {
     socket.destroy();
     await srv.close();
@@ -342,8 +342,8 @@ test("pitfall 4: close() completes with an idle HTTP/1.1 keep-alive and an idle 
     const closed = new Promise<void>((resolve, reject) => srv.server.close((err) => (err ? reject(err) : resolve())));
     srv.server.closeIdleConnections();
     srv.server.drainGrpc(1000);
-    await within(5000, closed, "close() with idle connections open");
-    await within(5000, h1Closed, "the idle keep-alive connection is closed by the server");
+    await within(30_000, closed, "close() with idle connections open");
+    await within(30_000, h1Closed, "the idle keep-alive connection is closed by the server");
   } finally {
     client.close();
     agent.destroy();
@@ -362,7 +362,7 @@ test("pitfall 5: garbage on HTTP/1.1 gets a 400 in the API's error shape and the
       const { socket, closed } = await rawSocket(srv.port);
       try {
         socket.write(garbage);
-        const received = await within(5000, closed, "server answers garbage");
+        const received = await within(30_000, closed, "server answers garbage");
         assert.match(received, /^HTTP\/1\.1 400 Bad Request\r\n/, JSON.stringify(received));
         const body = JSON.parse(received.slice(received.indexOf("\r\n\r\n") + 4));
         assert.equal(body.code, 3);
@@ -376,7 +376,7 @@ test("pitfall 5: garbage on HTTP/1.1 gets a 400 in the API's error shape and the
     const { socket, closed } = await rawSocket(srv.port);
     try {
       socket.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`);
-      const received = await within(5000, closed, "server answers oversized headers");
+      const received = await within(30_000, closed, "server answers oversized headers");
       assert.match(received, /^HTTP\/1\.1 431 /);
       assert.equal(JSON.parse(received.slice(received.indexOf("\r\n\r\n") + 4)).code, 8);
     } finally {
@@ -435,7 +435,7 @@ test("grpc adapter: ctx.signal stays unaborted after a successful call, aborts w
       client.getGroup(create(GetGroupRequestSchema, { uid: "fast" }), (err, res) => (err ? reject(err) : resolve(res!))),
     );
     assert.equal(fast.uid, "fast");
-    await within(5000, endOfCall.get("fast")!, "grpc-js emits 'cancelled' at the end of a successful call");
+    await within(30_000, endOfCall.get("fast")!, "grpc-js emits 'cancelled' at the end of a successful call");
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(signals.get("fast")!.aborted, false, "a successful call's signal must not be aborted");
 
@@ -443,9 +443,9 @@ test("grpc adapter: ctx.signal stays unaborted after a successful call, aborts w
       const call = client.getGroup(create(GetGroupRequestSchema, { uid: "slow" }), (err) => resolve(err));
       void slowStarted.then(() => call.cancel());
     });
-    await within(5000, slowStarted, "slow handler starts");
+    await within(30_000, slowStarted, "slow handler starts");
     const signal = signals.get("slow")!;
-    if (!signal.aborted) await within(5000, once(signal, "abort"), "the handler's signal aborts on client cancel");
+    if (!signal.aborted) await within(30_000, once(signal, "abort"), "the handler's signal aborts on client cancel");
     assert.equal(signal.aborted, true);
     assert.equal((await outcome)?.code, grpc.status.CANCELLED);
   } finally {
@@ -468,9 +468,9 @@ test("REST over h2c on the one port: GET /healthz is 200 as over HTTP/1.1 (test/
     const req = session.request({ ":method": "GET", ":path": "/healthz" });
     req.end();
     req.resume();
-    const [headers] = (await within(5000, once(req, "response"), "h2c response")) as [http2.IncomingHttpHeaders];
+    const [headers] = (await within(30_000, once(req, "response"), "h2c response")) as [http2.IncomingHttpHeaders];
     assert.equal(headers[":status"], 200);
-    await within(5000, once(req, "close"), "h2c stream close");
+    await within(30_000, once(req, "close"), "h2c stream close");
   } finally {
     session?.destroy();
     await srv.close();

@@ -84,7 +84,7 @@ function assertRefused(r: RawReflectionResult): void {
 async function session(port: number): Promise<http2.ClientHttp2Session> {
   const s = http2.connect(`http://127.0.0.1:${port}`, { maxSessionMemory: 64 });
   s.on("error", () => {});
-  await within(10_000, once(s, "remoteSettings"), "server SETTINGS");
+  await within(30_000, once(s, "remoteSettings"), "server SETTINGS");
   return s;
 }
 

@@ -143,7 +143,13 @@ export class ServerLifecycle {
     // fastify finds the listener closed already; it still runs its onClose hooks and answers a request racing the close with 503.
     const appClosed = app.close();
     app.log.info({ callsInFlight: this.calls.count, graceMs }, "listener closed");
-    const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
+    // grpc-js calls back once each of its sessions has closed, but never for a session already destroyed (its client
+    // went away) whose 'close' had not yet been emitted when tryShutdown began: with every connection closed, there is
+    // nothing left for it to wait for.
+    const grpcDone = Promise.race([
+      new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve())),
+      connectionsClosed.then(() => new Promise<void>((resolve) => setImmediate(resolve))),
+    ]);
     // GOAWAY after tryShutdown has begun, so grpcDone waits for the calls in flight.
     front.drainGrpc(graceMs);
     // A keep-alive connection the client stopped using has nothing to finish: it would otherwise hold the close until its
