@@ -224,10 +224,12 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
 });
 
 test("a call whose deadline passed before the handler answered is counted and logged as deadline_exceeded, not ok", async () => {
-  // Every call spends 100 ms authenticating, well past the clients' 20 ms deadline; the group exists, so the handler itself succeeds.
+  // Every marked call spends longer authenticating than its 3 s deadline (timed from its arrival, which is before
+  // authentication starts); 3 s is time enough for the request to reach the handler on a loaded machine. The group
+  // exists, so the handler itself succeeds.
   const decorate = (inner: Authenticator): Authenticator => ({
     async authenticate(headers) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      if (headers.get("x-deadline-test") !== null) await new Promise((resolve) => setTimeout(resolve, 3100));
       return inner.authenticate(headers);
     },
   });
@@ -252,7 +254,7 @@ test("a call whose deadline passed before the handler answered is counted and lo
       const t = testTransport(kind, server.url);
       try {
         const err = await createClient(GroupsService, t.transport)
-          .getGroup({ uid: org.uid }, { timeoutMs: 20 })
+          .getGroup({ uid: org.uid }, { timeoutMs: 3000, headers: { "x-deadline-test": "1" } })
           .then(
             () => assert.fail(`${kind}: the deadline passes first`),
             (e: unknown) => ConnectError.from(e),
