@@ -74,9 +74,10 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
     method: ["GET", "POST", "PUT", "PATCH", "DELETE"],
     url: "/*",
     handler: async (req, reply) => {
-      // Unary handlers run to completion against the store; a server stream stops when its client goes away.
-      const gone = new AbortController();
-      const onClose = () => gone.abort();
+      // Unary handlers run to completion against the store; a server stream stops when its client goes away
+      // (its signal is made only when a stream asks for it).
+      let gone: AbortController | undefined;
+      const onClose = () => gone?.abort();
       reply.raw.once("close", onClose);
       try {
         const res = await transcoder.handle({
@@ -88,7 +89,7 @@ function installTranscoderRoute(app: FastifyInstance, transcoder: RestTranscoder
           headers: HeaderView.ofNode(req.headers),
           body: req.body,
           values: admittedValues(req),
-          signal: gone.signal,
+          signal: () => (gone ??= new AbortController()).signal,
         });
         res.headers?.forEach((value, key) => void reply.header(key, value));
         if (res.lines === undefined) {

@@ -110,7 +110,8 @@ export interface RestRequest {
   headers: Headers;
   /** Parsed JSON body, or URLSearchParams for a form body, or undefined. */
   body: unknown;
-  signal?: AbortSignal;
+  /** Aborts when the client goes away (a server stream's end), or a function making that signal on first use. */
+  signal?: AbortSignal | (() => AbortSignal);
   /** Carried to the handler (requestIdKey) for logs. */
   requestId: string;
   /** The client's address (clientAddressKey), for per-address limits: the request's clientAddress (see client-address.ts). */
@@ -404,7 +405,8 @@ export class RestTranscoder {
       requestMethod: req.method,
       url: req.url,
       requestHeader: req.headers,
-      signal: req.signal,
+      // A unary call runs to completion (its signal never aborts, and costs nothing); a stream ends with its client.
+      signal: isStreamHandler(route.handler) ? req.signal : undefined,
       values: req.values ?? requestValues(req),
     });
     if (isStreamHandler(route.handler)) return this.stream(route, route.handler(request, ctx), ctx.setResponseHeaders());
