@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: the performance budget of DESIGN.md, measured side by side
+ * `npm run bench`: the performance budget (docs/performance.md), measured side by side
  * in one run. Rows are compared with ceilings measured in the same rounds,
  * so runs on different or busy machines stay comparable: a bare fastify
  * route returning the very status, headers and bytes the server answered
@@ -378,7 +378,7 @@ async function measure(
       `\nPlatform API benchmark (${backend}) — node ${process.version}, ${cpus().length} cores, ${cpus()[0]?.model ?? "?"}; ${ROUNDS} rounds of ${DURATION}s per row; HTTP/1.1 by autocannon, ${CONNECTIONS} connections; h2c by h2load, 4 connections × 32 streams; medians`,
     );
     printTable(samples, rows);
-    console.log("\nBudget (DESIGN.md):");
+    console.log("\nBudget (docs/performance.md):");
     const budget = (label: string, keys: string[], value: () => number, bound: { atLeast?: number; atMost?: number }, unit?: string) =>
       printBudget(samples, label, keys, value, bound, unit);
     budget("REST Get with auth / ceiling", ["restGet", "ceiling"], () => samples.ratio("restGet", "ceiling"), { atLeast: 35 });

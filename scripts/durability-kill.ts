@@ -1,5 +1,5 @@
 /**
- * Durability under SIGKILL (docs/reference reliability-tests §2.5, test 1).
+ * Durability under SIGKILL: every write acknowledged before a kill -9 is there after the restart.
  *
  * Runs the real `platform-api serve` as a child process over one data
  * directory. Each round, concurrent writers create groups under a few

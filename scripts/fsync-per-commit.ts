@@ -1,5 +1,5 @@
 /**
- * synchronous=FULL, counted (docs/reference reliability-tests §2.5, test 2).
+ * synchronous=FULL, counted (one fsync per committed group of writes, none skipped).
  *
  * We cannot cut the power, so we count the syncs instead. The real
  * `platform-api serve` runs under `strace -f -e trace=fsync,fdatasync`;

@@ -5,8 +5,8 @@
  * server and no data directory.
  */
 import { readFileSync, writeFileSync } from "node:fs";
-import { parseArgs, type ParseArgsConfig } from "node:util";
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, SignJWT, type JWK } from "jose";
+import { parseCommandArgs, UsageError } from "./cli-args.js";
 import type { Command } from "./cli.js";
 
 /** Algorithms keygen makes; sign-jwt also signs with any key the server accepts that names its alg. */
@@ -20,21 +20,6 @@ const KEYGEN_USAGE = "usage: platform-api keygen --out <file> [--alg ES256|RS256
 const SIGN_USAGE =
   "usage: platform-api sign-jwt --key <file> --issuer <url> --subject <sub> --audience <aud> [--ttl <seconds>] [--claim <name>=<value>]...";
 
-/** A usage error: the message, then the usage line, on stderr; exit code 2. */
-function usageError(message: string, usage: string): number {
-  process.stderr.write(`${message}\n${usage}\n`);
-  return 2;
-}
-
-/** The options of args, or a usage error's message (unknown option, missing value, stray argument). */
-function options(args: string[], spec: ParseArgsConfig["options"]): Record<string, unknown> | string {
-  try {
-    return parseArgs({ args, options: spec, strict: true, allowPositionals: false }).values;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
-
 export const keygenCommand: Command = {
   summary: "make a key pair for a static-keys identity: private JWK to a file, public JWKS on stdout",
   help: `${KEYGEN_USAGE}
@@ -43,13 +28,16 @@ Makes a signing key pair for a workload whose issuer is not online. Writes the p
 
   JWKS=$(platform-api keygen --out deployer.jwk)`,
   async run(args) {
-    const opts = options(args, { out: { type: "string" }, alg: { type: "string", default: "ES256" }, kid: { type: "string" } });
-    if (typeof opts === "string") return usageError(opts, KEYGEN_USAGE);
-    const { out, alg, kid } = opts as { out?: string; alg: string; kid?: string };
-    if (out === undefined || out === "") return usageError("--out <file> is required", KEYGEN_USAGE);
+    const { values } = parseCommandArgs(args, KEYGEN_USAGE, {
+      out: { type: "string" },
+      alg: { type: "string", default: "ES256" },
+      kid: { type: "string" },
+    });
+    const { out, alg, kid } = values as { out?: string; alg: string; kid?: string };
+    if (out === undefined || out === "") throw new UsageError("--out <file> is required", KEYGEN_USAGE);
     if (!(KEY_ALGORITHMS as readonly string[]).includes(alg))
-      return usageError(`--alg ${alg}: not one of ${KEY_ALGORITHMS.join(", ")}`, KEYGEN_USAGE);
-    if (kid === "") return usageError("--kid must not be empty", KEYGEN_USAGE);
+      throw new UsageError(`--alg ${alg}: not one of ${KEY_ALGORITHMS.join(", ")}`, KEYGEN_USAGE);
+    if (kid === "") throw new UsageError("--kid must not be empty", KEYGEN_USAGE);
     const pair = await generateKeyPair(alg, { extractable: true });
     const publicJwk = await exportJWK(pair.publicKey);
     const named = { kid: kid ?? (await calculateJwkThumbprint(publicJwk)), alg, use: "sig" };
@@ -110,7 +98,7 @@ Prints, alone on stdout, a JWT signed with the private JWK in <file> (as \`platf
 
   OIDC_TOKEN=$(platform-api sign-jwt --key deployer.jwk --issuer https://ci.acme.example --subject deploy --audience http://localhost:8080)`,
   async run(args) {
-    const opts = options(args, {
+    const { values } = parseCommandArgs(args, SIGN_USAGE, {
       key: { type: "string" },
       issuer: { type: "string" },
       subject: { type: "string" },
@@ -118,24 +106,23 @@ Prints, alone on stdout, a JWT signed with the private JWK in <file> (as \`platf
       ttl: { type: "string", default: "300" },
       claim: { type: "string", multiple: true, default: [] },
     });
-    if (typeof opts === "string") return usageError(opts, SIGN_USAGE);
-    const o = opts as { key?: string; issuer?: string; subject?: string; audience?: string; ttl: string; claim: string[] };
+    const o = values as { key?: string; issuer?: string; subject?: string; audience?: string; ttl: string; claim: string[] };
     for (const name of ["key", "issuer", "subject", "audience"] as const) {
-      if (o[name] === undefined || o[name] === "") return usageError(`--${name} is required`, SIGN_USAGE);
+      if (o[name] === undefined || o[name] === "") throw new UsageError(`--${name} is required`, SIGN_USAGE);
     }
     const ttl = Number(o.ttl);
     if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_TTL_SECONDS) {
-      return usageError(`--ttl ${o.ttl}: a whole number of seconds from 1 to ${MAX_TTL_SECONDS}`, SIGN_USAGE);
+      throw new UsageError(`--ttl ${o.ttl}: a whole number of seconds from 1 to ${MAX_TTL_SECONDS}`, SIGN_USAGE);
     }
     const claims = extraClaims(o.claim);
-    if (typeof claims === "string") return usageError(claims, SIGN_USAGE);
+    if (typeof claims === "string") throw new UsageError(claims, SIGN_USAGE);
     const jwk = readPrivateJwk(o.key!);
-    if (typeof jwk === "string") return usageError(jwk, SIGN_USAGE);
+    if (typeof jwk === "string") throw new UsageError(jwk, SIGN_USAGE);
     let key: Awaited<ReturnType<typeof importJWK>>;
     try {
       key = await importJWK(jwk, jwk.alg);
     } catch (err) {
-      return usageError(`--key ${o.key}: unusable for ${jwk.alg}: ${(err as Error).message}`, SIGN_USAGE);
+      throw new UsageError(`--key ${o.key}: unusable for ${jwk.alg}: ${(err as Error).message}`, SIGN_USAGE);
     }
     const now = Math.floor(Date.now() / 1000);
     const token = await new SignJWT(claims)

@@ -1,5 +1,6 @@
 import { availableParallelism } from "node:os";
-import { resolve } from "node:path";
+import { join, resolve, sep } from "node:path";
+import { PACKAGE_ROOT } from "./package-root.js";
 import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "./server/http/byte-budget.js";
 import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "./server/http/connection-limits.js";
 import { trustedProxyProblems } from "./server/http/trusted-proxies.js";
@@ -8,7 +9,7 @@ import { trustedProxyProblems } from "./server/http/trusted-proxies.js";
 export interface Config {
   /** TCP port of the one listener; 0 picks a free port. */
   port: number;
-  /** Interface to listen on. */
+  /** Address to listen on (HOST; default "::": every IPv6 and IPv4 address, or 0.0.0.0 where the kernel has no IPv6). */
   host: string;
   /** Directory of the SQLite database and its WAL (unused with a database URL). */
   dataDir: string;
@@ -136,6 +137,14 @@ export interface Config {
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
+   * Where /metrics is served instead of the public port (PLATFORM_METRICS_ADDR,
+   * host:port; default none: on the public port). With workers, the primary
+   * process listens there and serves the whole cluster's view.
+   */
+  metricsAddr?: { host: string; port: number };
+  /** PostgreSQL connections each process keeps at most (PLATFORM_DATABASE_POOL_SIZE; default 10). */
+  databasePoolSize: number;
+  /**
    * Start even when the data directory or database is group- or
    * world-accessible, for operators who manage permissions themselves
    * (PLATFORM_SKIP_PERMISSION_CHECK; default false).
@@ -224,8 +233,12 @@ export interface Config {
 /** Every environment variable the server reads, with its default: `serve --help` prints them (README has the same table). */
 export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; meaning: string }[] = [
   { name: "PORT", default: "8080", meaning: "the one TCP port for every protocol (0 picks a free one)" },
-  { name: "HOST", default: "0.0.0.0", meaning: "interface to listen on" },
-  { name: "PLATFORM_DATA_DIR", default: "./data", meaning: "directory of the SQLite database (platform.db); created if missing" },
+  { name: "HOST", default: "::", meaning: "address to listen on; :: is every IPv6 and IPv4 address (0.0.0.0: IPv4 only)" },
+  {
+    name: "PLATFORM_DATA_DIR",
+    default: "<checkout>/data",
+    meaning: "directory of the SQLite database (platform.db); created if missing (installed package: ./data)",
+  },
   { name: "PLATFORM_DATABASE_URL", default: "none", meaning: "postgres://…: store everything in PostgreSQL instead of SQLite" },
   {
     name: "PLATFORM_BASE_URL",
@@ -278,6 +291,8 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_DELIVERY_POLL_MS", default: "1000", meaning: "how often due subscriptions are looked for between commits" },
   { name: "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", default: "25", meaning: "event subscriptions one organization's tree may have" },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
+  { name: "PLATFORM_METRICS_ADDR", default: "none", meaning: "host:port to serve /metrics on instead of the public port" },
+  { name: "PLATFORM_DATABASE_POOL_SIZE", default: "10", meaning: "PostgreSQL connections each process keeps at most" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
   { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
   { name: "PLATFORM_WORKERS", default: "1", meaning: "worker processes serving the one port (auto: one per core)" },
@@ -423,12 +438,34 @@ function tlsFiles(env: NodeJS.ProcessEnv, problems: string[]): Config["tls"] {
   return { certFile: resolve(certFile), keyFile: resolve(keyFile) };
 }
 
+/** PLATFORM_METRICS_ADDR: host:port ([v6]:port), port 0 picking a free one. */
+function metricsAddress(env: NodeJS.ProcessEnv, problems: string[]): Config["metricsAddr"] {
+  const raw = env.PLATFORM_METRICS_ADDR ?? "";
+  if (raw === "") return undefined;
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(raw);
+  const port = Number(m?.[3]);
+  if (!m || port > 65535) {
+    problems.push(`PLATFORM_METRICS_ADDR=${raw}: must be host:port, e.g. 127.0.0.1:9464 or [::1]:9464`);
+    return undefined;
+  }
+  return { host: m[1] ?? m[2]!, port };
+}
+
 /** A comma-separated list, blanks dropped. */
 function list(raw: string | undefined): string[] {
   return (raw ?? "")
     .split(",")
     .map((s) => s.trim())
     .filter((s) => s !== "");
+}
+
+/**
+ * PLATFORM_DATA_DIR's default: data/ in the checkout the command runs from, whatever the working directory
+ * (`npm start`, `npm exec platform-api` in a subdirectory and a linked `platform-api` share one database);
+ * for a package installed under node_modules, whose directory an upgrade replaces, ./data of the working directory.
+ */
+export function defaultDataDir(packageRoot = PACKAGE_ROOT): string {
+  return packageRoot.split(sep).includes("node_modules") ? resolve("data") : join(packageRoot, "data");
 }
 
 /** Reads and validates the configuration; throws ConfigError naming every bad variable. */
@@ -482,8 +519,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   for (const problem of trustedProxyProblems(trustedProxies)) problems.push(`PLATFORM_TRUSTED_PROXIES: ${problem}`);
   const config: Config = {
     port,
-    host: env.HOST ?? "0.0.0.0",
-    dataDir: resolve(env.PLATFORM_DATA_DIR ?? "./data"),
+    host: env.HOST ?? "::",
+    dataDir: resolve(env.PLATFORM_DATA_DIR ?? defaultDataDir()),
     databaseUrl,
     baseUrl,
     tls,
@@ -521,6 +558,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxSubscriptionsPerOrg: integer(env, "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", 25, 1, 100_000, problems),
     eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
+    metricsAddr: metricsAddress(env, problems),
+    databasePoolSize: integer(env, "PLATFORM_DATABASE_POOL_SIZE", 10, 1, 1000, problems),
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),
     http2IdleTimeoutMs: integer(env, "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", 300_000, 1_000, 86_400_000, problems),

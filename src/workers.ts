@@ -1,4 +1,5 @@
 import cluster, { type Worker } from "node:cluster";
+import type { ClusterMetrics } from "./server/observe/metrics-cluster.js";
 
 /** The exit code of a start-up error the operator must fix (the command line's, for configuration too). */
 const START_UP_FAILED = 2;
@@ -17,6 +18,12 @@ function note(level: "info" | "warn" | "error", msg: string, fields: Record<stri
   );
 }
 
+/** How the primary serves metrics: on their own address (PLATFORM_METRICS_ADDR), behind a token or not. */
+export interface PrimaryMetricsOptions {
+  addr?: { host: string; port: number };
+  token: string;
+}
+
 /**
  * Runs `count` worker processes of this same command on the one port
  * (node:cluster hands each incoming connection to one of them), restarts a
@@ -25,20 +32,56 @@ function note(level: "info" | "warn" | "error", msg: string, fields: Record<stri
  * tells them to skip the rest of the drain. A worker that fails to start with
  * exit code 2 (a start-up error, already printed) stops them all with code 2.
  * With opts.reloadOnSighup (TLS on), SIGHUP is passed on to every worker.
- * Resolves with the exit code.
+ * The primary answers every worker's /metrics with the whole cluster's
+ * numbers (metrics-cluster.ts), and with opts.metrics.addr serves them on that
+ * address itself (a bind failure rejects with StartupError before any worker
+ * starts). Resolves with the exit code.
  */
-export function runPrimary(count: number, opts: { reloadOnSighup?: boolean } = {}): Promise<number> {
-  return new Promise<number>((resolve) => {
+export async function runPrimary(count: number, opts: { reloadOnSighup?: boolean; metrics?: PrimaryMetricsOptions } = {}): Promise<number> {
+  // Loaded here, not with the command line: only the primary of a worker cluster needs them.
+  const [{ ClusterMetrics }, { listenForScrapes }, { Registry }] = await Promise.all([
+    import("./server/observe/metrics-cluster.js"),
+    import("./server/observe/metrics-endpoint.js"),
+    import("prom-client"),
+  ]);
+  // Each live worker and its slot (1..count): a replacement takes the slot of the worker it replaces.
+  const live = new Map<Worker, number>();
+  const metrics = new ClusterMetrics(() => live);
+  const addr = opts.metrics?.addr;
+  const listener =
+    addr &&
+    (await listenForScrapes(addr, opts.metrics?.token ?? "", {
+      contentType: Registry.PROMETHEUS_CONTENT_TYPE,
+      exposition: () => metrics.exposition(),
+    }));
+  if (listener) note("info", `metrics on ${listener.url}`, { metrics: listener.url });
+  const code = await superviseWorkers(count, live, metrics, opts.reloadOnSighup ?? false);
+  await listener?.close();
+  return code;
+}
+
+/** runPrimary's workers: started, restarted, stopped; resolves with the exit code. */
+function superviseWorkers(count: number, live: Map<Worker, number>, metrics: ClusterMetrics, reloadOnSighup: boolean): Promise<number> {
+  return new Promise<number>((done) => {
     let stopping = false;
     let failures = 0;
     let exitCode = 0;
-    const live = new Set<Worker>();
-    const start = () => {
+    const startedAt = Date.now();
+    let stopAt = 0;
+    // The primary's last line: every worker has exited, with the code the command exits with.
+    const resolve = (code: number) => {
+      note(code === 0 ? "info" : "error", "all workers stopped", { exitCode: code, stoppingMs: Date.now() - (stopAt || startedAt) });
+      done(code);
+    };
+    const start = (slot: number) => {
       const worker = cluster.fork();
-      live.add(worker);
+      live.set(worker, slot);
+      worker.on("message", (message: unknown) => metrics.onMessage(worker, message));
       let listened = false;
       worker.on("exit", (code, signal) => {
         live.delete(worker);
+        const restarting = !stopping && !(code === START_UP_FAILED && !listened);
+        metrics.retire(worker, restarting);
         if (stopping) {
           if (live.size === 0) resolve(exitCode);
           return;
@@ -53,7 +96,7 @@ export function runPrimary(count: number, opts: { reloadOnSighup?: boolean } = {
         const delay = Math.min(MAX_RESTART_DELAY_MS, 100 * 2 ** Math.min(failures, 7));
         note("error", "worker died; starting another", { worker: worker.process.pid, code, signal, restartInMs: delay });
         setTimeout(() => {
-          if (!stopping) start();
+          if (!stopping) start(slot);
         }, delay).unref();
       });
       worker.on("listening", () => {
@@ -61,25 +104,26 @@ export function runPrimary(count: number, opts: { reloadOnSighup?: boolean } = {
         failures = 0;
       });
     };
-    for (let i = 0; i < count; i++) start();
+    for (let slot = 1; slot <= count; slot++) start(slot);
     note("info", `started ${count} workers`, { workers: count });
     const stop = (signal: NodeJS.Signals) => {
       if (stopping) return;
       stopping = true;
+      stopAt = Date.now();
       note("info", "shutting down", { signal });
       if (live.size === 0) resolve(exitCode);
-      for (const worker of live) worker.process.kill(signal);
+      for (const worker of live.keys()) worker.process.kill(signal);
     };
     // A signal once stopping (a second Ctrl-C) tells the workers to skip the rest of their drain.
     const closeNow = (signal: NodeJS.Signals) => {
       note("info", "closing now: the drain is cut short", { signal });
-      for (const worker of live) if (worker.isConnected()) worker.send(CLOSE_NOW, () => {});
+      for (const worker of live.keys()) if (worker.isConnected()) worker.send(CLOSE_NOW, () => {});
     };
     const onSignal = (signal: NodeJS.Signals) => (stopping ? closeNow(signal) : stop(signal));
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
     // Each worker re-reads the TLS certificate itself.
-    if (opts.reloadOnSighup) process.on("SIGHUP", () => live.forEach((worker) => worker.process.kill("SIGHUP")));
+    if (reloadOnSighup) process.on("SIGHUP", () => live.forEach((_slot, worker) => worker.process.kill("SIGHUP")));
   });
 }
 

@@ -1,5 +1,5 @@
 /**
- * Bad input (reliability-tests §2.1 API4, issue 7): property-based fuzzing of
+ * Bad input (issue 7): property-based fuzzing of
  * every REST operation and every unary gRPC method with random paths, query
  * strings, bodies, masks, page tokens, headers and protobuf payloads, as the
  * administrator (so rejections are validation rejections) and as callers

@@ -11,54 +11,11 @@ import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { testTransport } from "./support/connect.js";
 import { grpcClient } from "./support/grpc.js";
+import { find, parseExposition, valueOf as value } from "./support/metrics-scrape.js";
 import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
-
-/** One sample of the exposition format: name, labels and value. */
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-/** Parses Prometheus text exposition (version 0.0.4) into samples; checks every line is well formed. */
-function parseExposition(text: string): { samples: Sample[]; types: Map<string, string> } {
-  const samples: Sample[] = [];
-  const types = new Map<string, string>();
-  for (const line of text.split("\n")) {
-    if (line === "") continue;
-    if (line.startsWith("# TYPE ")) {
-      const [, , name, type] = line.split(" ");
-      types.set(name!, type!);
-      continue;
-    }
-    if (line.startsWith("# HELP ")) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    assert.ok(m, `well-formed sample line: ${line}`);
-    const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
-    // Prometheus parses floats as Go does: NaN and Inf in any case (prom-client writes "Nan").
-    const raw = m[3]!.toLowerCase();
-    const value = raw === "+inf" || raw === "inf" ? Infinity : raw === "-inf" ? -Infinity : raw === "nan" ? NaN : Number(raw);
-    assert.ok(!Number.isNaN(value) || raw === "nan", `numeric value: ${line}`);
-    samples.push({ name: m[1]!, labels, value });
-  }
-  return { samples, types };
-}
-
-/** The samples named `name` whose labels include every given label. */
-function find(samples: Sample[], name: string, labels: Record<string, string> = {}): Sample[] {
-  return samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
-}
-
-/** The one value of a sample; fails unless exactly one matches. */
-function value(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
-  const found = find(samples, name, labels);
-  assert.equal(found.length, 1, `exactly one ${name}${JSON.stringify(labels)}; got ${JSON.stringify(found)}`);
-  return found[0]!.value;
-}
 
 /** GET /metrics with no token at all. */
 async function scrape(url: string) {

@@ -11,7 +11,7 @@ import { createGroup, rest, startTestServer, type TestServer } from "./support/s
 const PATH = "/registry/v1/repos";
 const START = Date.parse("2031-05-06T07:08:09.123Z");
 
-/** Every v2beta1 tier and its v1 name (contract §18.2: names and numbers differ). */
+/** Every v2beta1 tier and its v1 name (v1's names and numbers differ from v2beta1's). */
 const TIERS: [string, string][] = [
   ["CATALOG_TIER_UNSPECIFIED", "UNKNOWN"],
   ["CATALOG_TIER_APPLICATION", "APPLICATION"],

@@ -545,7 +545,7 @@ describe("upstream token lifetime bounds (a leaked long-lived token is worthless
 });
 
 // ---------------------------------------------------------------------------
-// RFC 8725 forged-token battery (reliability-tests.md §2.2)
+// RFC 8725 forged-token battery: hand-made attacks on our JWT verification, then fuzzed tokens
 // ---------------------------------------------------------------------------
 
 interface Forged {
@@ -972,7 +972,8 @@ describe("forged-token battery (RFC 8725)", () => {
 });
 
 // ---------------------------------------------------------------------------
-// JWKS rotation (reliability-tests.md §2.3)
+// JWKS rotation: a key an upstream issuer publishes later is accepted after one re-fetch of its JWKS, and a flood
+// of unknown key ids is not a flood of fetches
 // ---------------------------------------------------------------------------
 
 describe("JWKS rotation", () => {

@@ -165,5 +165,8 @@ describe(`${WORKERS} workers on SQLite`, () => {
     const exit = await within(20_000, srv.exited, "the primary exits");
     assert.equal(exit.code, 0, srv.logTail());
     for (const pid of workers) assert.throws(() => process.kill(pid, 0), "worker gone");
+    // The primary's last line says so (its output may still be arriving after the exit).
+    for (let i = 0; i < 600 && !srv.logTail().includes('"msg":"all workers stopped"'); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.match(srv.logTail(), /"level":30,.*"msg":"all workers stopped","exitCode":0/);
   });
 });

@@ -37,7 +37,7 @@ export class ImportInputError extends Error {
 const BATCH_SIZE = 500;
 
 /** The files to read: each file given, and every *.json below each directory given, in path order. */
-export function osvFiles(paths: readonly string[]): string[] {
+function osvFiles(paths: readonly string[]): string[] {
   const out: string[] = [];
   const walk = (dir: string) => {
     for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {

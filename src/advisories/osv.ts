@@ -9,7 +9,7 @@ import type { AdvisoryEventRecord, AdvisoryRecord } from "../store/store.js";
  */
 
 /** The author (and reviewer) of everything the import writes. */
-export const IMPORT_AUTHOR = "osv-import";
+const IMPORT_AUTHOR = "osv-import";
 
 /** ReviewState number: the source database has already reviewed what it publishes. */
 const REVIEW_STATE_APPROVED = 2;
@@ -153,7 +153,7 @@ function segment(...parts: string[]): string {
 }
 
 /** The uid of the advisory for one package of one OSV record in group: the same on every import. */
-export function advisoryUid(group: string, osvId: string, pkg: { ecosystem: string; name: string }): string {
+function advisoryUid(group: string, osvId: string, pkg: { ecosystem: string; name: string }): string {
   return `${group}/${segment(osvId, pkg.ecosystem, pkg.name)}`;
 }
 

@@ -46,8 +46,12 @@ interface Entry {
   tops: Map<Capability, readonly string[]>;
 }
 
-/** An Authorizer over the store's role bindings, cached until they change. */
-export function createAuthorizer(store: Store, allCapabilities: readonly Capability[]): Authorizer {
+/** An Authorizer over the store's role bindings, cached until they change; onCache(hit) is told of each cache lookup (metrics). */
+export function createAuthorizer(
+  store: Store,
+  allCapabilities: readonly Capability[],
+  onCache: (hit: boolean) => void = () => {},
+): Authorizer {
   const all: ReadonlySet<Capability> = new Set(allCapabilities);
   const cache = new Map<string, Entry>();
 
@@ -56,6 +60,7 @@ export function createAuthorizer(store: Store, allCapabilities: readonly Capabil
     // never cached under the version from before it.
     const version = store.version(AUTHZ_TABLES);
     const hit = cache.get(subject);
+    onCache(hit?.version === version);
     if (hit && hit.version === version) return hit;
     const byGroup = new Map<string, Set<Capability>>();
     // Each role is read once however many bindings name it (an owner of 2,000 organizations holds one role).

@@ -93,6 +93,37 @@ export interface GuardedRequest {
   method: "GET" | "POST";
   headers: Record<string, string>;
   body?: Buffer;
+  /** What the exchange's span is called and says when tracing is on (default: the method, no more). */
+  label?: ExchangeLabel;
+}
+
+/** A traced exchange's span name and attributes (never the URL's path or query: a sink's may hold a secret). */
+export interface ExchangeLabel {
+  name: string;
+  attributes: Readonly<Record<string, string | number>>;
+}
+
+/** One traced exchange: the headers that carry its span to the peer (traceparent), and its end. */
+export interface ExchangeSpan {
+  readonly headers: Readonly<Record<string, string>>;
+  /** The answer's status, or why there was none. */
+  end(outcome: { status: number } | { failure: ExchangeFailedError }): void;
+}
+
+/** Starts the span of one outbound exchange (see traceExchanges). */
+export type ExchangeTracer = (method: string, target: URL, label: ExchangeLabel | undefined) => ExchangeSpan;
+
+let exchangeTracer: ExchangeTracer | undefined;
+
+/**
+ * Installs the process's exchange tracer, or removes it (undefined, the
+ * default): tracing sets it while a traced server runs, so every guarded
+ * exchange (issuer documents, deliveries) gets a client span and carries its
+ * traceparent. One per process, like OpenTelemetry's own global provider;
+ * without one an exchange costs one check more.
+ */
+export function traceExchanges(tracer: ExchangeTracer | undefined): void {
+  exchangeTracer = tracer;
 }
 
 /** The answer to a guarded request: its status and at most maxBytes of its body. */
@@ -121,17 +152,20 @@ export function requestGuarded(url: string, request: GuardedRequest, limits: Fet
     if (/^[\d.]+$|:/.test(literal) && !limits.addressAllowed(literal))
       return reject(new ExchangeFailedError("address not allowed", "policy"));
     let settled = false;
+    const span = exchangeTracer?.(request.method, target, request.label);
     const settle = (outcome: GuardedResponse | ExchangeFailedError) => {
       if (settled) return;
       settled = true;
       clearTimeout(deadline);
+      span?.end(outcome instanceof ExchangeFailedError ? { failure: outcome } : outcome);
       if (outcome instanceof ExchangeFailedError) reject(outcome);
       else resolve(outcome);
       // Whatever is left unread stays unread.
       req.destroy();
     };
     const client = target.protocol === "https:" ? https : http;
-    const headers = request.body ? { ...request.headers, "content-length": String(request.body.length) } : request.headers;
+    const traced = span === undefined ? request.headers : { ...request.headers, ...span.headers };
+    const headers = request.body ? { ...traced, "content-length": String(request.body.length) } : traced;
     const req = client.request(target, {
       method: request.method,
       lookup: filteredLookup(limits.addressAllowed),

@@ -25,7 +25,7 @@ export const MAX_TOKEN_LIFETIME_SECONDS = 3600;
  * being apart. A rotated-out key's token issued later than this was not
  * signed by us (someone holds the old key) and is refused.
  */
-export const ROTATION_GRACE_SECONDS = 60;
+const ROTATION_GRACE_SECONDS = 60;
 
 /** How long a rotated-out key keeps verifying after its successor was made: 1 h 1 min. */
 export const ROTATED_KEY_HORIZON_MS = (MAX_TOKEN_LIFETIME_SECONDS + ROTATION_GRACE_SECONDS) * 1000;

@@ -87,6 +87,8 @@ export interface AttemptLimiterOptions {
   refusal: string;
   /** Callers, and addresses, remembered at most by each count. */
   maxKeys?: number;
+  /** Told of each refusal, with the limit that was reached (the caller's first when both were): metrics. */
+  onRefused?: (reason: "per_caller" | "per_address") => void;
 }
 
 /** Limits the failures of one kind of attempt (redeeming an invite code) per caller and per client address. */
@@ -123,10 +125,13 @@ export function createAttemptLimiter(opts: AttemptLimiterOptions): AttemptLimite
         if (!opts.isFailure(err)) throw err;
         const peer = values.get(clientAddressKey);
         const address = peer === "" ? null : addressKey(peer);
-        const limited = callers.blocked(caller) || (address !== null && addresses.blocked(address));
+        const limited = callers.blocked(caller) ? "per_caller" : address !== null && addresses.blocked(address) ? "per_address" : null;
         callers.recordFailure(caller);
         if (address !== null) addresses.recordFailure(address);
-        if (limited) throw new ResourceExhaustedError(opts.refusal);
+        if (limited !== null) {
+          opts.onRefused?.(limited);
+          throw new ResourceExhaustedError(opts.refusal);
+        }
         throw err;
       }
     },

@@ -1,4 +1,4 @@
-import { getOption, hasOption, type DescField, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { getOption, hasOption, type DescField, type DescMethod } from "@bufbuild/protobuf";
 import { iam, iam_scope } from "../../gen/platformapi/annotations/v1/iam_pb.js";
 import type { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 
@@ -45,13 +45,4 @@ function findScopePath(fields: readonly DescField[]): DescField[] | null {
     }
   }
   return null;
-}
-
-/** Every method's rule, keyed by "/package.Service/Method". */
-export function rulesOf(services: readonly DescService[]): Map<string, MethodRule> {
-  const out = new Map<string, MethodRule>();
-  for (const service of services) {
-    for (const method of service.methods) out.set(`/${service.typeName}/${method.name}`, methodRule(method));
-  }
-  return out;
 }

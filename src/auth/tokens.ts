@@ -13,8 +13,8 @@ export const ACCESS_TOKEN_TYPE = "at+jwt";
 export const DELIVERY_TOKEN_TYPE = "webhook+jwt";
 /** Lifetime of a delivery token: one attempt, with room for a receiver's clock skew. */
 export const DELIVERY_TOKEN_LIFETIME_SECONDS = 5 * 60;
-/** Lifetime of every API token we issue (spec §8), and the most any token may claim (exp − iat) to verify. */
-export const TOKEN_LIFETIME_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
+/** Lifetime of every API token we issue (one hour, the spec's), and the most any token may claim (exp − iat) to verify. */
+const TOKEN_LIFETIME_SECONDS = MAX_TOKEN_LIFETIME_SECONDS;
 const ALGORITHM = "ES256";
 /** Seconds of clock skew tolerated on exp, nbf and iat. */
 const CLOCK_TOLERANCE = 30;
@@ -47,7 +47,7 @@ const BASE64URL = /^[A-Za-z0-9_-]+$/;
  * counts (RFC 7515 §2 and RFC 4648 §3.5). Without this, a token with its
  * last character changed kept verifying.
  */
-export function isCanonicalCompactJws(token: string): boolean {
+function isCanonicalCompactJws(token: string): boolean {
   const parts = token.split(".");
   return (
     parts.length === 3 &&

@@ -136,6 +136,14 @@ export class UpstreamVerifier {
     this.failed = new QueryCache<FailedIssuer>(opts.cacheEntries ?? 1_000);
   }
 
+  /** Verifies that found the issuer's keys cached and current (hits), or had to fetch or refuse (misses), for metrics. */
+  readonly discoveryLookups = { hits: 0, misses: 0 };
+
+  /** Static-keys identities' key sets found imported (hits) or imported now (misses), for metrics. */
+  get staticKeyLookups(): { hits: number; misses: number } {
+    return { hits: this.staticKeys.hits, misses: this.staticKeys.misses };
+  }
+
   /** Issuers whose keys or failure are cached, for tests and metrics. */
   get cacheSize(): number {
     return this.known.size.entries + this.failed.size.entries;
@@ -182,7 +190,11 @@ export class UpstreamVerifier {
 
   private async keysOf(iss: string, operator: boolean, tenant: string | undefined): Promise<KnownIssuer> {
     const known = this.known.get(iss);
-    if (known && known.until > this.now()) return known;
+    if (known && known.until > this.now()) {
+      this.discoveryLookups.hits++;
+      return known;
+    }
+    this.discoveryLookups.misses++;
     const failed = this.failed.get(iss);
     if (failed && failed.until > this.now()) throw this.failure(iss, failed);
     return this.load(iss, { tenant, priority: operator || (known !== undefined && !known.demoted) }, operator);

@@ -8,7 +8,7 @@ import { CLOUDEVENTS_SPEC_VERSION, type EventRecord } from "../domain/events.js"
  */
 
 /** The header of each attribute we send; `group` is this project's extension (the event's group uid). */
-export const CLOUDEVENTS_HEADERS = {
+const CLOUDEVENTS_HEADERS = {
   specversion: "ce-specversion",
   id: "ce-id",
   source: "ce-source",
@@ -21,7 +21,7 @@ export const CLOUDEVENTS_HEADERS = {
 } as const;
 
 /** Every event's data is a JSON object. */
-export const EVENT_DATA_CONTENT_TYPE = "application/json";
+const EVENT_DATA_CONTENT_TYPE = "application/json";
 
 /** A CloudEvent as one HTTP request: its headers and its body. */
 export interface CloudEventRequest {

@@ -10,20 +10,20 @@ import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
  */
 
 /** The Standard Webhooks header names. */
-export const WEBHOOK_HEADERS = {
+const WEBHOOK_HEADERS = {
   id: "webhook-id",
   timestamp: "webhook-timestamp",
   signature: "webhook-signature",
 } as const;
 
 /** Prefix of a subscription secret as shown to its creator; the rest is base64 of the key bytes. */
-export const WEBHOOK_SECRET_PREFIX = "whsec_";
+const WEBHOOK_SECRET_PREFIX = "whsec_";
 /** Key bytes of a secret we generate. */
 const SECRET_BYTES = 32;
 /** The signature scheme we sign with (symmetric HMAC-SHA256). */
 const SCHEME = "v1";
 /** How far a timestamp may be from the receiver's clock, either way (the libraries' default). */
-export const DEFAULT_TOLERANCE_SECONDS = 5 * 60;
+const DEFAULT_TOLERANCE_SECONDS = 5 * 60;
 
 /** A new subscription secret: "whsec_" + base64 of 32 random bytes, shown once to the subscription's creator. */
 export function generateWebhookSecret(): string {

@@ -1,5 +1,5 @@
 import { performance } from "node:perf_hooks";
-import { ExchangeFailedError, requestGuarded } from "../auth/guarded-fetch.js";
+import { ExchangeFailedError, requestGuarded, type ExchangeLabel } from "../auth/guarded-fetch.js";
 import { addressAllowed, addressLiteral, isInternalAddress, isLoopbackAddress } from "../domain/issuer.js";
 
 /**
@@ -90,7 +90,7 @@ export function sinkUrlProblem(sink: string, policy: SinkPolicy): string | undef
 export async function postToSink(
   sink: string,
   request: SinkRequest,
-  opts: { policy: SinkPolicy; timeoutMs?: number; maxResponseBytes?: number },
+  opts: { policy: SinkPolicy; timeoutMs?: number; maxResponseBytes?: number; label?: ExchangeLabel },
 ): Promise<DeliveryAttempt> {
   const started = performance.now();
   const attempt = (outcome: DeliveryOutcome, status: number, error: string): DeliveryAttempt => ({
@@ -105,7 +105,7 @@ export async function postToSink(
   try {
     const res = await requestGuarded(
       sink,
-      { method: "POST", headers: request.headers, body },
+      { method: "POST", headers: request.headers, body, label: opts.label },
       {
         timeoutMs: opts.timeoutMs ?? SINK_TIMEOUT_MS,
         maxBytes: opts.maxResponseBytes ?? SINK_RESPONSE_MAX_BYTES,

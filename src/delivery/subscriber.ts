@@ -1,4 +1,5 @@
 import type { Authorizer } from "../auth/authorizer.js";
+import type { ExchangeLabel } from "../auth/guarded-fetch.js";
 import type { Principal } from "../auth/principal.js";
 import type { TokenService } from "../auth/tokens.js";
 import { EVENT_KINDS, type EventKind, type EventRecord } from "../domain/events.js";
@@ -75,7 +76,11 @@ export async function postEvent(deps: PostDeps, s: SubscriptionRecord, event: Ev
   const time = deps.now();
   const { token } = await deps.tokens.mintDelivery(s.sink, s.uid);
   const request = deliveryRequest(event, { source: deps.source, secret: s.secret, token, now: time });
-  const result = await postToSink(s.sink, request, { policy: deps.policy, timeoutMs: deps.sinkTimeoutMs });
+  const result = await postToSink(s.sink, request, {
+    policy: deps.policy,
+    timeoutMs: deps.sinkTimeoutMs,
+    label: deliveryLabel(s, event, attempt),
+  });
   return {
     time,
     eventId: event.id,
@@ -85,5 +90,18 @@ export async function postEvent(deps: PostDeps, s: SubscriptionRecord, event: Ev
     outcome: result.outcome,
     error: result.error,
     attempt,
+  };
+}
+
+/** The delivery's span when tracing is on: the POST whose traceparent the sink receives. */
+function deliveryLabel(s: SubscriptionRecord, event: EventRecord, attempt: number): ExchangeLabel {
+  return {
+    name: "deliver event",
+    attributes: {
+      "cloudevents.event_id": event.id,
+      "cloudevents.event_type": event.type,
+      "platform.subscription.uid": s.uid,
+      "platform.delivery.attempt": attempt,
+    },
   };
 }

@@ -73,7 +73,7 @@ const SUBSCRIPTIONS_WRITE = [C.CAP_SUBSCRIPTIONS_CREATE, C.CAP_SUBSCRIPTIONS_UPD
 const EDITOR = [...VIEWER, ...REPO_WRITE, ...SUBSCRIPTIONS_WRITE];
 const PULL_TOKEN_CREATOR = [C.CAP_IAM_ROLE_BINDINGS_CREATE, C.CAP_IAM_IDENTITY_CREATE, C.CAP_IAM_ROLES_LIST, C.CAP_IAM_GROUPS_LIST];
 
-/** The built-in roles (contract facts §17), restricted to this server's capabilities. */
+/** The real API's built-in roles (viewer, editor, owner, …), restricted to this server's capabilities. */
 export const BUILTIN_ROLES: readonly BuiltinRole[] = [
   { name: "viewer", description: "Read everything in the group and pull images", capabilities: VIEWER },
   { name: "editor", description: "Viewer, plus create, update and delete repos and event subscriptions", capabilities: EDITOR },

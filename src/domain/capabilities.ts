@@ -6,7 +6,7 @@ import { PermissionDeniedError, type FieldViolation } from "./errors.js";
 const DEFINED = CapabilitySchema.value as Partial<Record<number, DescEnumValue>>;
 
 /** The enum name of a capability, or its number when it has none. */
-export function capabilityName(c: number): string {
+function capabilityName(c: number): string {
   return DEFINED[c]?.name ?? String(c);
 }
 

@@ -4,7 +4,7 @@ import type { FieldViolation } from "./errors.js";
 import { userIssuerProblem, type IssuerPolicy } from "./issuer.js";
 
 /** Longest pattern accepted; keeps compile time and memory bounded. */
-export const MAX_PATTERN_LENGTH = 512;
+const MAX_PATTERN_LENGTH = 512;
 
 const compiled = new Map<string, RE2JS>();
 
@@ -24,7 +24,7 @@ export function compilePattern(pattern: string): RE2JS {
 }
 
 /** Violations of one pattern field: too long or not valid RE2 syntax. */
-export function checkPattern(field: string, pattern: string): FieldViolation[] {
+function checkPattern(field: string, pattern: string): FieldViolation[] {
   if (pattern.length > MAX_PATTERN_LENGTH) return [{ field, description: `must be at most ${MAX_PATTERN_LENGTH} characters` }];
   try {
     compilePattern(pattern);

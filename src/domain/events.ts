@@ -9,7 +9,7 @@ import { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_p
  */
 
 /** This project's CloudEvents type prefix (reverse DNS of the error domain "platform.api"). */
-export const EVENT_TYPE_PREFIX = "api.platform.";
+const EVENT_TYPE_PREFIX = "api.platform.";
 
 /** CloudEvents specversion of every event. */
 export const CLOUDEVENTS_SPEC_VERSION = "1.0";
@@ -43,14 +43,6 @@ export type EventAction = "created" | "updated" | "deleted" | "created.batch";
 /** The CloudEvents type of a change, e.g. "api.platform.iam.group.created.v1". */
 export function eventType(kind: EventKind, action: EventAction): string {
   return `${EVENT_TYPE_PREFIX}${EVENT_KINDS[kind].stem}.${action}.v1`;
-}
-
-/** The kind an event type belongs to, or undefined for a type this server never emits. */
-export function kindOfType(type: string): EventKind | undefined {
-  for (const kind of Object.keys(EVENT_KINDS) as EventKind[]) {
-    if (type.startsWith(`${EVENT_TYPE_PREFIX}${EVENT_KINDS[kind].stem}.`)) return kind;
-  }
-  return undefined;
 }
 
 /**
@@ -89,11 +81,6 @@ export interface EventRecord extends EventDraft {
 export interface FeedPosition {
   txid: bigint;
   seq: bigint;
-}
-
-/** Whether a comes strictly before b in the feed. */
-export function positionBefore(a: FeedPosition, b: FeedPosition): boolean {
-  return a.txid < b.txid || (a.txid === b.txid && a.seq < b.seq);
 }
 
 /** Random bytes drawn 10 at a time for event ids, refilled a pool at a time (as randomUUID caches its entropy). */

@@ -4,7 +4,7 @@ import { field_behavior, FieldBehavior } from "../../gen/google/api/field_behavi
 import { invalidField } from "./errors.js";
 
 /** Proto names of the fields marked OUTPUT_ONLY on a message. */
-export function outputOnlyFields(schema: DescMessage): Set<string> {
+function outputOnlyFields(schema: DescMessage): Set<string> {
   const out = new Set<string>();
   for (const field of schema.fields) {
     if (getOption(field, field_behavior).includes(FieldBehavior.OUTPUT_ONLY)) out.add(field.name);
@@ -13,7 +13,7 @@ export function outputOnlyFields(schema: DescMessage): Set<string> {
 }
 
 /**
- * Decides which fields an Update changes (AIP-134, spec §4.7):
+ * Decides which fields an Update changes (AIP-134):
  * - a mask names exactly the fields to change; "*" means every updatable field;
  *   an output-only or unknown path is INVALID_ARGUMENT on update_mask;
  * - without a mask, every updatable field set in the resource changes. (Over

@@ -1,6 +1,6 @@
 import type { FieldViolation } from "./errors.js";
 
-/** The spec's name rule (§2, §7). */
+/** The name rule of groups, identities, roles and identity providers: lowercase letters, digits, space, dot, underscore, hyphen. */
 export const NAME_PATTERN = /^[a-z0-9 ._-]{1,}$/;
 /** The contract's length rule for group, identity and identity-provider names. */
 export const NAME_MIN = 3;
@@ -8,9 +8,13 @@ export const NAME_MAX = 63;
 /** The contract's description rule: printable text up to 512 characters. */
 export const DESCRIPTION_PATTERN = /^[\S ]{0,512}$/;
 
-/** Violations of the resource name rule: pattern and 3–63 characters. */
+/** What an empty required field says, rather than the rule a value would have to follow. */
+const REQUIRED = "is required";
+
+/** Violations of the resource name rule: present, the pattern, 3–63 characters. */
 export function checkName(field: string, name: string): FieldViolation[] {
   if (NAME_PATTERN.test(name) && name.length >= NAME_MIN && name.length <= NAME_MAX) return [];
+  if (name === "") return [{ field, description: REQUIRED }];
   return [
     {
       field,
@@ -31,5 +35,6 @@ export const ROLE_NAME_PATTERN = /^\P{C}{1,63}$/u;
 /** Violations of the role name rule. */
 export function checkRoleName(field: string, name: string): FieldViolation[] {
   if (ROLE_NAME_PATTERN.test(name)) return [];
+  if (name === "") return [{ field, description: REQUIRED }];
   return [{ field, description: "must be 1 to 63 characters of printable text" }];
 }

@@ -6,15 +6,15 @@ import type { FieldViolation } from "./errors.js";
  */
 export const REPO_NAME_PATTERN = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$/;
 export const REPO_NAME_MAX = 256;
-/** An OCI tag (contract §19, ValidateTag); the pattern bounds it at 128 characters. */
+/** An OCI tag, as the real API's SDK validates it (ValidateTag); the pattern bounds it at 128 characters. */
 export const TAG_PATTERN = /^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$/;
 /** The manifest digest a tag points at. */
 export const DIGEST_PATTERN = /^sha256:[0-9a-f]{64}$/;
-/** One alias, "name:tag" (contract §19, ValidateAliases). */
+/** One alias, "name:tag", as the real API's SDK validates it (ValidateAliases). */
 export const ALIAS_PATTERN = /^[a-zA-Z0-9_./-]*[a-zA-Z0-9_.-]:[a-zA-Z0-9_.-]+$/;
 /** Aliases are bounded before the pattern runs: it backtracks on long near-misses. */
 export const ALIAS_MAX = 512;
-/** The bundles a repo or tag may carry (contract §19, ValidateBundles). */
+/** The bundles a repo or tag may carry: the real API's SDK allow-list (ValidateBundles). */
 export const BUNDLES: readonly string[] = ["application", "base", "byol", "ai", "ai-gpu", "featured", "fips", "commercial", "emeritoss"];
 /** The most entries a list field (bundles, aliases, active tags) may hold. */
 export const LIST_MAX = 100;
@@ -22,6 +22,7 @@ export const LIST_MAX = 100;
 /** Violations of the repo name rule. */
 export function checkRepoName(field: string, name: string): FieldViolation[] {
   if (name.length >= 1 && name.length <= REPO_NAME_MAX && REPO_NAME_PATTERN.test(name)) return [];
+  if (name === "") return [{ field, description: "is required" }];
   return [
     {
       field,

@@ -1,6 +1,6 @@
 import type { FieldViolation } from "./errors.js";
 
-/** How long a static-keys identity may live: its default and its cap (contract §3). */
+/** How long a static-keys identity may live, 365 days from creation: the default and the cap of its expirationTime. */
 export const STATIC_KEYS_MAX_LIFETIME_MS = 365 * 24 * 3600 * 1000;
 
 /** JWK members that carry private or symmetric key material; a registered JWKS must hold public keys only. */

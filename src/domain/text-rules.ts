@@ -8,7 +8,7 @@ import { InvalidArgumentError, type FieldViolation } from "./errors.js";
  * emails, tokens) takes no C0 control character at all. A field's own rule
  * may still be stricter: a group description refuses line breaks too.
  */
-export const MULTILINE_FIELDS: ReadonlySet<string> = new Set(["description", "issuer_keys"]);
+const MULTILINE_FIELDS: ReadonlySet<string> = new Set(["description", "issuer_keys"]);
 
 /** Deeper than any request nests (a Struct could go on); what lies below is not walked. */
 const MAX_DEPTH = 32;
@@ -25,7 +25,7 @@ const CONTROL_BUT_LINE_BREAKS = /[\u0000-\u0008\u000b\u000c\u000e-\u001f]/;
  * breaks PostgreSQL, and the rest have no meaning in a name, a uid or a
  * filter. A multi-line field takes tabs and line breaks.
  */
-export function controlCharacterViolation(field: string, text: string, multiline = false): FieldViolation | null {
+function controlCharacterViolation(field: string, text: string, multiline = false): FieldViolation | null {
   const found = (multiline ? CONTROL_BUT_LINE_BREAKS : ANY_CONTROL).exec(text);
   if (!found) return null;
   const code = `U+${found[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
@@ -53,7 +53,7 @@ function bodyFieldOf(method: DescMethod): string {
  * resource is named as the resource's own ("description", not
  * "group.description"), like every other violation, on every protocol.
  */
-export function requestTextViolation(method: DescMethod, request: unknown): FieldViolation | null {
+function requestTextViolation(method: DescMethod, request: unknown): FieldViolation | null {
   const body = bodyFieldOf(method);
   return messageViolation(method.input, request, "", 0, body);
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { createRegistry, type DescMessage, type DescService } from "@bufbuild/protobuf";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
+import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -14,7 +14,7 @@ import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
 import { createDeliverer } from "../delivery/deliverer.js";
-import { invalidField } from "../domain/errors.js";
+import { invalidField, UnavailableError } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { FeedCursors } from "../services/events/feed-cursor.js";
 import { startEventRetention } from "../services/events/retention.js";
@@ -40,9 +40,13 @@ import { nextRequestId, requestIdFrom } from "./http/request-id.js";
 import { installHealthAndMetrics, installWellKnown } from "./http/system-routes.js";
 import { createTlsTermination } from "./http/tls.js";
 import { listen, ServerLifecycle } from "./lifecycle.js";
+import { logDatabaseOutages } from "./observe/database-log.js";
 import { lazyChildLogger } from "./observe/lazy-logger.js";
 import { serverLogging } from "./observe/logging.js";
+import { listenForMetrics } from "./observe/metrics-endpoint.js";
 import { instrumentStore, Metrics } from "./observe/metrics.js";
+import { RequestLog } from "./observe/request-log.js";
+import { startTracing } from "./observe/tracing.js";
 import { installDocs } from "./rest/docs.js";
 import { openApiDocument } from "./rest/openapi.js";
 import { installRest, sendError } from "./rest/routes.js";
@@ -80,6 +84,8 @@ export interface RunningServer {
   pruneEvents(): Promise<number>;
   /** How this deployment seals feed positions into cursors (tests read positions from the store). */
   eventCursors: FeedCursors;
+  /** http://host:port/metrics of the listener of PLATFORM_METRICS_ADDR, when this process serves one. */
+  metricsUrl?: string;
   /** Re-reads the TLS certificate and key (SIGHUP); false when TLS is off or the new pair was refused (logged). */
   reloadTls(trigger: string): boolean;
   /**
@@ -108,7 +114,11 @@ export async function prepareStore(store: Store, now: number): Promise<void> {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const { config } = opts;
   const metrics = new Metrics();
-  const store = instrumentStore(opts.store, metrics);
+  metrics.watchStore(opts.store);
+  // OpenTelemetry when OTEL_EXPORTER_OTLP_* name a collector; undefined, with nothing loaded, when not.
+  const tracing = await startTracing({ version: PACKAGE_VERSION, warn: (fields, msg) => app.log.warn(fields, msg) });
+  const observed = instrumentStore(opts.store, metrics);
+  const store = tracing?.traceStore(observed) ?? observed;
   const now = opts.now ?? Date.now;
   await prepareStore(store, now());
   const pageTokens = new PageTokenSealer(await store.keys.secret("page-token-key", () => randomBytes(32)), now);
@@ -121,25 +131,23 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     keysVersion: () => store.version(["signing_keys"]),
   });
   const admin = await adminSubject(store.keys);
-  const bearer = createBearerAuthenticator(
-    tokens,
-    admin,
-    async (uid) => (await store.identities.get(uid)) !== null,
-    // Called only while serving, after `app` below exists. The client's message says only what kind of refusal.
-    (reason) => app.log.debug({ reason }, "bearer token refused"),
-  );
+  // Its refusals are logged at debug, with their request ids, by RequestLog.logRefusals below.
+  const bearer = createBearerAuthenticator(tokens, admin, async (uid) => (await store.identities.get(uid)) !== null);
   const authenticator = opts.decorateAuthenticator?.(bearer) ?? bearer;
   const allCapabilities = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
-  const authorizer = createAuthorizer(store, allCapabilities);
+  const authorizer = createAuthorizer(store, allCapabilities, metrics.countCache("authorization"));
 
-  // Called only while serving, after `app` below exists.
+  // The onError callbacks below log through `app`, which exists before they can run.
   const registry = createRegistry(...CONTRACT_FILES);
   const feedNotifier = createFeedNotifier();
   const eventCursors = await FeedCursors.open(store.keys);
   const retention = startEventRetention(store.events, {
     retentionMs: config.eventRetentionMs,
     now,
-    onError: (err) => app.log.warn({ err }, "pruning old events failed; retried in a minute"),
+    // A database outage is logged once, by logDatabaseOutages, not once per loop it stops.
+    onError: (err) => {
+      if (!(err instanceof UnavailableError)) app.log.warn({ err }, "pruning old events failed; retried in a minute");
+    },
   });
   const deliverer = createDeliverer({
     store,
@@ -155,7 +163,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       metrics.deliveryAttempts.inc(attempt.outcome);
       metrics.deliveryLag.observe(Math.max(0, attempt.time - event.time) / 1000);
     },
-    onError: (err) => app.log.error({ err }, "subscription delivery failed; retried shortly"),
+    onError: (err) => {
+      if (!(err instanceof UnavailableError)) app.log.error({ err }, "subscription delivery failed; retried shortly");
+    },
   });
   const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
   const deps = {
@@ -175,6 +185,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
     maxOrgsPerIdentity: config.maxOrgsPerIdentity,
     maxSubscriptionsPerOrg: config.maxSubscriptionsPerOrg,
+    onInviteRefused: (reason: "per_caller" | "per_address") => metrics.inviteRefusals.inc(reason),
     events: {
       json: (schema: DescMessage, message: unknown) => responseJson(schema, message, registry),
       source: config.baseUrl,
@@ -182,7 +193,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       retentionMs: config.eventRetentionMs,
       written: (events: readonly { kind: string }[]) => {
         for (const e of events) metrics.eventsWritten.inc(e.kind);
-        deliverer.wake();
+        // The loop it wakes starts traces of its own rather than joining the call that committed.
+        if (tracing) tracing.detached(() => deliverer.wake());
+        else deliverer.wake();
       },
       watch: {
         notifier: feedNotifier,
@@ -193,8 +206,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       },
     },
   };
-  // One line per RPC on every protocol: request id, caller, method, protocol, code, duration.
+  metrics.watchCache("issuer_discovery", () => deps.upstream.discoveryLookups);
+  metrics.watchCache("issuer_static_keys", () => deps.upstream.staticKeyLookups);
+  // One line per RPC on every protocol: request id, caller, method, protocol, code, duration; one per other HTTP request.
   const logging = serverLogging(config.logLevel, opts.logStream);
+  const requests = new RequestLog(logging, config.logLevel);
   const lifecycle = new ServerLifecycle({ drainMs: config.drainMs, graceMs: config.shutdownGraceMs });
   const { calls } = lifecycle;
   const observer: CallObserver = {
@@ -207,7 +223,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       metrics.inFlight.add(-1, protocol);
     },
     finished(call) {
+      const rpc = `${call.service}/${call.method}`;
       calls.finished();
+      requests.callFinished(call.requestId, rpc);
       metrics.inFlight.add(-1, call.protocol);
       metrics.requests.inc(call.service, call.method, call.protocol, call.code);
       metrics.latency.observe(call.durationMs / 1000, call.service, call.method, call.protocol);
@@ -215,7 +233,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         reqId: call.requestId,
         principal: call.principal,
         remoteAddress: call.remoteAddress,
-        rpc: `${call.service}/${call.method}`,
+        rpc,
         protocol: call.protocol,
         code: call.code,
         durationMs: Math.round(call.durationMs * 100) / 100,
@@ -227,8 +245,19 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     perSecond > 0
       ? { perSecond, limiter: createCallRateLimiter({ perSecond, burst: 2 * perSecond, now: () => performance.now() }) }
       : undefined;
-  const wrapped = createServiceBindings(deps).map((b) =>
-    wrapService(b, { authenticator, authorizer, refresh: () => store.refresh(), onInternalError, observer, callLimiter }),
+  const loggedAuthenticator = requests.logRefusals(authenticator, () => app.log);
+  const wrapped = requests.announcingCalls(
+    createServiceBindings(deps).map((b) => {
+      const service = wrapService(b, {
+        authenticator: loggedAuthenticator,
+        authorizer,
+        refresh: () => store.refresh(),
+        onInternalError,
+        observer,
+        callLimiter,
+      });
+      return tracing?.traceService(service) ?? service;
+    }),
   );
   const transcoder = new RestTranscoder(wrapped, registry);
   const apiNames = wrapped.map((w) => w.service.typeName);
@@ -260,8 +289,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   let front: OnePortServer | undefined;
   const app: FastifyInstance = Fastify({
     logger: logging.options,
-    // Calls are logged once each, by the wrapper, on every protocol.
-    logController: new LogController({ disableRequestLogging: true }),
+    // Calls are logged once each, by the wrapper, on every protocol; every other request by RequestLog.
+    logController: requests,
     // A request's child logger is made only if something logs through it (most requests log nothing there).
     childLoggerFactory: lazyChildLogger,
     genReqId: (req) => requestIdFrom(req.headers["x-request-id"]),
@@ -328,7 +357,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   );
   installWellKnown(app, config, tokens);
 
+  // With PLATFORM_METRICS_ADDR, /metrics has a listener of its own (in worker mode, the primary's) instead of a route.
+  const metricsListener = await listenForMetrics(config, metrics, app.log);
   const port = await listen(app, config, store);
+  const stopOutageLog = logDatabaseOutages(() => app.log, store.describe().location);
+  tracing?.logStart(app.log);
   if (config.deliveries.enabled) deliverer.start();
   return {
     port,
@@ -342,13 +375,20 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     reloadTls: (trigger) => tls?.reload(trigger) ?? false,
     pruneEvents: () => retention.pruneNow(),
     eventCursors,
+    metricsUrl: metricsListener?.url,
     close: async () => {
       retention.stop();
       // Before the store closes: a post cut short is simply posted again by the next holder of its lease.
       await deliverer.stop();
       feedNotifier.close();
       tls?.close();
-      return lifecycle.close({ app, front: front!, grpcServer, health, store, flush: logging.flush });
+      const inFlight = () => requests.inFlight();
+      return lifecycle.close({ app, front: front!, grpcServer, health, store, tracing, flush: logging.flush, inFlight }).finally(() => {
+        stopOutageLog();
+        // Last, so scrapes still see the drain.
+        metrics.close();
+        return metricsListener?.close();
+      });
     },
   };
 }

@@ -1,7 +1,7 @@
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 
-/** A signal that never aborts: REST handlers run to completion against the store. */
+/** The signal of a call whose entry point gives none (a REST unary call): it never aborts, so the call runs to completion. */
 const NEVER = new AbortController().signal;
 
 /** What an entry point knows of a call when it makes its context. */

@@ -158,7 +158,7 @@ export function retryAfterSeconds(err: ConnectError): number | undefined {
 }
 
 /** The google.rpc.Status of an error: the same value rendered on every wire. */
-export function statusOf(err: ConnectError): Status {
+function statusOf(err: ConnectError): Status {
   const details: Any[] = err.details.map((d) =>
     "desc" in d
       ? anyPack(d.desc, create(d.desc, d.value))
@@ -167,7 +167,7 @@ export function statusOf(err: ConnectError): Status {
   return create(StatusSchema, { code: err.code, message: err.rawMessage, details });
 }
 
-/** REST rendering (spec §7): HTTP status and the body {code, message, details:[{"@type",…}]}. */
+/** REST rendering: the HTTP status the code maps to, and the body {code, message, details:[{"@type",…}]}. */
 export function restErrorBody(err: ConnectError): { status: number; body: JsonObject } {
   const json = toJson(StatusSchema, statusOf(err), { registry: detailRegistry }) as JsonObject;
   // Put "@type" first in each detail, as Google's own services do.

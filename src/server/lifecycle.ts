@@ -5,9 +5,16 @@ import type { FastifyInstance } from "fastify";
 import type { Config } from "../config.js";
 import { ApiError } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
+import { systemErrorCode } from "../startup-error.js";
 import type { Store, StoreDescription } from "../store/store.js";
 import type { HealthState } from "./grpc/health.js";
 import type { OnePortServer } from "./http/one-port.js";
+import { SPAN_FLUSH_MS, type Tracing } from "./observe/tracing.js";
+
+/** HOST's default: every address, IPv6 and IPv4. */
+const DUAL_STACK_HOST = "::";
+/** What listening on "::" fails with where the kernel has no IPv6. */
+const IPV6_UNAVAILABLE = ["EAFNOSUPPORT", "EADDRNOTAVAIL"];
 
 /**
  * Starts listening on config's host and port and logs the one start-up line
@@ -17,13 +24,21 @@ export async function listen(app: FastifyInstance, config: Config, store: Store)
   // fastify would log one "listening" line per interface; ours is the single start-up line below.
   const level = app.log.level;
   app.log.level = "warn";
+  let host = config.host;
   try {
-    await app.listen({ port: config.port, host: config.host });
+    // "::" with ipv6Only off takes IPv6 and IPv4 clients alike (IPv4 ones as ::ffff:a.b.c.d, which
+    // normalizeAddress writes as a.b.c.d); where IPv6 is switched off, 0.0.0.0 still serves IPv4.
+    await app.listen({ port: config.port, host, ipv6Only: false }).catch((err: unknown) => {
+      if (host !== DUAL_STACK_HOST || !IPV6_UNAVAILABLE.includes(systemErrorCode(err) ?? "")) throw err;
+      host = "0.0.0.0";
+      return app.listen({ port: config.port, host });
+    });
   } finally {
     app.log.level = level;
   }
+  if (host !== config.host) app.log.warn({ host }, `IPv6 is not available here: listening on ${host} (IPv4 only)`);
   const port = (app.server.address() as AddressInfo).port;
-  const facts = startupFacts(config, port, store.describe());
+  const facts = startupFacts({ ...config, host }, port, store.describe());
   app.log.info(facts, startupLine(facts));
   return port;
 }
@@ -54,8 +69,12 @@ export interface ServingParts {
   grpcServer: grpc.Server;
   health: HealthState;
   store: Store;
+  /** The tracer, when tracing is on: its last spans are exported after the store closed. */
+  tracing?: Pick<Tracing, "shutdown">;
   /** Writes the log lines still held; called last. */
   flush: () => Promise<void> | void;
+  /** What is being served now, for the line saying what the end of the grace period cut (RequestLog.inFlight). */
+  inFlight?: () => { what: Record<string, number>; reqIds: string[] };
 }
 
 /**
@@ -73,6 +92,7 @@ export class ServerLifecycle {
   /** The listener has closed: a request still arriving on an open connection is refused, in the spec's shape. */
   private stopping = false;
   private closing: Promise<void> | undefined;
+  private closed = false;
   private endDrain: (() => void) | undefined;
 
   constructor(private readonly timing: { drainMs: number; graceMs: number }) {}
@@ -99,10 +119,18 @@ export class ServerLifecycle {
    */
   close(parts: ServingParts): Promise<void> {
     if (this.closing !== undefined) {
-      this.endDrain?.();
+      // A second stop (Ctrl-C, SIGTERM, the primary's close-now) is logged whatever phase it finds.
+      if (this.endDrain) this.endDrain();
+      else if (!this.closed)
+        parts.app.log.info(
+          { callsInFlight: this.calls.count },
+          "second stop request: the drain is over already; calls still running are cut at the end of the grace period",
+        );
       return this.closing;
     }
-    this.closing = this.drainThenClose(parts).finally(parts.flush);
+    this.closing = this.drainThenClose(parts)
+      .finally(() => (this.closed = true))
+      .finally(parts.flush);
     return this.closing;
   }
 
@@ -121,7 +149,10 @@ export class ServerLifecycle {
         const timer = setTimeout(resolve, drainMs);
         this.endDrain = () => {
           clearTimeout(timer);
-          app.log.info({ drainedMs: Date.now() - started }, "drain cut short: closing now");
+          app.log.info(
+            { drainedMs: Date.now() - started, callsInFlight: this.calls.count },
+            "drain cut short by a second stop request: closing now",
+          );
           resolve();
         };
       });
@@ -129,15 +160,18 @@ export class ServerLifecycle {
     }
     await this.closeConnections(parts);
     await parts.store.close();
+    if (parts.tracing && !(await parts.tracing.shutdown(SPAN_FLUSH_MS)))
+      app.log.warn({ boundMs: SPAN_FLUSH_MS }, `spans not exported within ${SPAN_FLUSH_MS} ms were dropped`);
     app.log.info({ durationMs: Date.now() - started }, "platform-api stopped");
   }
 
   /** Stops accepting, lets the calls in flight finish within the grace period, and closes every connection. */
-  private async closeConnections({ app, front, grpcServer }: ServingParts): Promise<void> {
+  private async closeConnections({ app, front, grpcServer, inFlight }: ServingParts): Promise<void> {
     const { graceMs } = this.timing;
     const closeStarted = Date.now();
     this.stopping = true;
     let callsCut = -1;
+    let cut: ReturnType<NonNullable<ServingParts["inFlight"]>> | undefined;
     // Every accepted connection, HTTP/1.1 and HTTP/2 alike, has closed.
     const connectionsClosed = new Promise<void>((resolve) => front.close(() => resolve()));
     // fastify finds the listener closed already; it still runs its onClose hooks and answers a request racing the close with 503.
@@ -157,13 +191,15 @@ export class ServerLifecycle {
     front.closeIdleConnections();
     const graceOver = setTimeout(() => {
       callsCut = this.calls.count;
+      // Read before the connections go: what each cut call or request was.
+      cut = inFlight?.();
       grpcServer.forceShutdown();
       front.closeAllConnections();
     }, graceMs);
     await Promise.all([connectionsClosed, appClosed, grpcDone]);
     clearTimeout(graceOver);
     if (callsCut < 0) app.log.info({ durationMs: Date.now() - closeStarted }, "connections drained");
-    else app.log.warn({ callsCut, graceMs }, `grace period over: connections closed, ${callsCut} calls cut`);
+    else app.log.warn({ callsCut, graceMs, ...cut }, `grace period over: connections closed, ${callsCut} calls cut`);
     // A call whose client went away has no connection left to wait for, but its
     // handler may still be writing: the store closes after it (or the grace).
     await this.calls.settled(closeStarted + graceMs - Date.now());

@@ -33,6 +33,8 @@ export interface ServiceDeps {
   maxSubscriptionsPerOrg: number;
   /** How mutations write their events and the feed renders them. */
   events: EventDeps;
+  /** Told of each invite code refused for too many failures, with the limit reached (metrics). */
+  onInviteRefused?: (reason: "per_caller" | "per_address") => void;
 }
 
 /** The principal the service wrapper set for this call. */

@@ -40,12 +40,7 @@ export interface Change<Desc extends DescMessage> {
  * transaction to append (EventStore.append): the actor is the caller's
  * identity, the request id the call's, the time the change's.
  */
-export function changeEvent<Desc extends DescMessage>(
-  ctx: HandlerContext,
-  json: MessageJson,
-  time: number,
-  change: Change<Desc>,
-): EventDraft {
+function changeEvent<Desc extends DescMessage>(ctx: HandlerContext, json: MessageJson, time: number, change: Change<Desc>): EventDraft {
   const body = change.resource ? json(change.resource.schema, change.resource.message) : JSON.stringify({ uid: change.subject });
   const actor = JSON.stringify({ subject: change.actor ?? ctx.values.get(principalKey)?.subject ?? "" });
   const data = `{"actor":${actor},"requestId":${JSON.stringify(ctx.values.get(requestIdKey))},"body":${body}}`;

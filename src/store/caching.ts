@@ -19,6 +19,11 @@ export interface CacheStats {
   counts: QueryCache<number>;
 }
 
+/** The caches of store when it is a CachingStore (undefined for any other store), for metrics. */
+export function cacheStatsOf(store: Store): CacheStats | undefined {
+  return (store as Store & { cacheStats?: CacheStats }).cacheStats;
+}
+
 /**
  * Reads answered from memory while their table is unchanged, on any engine
  * and in any number of processes. Every entry is keyed by the version of the
@@ -157,6 +162,7 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
         }
       },
     }),
+    ...(inner.poolStats && { poolStats: () => inner.poolStats!() }),
     ready: () => inner.ready(),
     describe: () => inner.describe(),
     close: () => inner.close(),

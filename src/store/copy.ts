@@ -160,8 +160,11 @@ export type CopyCounts = Record<string, number>;
  * Copies everything one store holds into another, empty one (another
  * engine, typically: SQLite into PostgreSQL), in one transaction of the
  * target: groups, roles, identities, role bindings, identity providers,
- * account associations, invites, repos, tags, advisories, the signing keys
- * and the server's secrets, with their uids and times. Built-in roles the
+ * account associations, invites, repos, tags, advisories, the event feed,
+ * subscriptions, the signing keys and the server's secrets (not the feed
+ * cursors' key: the engines' feed positions differ, so a cursor of the source
+ * must not decode to a position in the target), with their uids and times.
+ * Delivery state starts afresh with each subscription. Built-in roles the
  * target already has are kept. Refuses a target that holds any group or
  * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
  * Refuses a source with text PostgreSQL cannot store (a NUL, which SQLite

@@ -32,9 +32,14 @@ export function decorateStore(store: Store, wrap: MethodWrapper): Store {
     version: (tables) => store.version(tables),
     refresh: () => store.refresh(),
     transaction: (fn, signal) => store.transaction((tx) => fn(decorate(tx)), signal),
+    // Passed on, so a CachingStore above still reads the versions with the COMMIT (one round trip fewer on PostgreSQL).
+    ...(store.transactionThenVersions && {
+      transactionThenVersions: (fn, signal) => store.transactionThenVersions!((tx) => fn(decorate(tx)), signal),
+    }),
     ...(store.insertWithEvents && {
       insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(decorate(parts)), events, signal),
     }),
+    ...(store.poolStats && { poolStats: () => store.poolStats!() }),
     ready: () => store.ready(),
     describe: () => store.describe(),
     close: () => store.close(),

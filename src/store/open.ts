@@ -1,4 +1,6 @@
 import { createCachingStore, DEFAULT_CACHE_LIMITS } from "./caching.js";
+import { withMigrationLog, type MigrationLog } from "./migration-log.js";
+import { driverUrl, tlsStartupError } from "./postgres/url.js";
 import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
 import type { Store } from "./store.js";
@@ -21,17 +23,25 @@ export interface StoreLocation {
   existing?: boolean;
   /** The read caches' budget for answers, in bytes of their JSON text (default 16 MiB). */
   cacheBytes?: number;
+  /** Told of each schema migration step applied while opening (the server logs them; other commands need not). */
+  migrationLog?: MigrationLog;
 }
 
-/** The bare engine: PostgreSQL when a URL is given, else SQLite. */
+/**
+ * The bare engine: PostgreSQL when a URL is given, else SQLite, its schema migrated. A TLS failure reaching
+ * PostgreSQL (a server without TLS while sslmode requires it, a certificate refused) is StartupError.
+ */
 export async function openEngine(at: StoreLocation): Promise<Store> {
   if (at.databaseUrl !== "") {
     // Loaded only when used: the embedded default never loads the driver.
     const { openPostgresStore } = await import("./postgres/index.js");
-    return openPostgresStore({ url: at.databaseUrl, maxConnections: at.maxConnections, existing: at.existing });
+    const open = () => openPostgresStore({ url: driverUrl(at.databaseUrl), maxConnections: at.maxConnections, existing: at.existing });
+    return withMigrationLog(at.migrationLog, open).catch((err: unknown) => {
+      throw tlsStartupError(err, at.databaseUrl) ?? err;
+    });
   }
   if (at.existing && at.dataDir !== ":memory:") requireDatabase(at.dataDir);
-  return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true });
+  return withMigrationLog(at.migrationLog, () => openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true }));
 }
 
 /** The store a server runs on: the engine, refusing text it cannot store, behind its read caches. */

@@ -19,8 +19,8 @@ export interface PageTokenState {
 /** Why a token could not be used. */
 export type OpenResult = { ok: true; state: PageTokenState } | { ok: false; reason: "expired" | "invalid" | "mismatch" };
 
-/** Tokens older than this are treated as absent (spec §4.6 rule 7). */
-export const PAGE_TOKEN_LIFETIME_SECONDS = 3 * 24 * 3600;
+/** Tokens older than this (the spec's 3 days) are treated as absent: the query restarts from the beginning, no error. */
+const PAGE_TOKEN_LIFETIME_SECONDS = 3 * 24 * 3600;
 
 /** Entries each of the sealer's caches keeps. */
 const CACHE_ENTRIES = 4096;

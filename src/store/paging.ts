@@ -2,8 +2,8 @@ import { invalidField } from "../domain/errors.js";
 import { PageTokenSealer } from "./page-token.js";
 import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "./store.js";
 
-export const DEFAULT_PAGE_SIZE = 50;
-export const MAX_PAGE_SIZE = 200;
+const DEFAULT_PAGE_SIZE = 50;
+const MAX_PAGE_SIZE = 200;
 
 /** The paging fields every List request carries (AIP-158 plus skip). */
 export interface PageRequest {
@@ -42,7 +42,7 @@ export interface PageEnvelope {
 }
 
 /** Parses "field" or "field asc|desc"; throws INVALID_ARGUMENT on anything else. */
-export function parseOrderBy<TOrder extends string>(orderBy: string, spec: PagingSpec<TOrder>): { field: TOrder; desc: boolean } {
+function parseOrderBy<TOrder extends string>(orderBy: string, spec: PagingSpec<TOrder>): { field: TOrder; desc: boolean } {
   const text = orderBy.trim() === "" ? spec.defaultOrder : orderBy.trim();
   const parts = text.split(/\s+/);
   const field = parts[0] as TOrder;
@@ -77,7 +77,7 @@ export function planPage<TOrder extends string>(
     if (opened.ok) {
       after = opened.state.after;
       skippedBefore = opened.state.skipped;
-      // Spec §4.6 rule 1 has clients repeat every other parameter with the
+      // The spec has clients repeat every other parameter with the
       // token: a repeated skip was already applied, so it must not skip again.
       // A different skip jumps that far from the cursor (random access).
       if (req.skip === opened.state.lastSkip) offset = 0;
@@ -106,7 +106,7 @@ export function pageEnvelope<T, TOrder extends string>(
 }
 
 /** The most items one v1 list returns; v1 lists have no paging. */
-export const V1_LIST_LIMIT = 10_000;
+const V1_LIST_LIMIT = 10_000;
 
 /**
  * The store query of a v1 list (no paging, uid order, at most V1_LIST_LIMIT):

@@ -638,6 +638,14 @@ export interface StoreDescription {
   location: string;
 }
 
+/** A connection pool's state: connections lent out, connections idle, callers waiting for one, and the cap. */
+export interface PoolStats {
+  inUse: number;
+  idle: number;
+  waiting: number;
+  max: number;
+}
+
 /** The whole persistence layer, composed of role-named parts. */
 export interface Store extends StoreParts {
   /**
@@ -682,6 +690,12 @@ export interface Store extends StoreParts {
    * insertWithEvents runs a transaction. Call insertWithEvents, not this.
    */
   insertWithEvents?<T>(write: (parts: StoreParts) => Promise<T>, events: readonly EventDraft[], signal?: AbortSignal): Promise<T>;
+  /**
+   * Optional: the engine's connection pool now, for metrics (PostgreSQL).
+   * An engine without a pool (SQLite: one connection per process) has none.
+   * Wrappers pass it through.
+   */
+  poolStats?(): PoolStats;
   /** True when the store can serve requests. */
   ready(): boolean;
   /**

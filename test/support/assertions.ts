@@ -5,7 +5,7 @@ import type { RestResult } from "./server.js";
 const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
 
 /**
- * Asserts a REST error in the spec's shape (§7): the HTTP status, the body
+ * Asserts a REST error in the spec's shape: the HTTP status, the body
  * {code, message, details}, exactly one ErrorInfo with the given reason.
  * Returns the body for further checks.
  */

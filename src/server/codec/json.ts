@@ -12,7 +12,7 @@ import {
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
 /**
- * The REST form of responses (DESIGN.md): proto3 JSON with unpopulated fields
+ * The REST form of responses, as grpc-gateway renders them: proto3 JSON with unpopulated fields
  * emitted, int64 as strings, enums by name, timestamps in UTC with exactly
  * three fractional digits, and nextPageToken left out on the last page.
  *

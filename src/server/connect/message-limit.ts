@@ -72,7 +72,7 @@ export interface BodyLimits {
 }
 
 /** INVALID_ARGUMENT for a unary request body that carries a second message. */
-export function extraMessage(domain = DEFAULT_ERROR_DOMAIN): ConnectError {
+function extraMessage(domain = DEFAULT_ERROR_DOMAIN): ConnectError {
   return toConnectError(invalidField("request", "holds more than one message: a unary call takes exactly one"), domain);
 }
 

@@ -97,7 +97,7 @@ export async function* checkedUnaryBody(
 }
 
 /** Every byte of body, as one buffer. */
-export async function readAll(body: AsyncIterable<Uint8Array>): Promise<Buffer> {
+async function readAll(body: AsyncIterable<Uint8Array>): Promise<Buffer> {
   const chunks: Uint8Array[] = [];
   for await (const chunk of body) chunks.push(chunk);
   return Buffer.concat(chunks);

@@ -24,10 +24,10 @@ export type ByteBudgetScope = "server" | "address";
  * under a kilobyte and a message is counted only while it is arriving, so
  * legitimate traffic stays far below; an attacker's share is bounded memory.
  */
-export const MIN_DEFAULT_PENDING_REQUEST_BYTES = 64 * 1024 * 1024;
-export const DEFAULT_PENDING_REQUEST_MESSAGES = 16;
+const MIN_DEFAULT_PENDING_REQUEST_BYTES = 64 * 1024 * 1024;
+const DEFAULT_PENDING_REQUEST_MESSAGES = 16;
 /** One address may hold a quarter of the total by default: one connection's budget, so filling the process takes four addresses. */
-export const DEFAULT_PENDING_ADDRESS_SHARE = 4;
+const DEFAULT_PENDING_ADDRESS_SHARE = 4;
 
 /** The default process-wide budget for a message limit: max(64 MiB, 16 × the limit). */
 export function defaultPendingRequestBytes(maxMessageBytes: number): number {

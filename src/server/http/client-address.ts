@@ -133,7 +133,7 @@ function joined(value: string | string[] | undefined): string | undefined {
  * address by its /64 prefix, because one IPv6 subscriber is routinely given a
  * whole /64 and could otherwise open each connection from a new address.
  */
-export function addressLimitKey(address: string): string {
+function addressLimitKey(address: string): string {
   if (!address.includes(":")) return address;
   const [head = "", tail] = address.split("::");
   const groups = head === "" ? [] : head.split(":");

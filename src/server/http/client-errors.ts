@@ -13,7 +13,8 @@ function classify(code: string | undefined): [number, Code, string, string] {
 
 /**
  * Answers HTTP/1.1 parse errors, oversized headers and timeouts (before any
- * route runs) with the same error body as every other failure (spec §7), then
+ * route runs) with the same error body as every other failure (code,
+ * message, and details holding one ErrorInfo), then
  * closes the connection.
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {

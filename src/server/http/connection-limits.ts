@@ -16,9 +16,9 @@ export interface ConnectionLimits {
 export type RefusedCap = "total" | "per_address";
 
 /** File descriptors kept free of connections, for the store, outbound issuer fetches, logs and the workers' IPC. */
-export const RESERVED_FILE_DESCRIPTORS = 128;
+const RESERVED_FILE_DESCRIPTORS = 128;
 /** The total when the descriptor limit is higher still: about 0.5–1 GiB of idle HTTP/2 sessions and buffers. */
-export const MAX_DEFAULT_CONNECTIONS = 10_000;
+const MAX_DEFAULT_CONNECTIONS = 10_000;
 /**
  * Per address by default: well above what one client needs (a browser opens
  * six, a gRPC channel one, a NAT of a few dozen people some tens), and a
@@ -32,7 +32,7 @@ export const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256;
  * The process's open-file limit (Node raises the soft limit to the hard one
  * at start), read from /proc on Linux; 1024, the usual soft limit, elsewhere.
  */
-export function openFileLimit(): number {
+function openFileLimit(): number {
   try {
     const line = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync("/proc/self/limits", "utf8"));
     if (line) return line[1] === "unlimited" ? Number.MAX_SAFE_INTEGER : Number(line[1]);

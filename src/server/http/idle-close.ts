@@ -11,7 +11,7 @@ import type net from "node:net";
  * close) and then closes; a connection quiet for this long is one the client
  * has stopped using, and closing it risks nothing a client expects.
  */
-export const QUIET_BEFORE_CLOSE_MS = 1_000;
+const QUIET_BEFORE_CLOSE_MS = 1_000;
 
 /** Per connection: requests being answered, whether one was, and since when none is. */
 interface ConnectionUse {

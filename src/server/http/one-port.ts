@@ -45,7 +45,7 @@ export function timeoutsFor(keepAliveMs: number, http2IdleMs: number): OnePortTi
 export const DEFAULT_TIMEOUTS: OnePortTimeouts = timeoutsFor(65_000, 300_000);
 
 /** The connection caps when none are given: the settings' defaults (see connection-limits.ts). */
-export function defaultConnectionLimits(): ConnectionLimits {
+function defaultConnectionLimits(): ConnectionLimits {
   return { total: defaultMaxConnections(), perAddress: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS };
 }
 

@@ -19,18 +19,21 @@ export function installHealthAndMetrics(
 ): void {
   const { config, store, serving, metrics } = deps;
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
-  app.get("/metrics", async (req, reply) => {
-    if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
-      // The app's error handler renders the refusal in the spec's shape and keeps this challenge.
-      reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
-      throw new ApiError(
-        Code.Unauthenticated,
-        "UNAUTHENTICATED",
-        "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>",
-      );
-    }
-    return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
-  });
+  // With PLATFORM_METRICS_ADDR, /metrics is served there only (metrics-endpoint.ts), not on this port.
+  if (config.metricsAddr === undefined)
+    app.get("/metrics", async (req, reply) => {
+      if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
+        // The app's error handler renders the refusal in the spec's shape and keeps this challenge.
+        reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
+        throw new ApiError(
+          Code.Unauthenticated,
+          "UNAUTHENTICATED",
+          "Unauthenticated: /metrics requires Authorization: Bearer <metrics token>",
+        );
+      }
+      // In a worker, the whole cluster's numbers (metrics-cluster.ts).
+      return reply.type(metrics.contentType).send(await metrics.exposition());
+    });
   app.get("/readyz", async (_req, reply) => {
     // One cheap read: a database that stopped answering makes the process not ready at once.
     const reachable = await store.refresh().then(

@@ -22,24 +22,50 @@ export interface RpcFields {
   durationMs: number;
 }
 
+/**
+ * The fields of the line every HTTP request that is not an RPC writes (a 404,
+ * /docs, /metrics, a probe), with msg "request": at info, probes at debug.
+ */
+export interface RequestFields {
+  reqId: string;
+  method: string;
+  /** The request's path without its query string (which may carry a token). */
+  path: string;
+  /** The status answered; 499 when the client went away before the answer was complete. */
+  status: number;
+  /** The client's address, as for RpcFields. */
+  remoteAddress: string;
+  durationMs: number;
+}
+
 /** How a server logs: pino options for fastify, the per-RPC line, and a flush for its shutdown. */
 export interface ServerLogging {
   options: FastifyServerOptions["logger"];
   /** Logs the line of one finished call through `log` (the server's root logger), as `log.info(fields, "rpc")` would. */
   rpc(log: FastifyBaseLogger, fields: RpcFields): void;
+  /** Logs the line of one HTTP request that was no RPC, as `log[level](fields, "request")` would. */
+  request(log: FastifyBaseLogger, level: "info" | "debug", fields: RequestFields): void;
   /** Writes every line logged so far, synchronously: a stopping server calls it last. */
   flush(): void;
 }
 
 /** Levels at which info lines are written (no custom levels are configured). */
 const INFO_ENABLED = new Set(["trace", "debug", "info"]);
+/** Levels at which debug lines are written. */
+const DEBUG_ENABLED = new Set(["trace", "debug"]);
+
+/** Whether a logger at `level` writes lines at `at`. */
+export function levelEnabled(level: string, at: "info" | "debug"): boolean {
+  return (at === "info" ? INFO_ENABLED : DEBUG_ENABLED).has(level);
+}
 
 /**
  * pino at LOG_LEVEL, secrets redacted: into a given stream (tests); else
  * human-readable (pino-pretty) when stdout is a terminal; else JSON lines to
  * stdout, written in batches (BatchedLineWriter).
  *
- * Where the lines are JSON, the per-RPC line is formatted here rather than by
+ * Where the lines are JSON, the per-RPC line (and the per-request line of
+ * every other HTTP request, see request-log.ts) is formatted here rather than by
  * pino's generic serializer, which cost a busy server about 4 µs a line (twice
  * this): the same keys in the same order as pino writes them (level, time, and
  * pino's base pid and hostname first, msg last), which test/logs.test.ts checks
@@ -52,6 +78,7 @@ export function serverLogging(level: string, stream?: NodeJS.WritableStream): Se
     return {
       options: { ...base, transport: { target: "pino-pretty", options: { translateTime: "SYS:HH:MM:ss.l" } } },
       rpc: (log, fields) => log.info(fields, "rpc"),
+      request: (log, level, fields) => log[level](fields, "request"),
       flush: () => {},
     };
   }
@@ -65,6 +92,13 @@ export function serverLogging(level: string, stream?: NodeJS.WritableStream): Se
       out.write(
         `{"level":30,"time":${Date.now()}${bindings},"reqId":${jsonString(f.reqId)},"principal":${jsonString(f.principal)},` +
           `"remoteAddress":${jsonString(f.remoteAddress)},"rpc":${jsonString(f.rpc)},"protocol":${jsonString(f.protocol)},"code":${jsonString(f.code)},"durationMs":${duration},"msg":"rpc"}\n`,
+      );
+    },
+    request(log, level, f) {
+      if (!levelEnabled(log.level, level)) return;
+      out.write(
+        `{"level":${level === "info" ? 30 : 20},"time":${Date.now()}${bindings},"reqId":${jsonString(f.reqId)},"method":${jsonString(f.method)},` +
+          `"path":${jsonString(f.path)},"status":${f.status},"remoteAddress":${jsonString(f.remoteAddress)},"durationMs":${f.durationMs},"msg":"request"}\n`,
       );
     },
     flush: () => (out instanceof BatchedLineWriter ? out.flushSync() : undefined),

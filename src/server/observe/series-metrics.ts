@@ -24,7 +24,7 @@ abstract class SeriesMetric<S> {
 
   /** The series for these label values, in labelNames order. */
   protected at(values: readonly string[]): S {
-    const key = values.length === 1 ? values[0]! : values.join("\u0000");
+    const key = keyOf(values);
     let found = this.all.get(key);
     if (!found) {
       const labels = Object.fromEntries(this.labelNames.map((n, i) => [n, values[i] ?? ""]));
@@ -32,6 +32,11 @@ abstract class SeriesMetric<S> {
       this.all.set(key, found);
     }
     return found.state;
+  }
+
+  /** The series for these label values if it was ever updated, without making it. */
+  protected find(values: readonly string[]): S | undefined {
+    return this.all.get(keyOf(values))?.state;
   }
 
   protected abstract render(
@@ -46,6 +51,11 @@ abstract class SeriesMetric<S> {
   }
 }
 
+/** The key of a series: its one label value, or the values joined. */
+function keyOf(values: readonly string[]): string {
+  return values.length === 1 ? values[0]! : values.join("\u0000");
+}
+
 /** One number per series: the shared body of counters and gauges. */
 abstract class SeriesNumber extends SeriesMetric<{ n: number }> {
   protected fresh() {
@@ -53,6 +63,10 @@ abstract class SeriesNumber extends SeriesMetric<{ n: number }> {
   }
   protected render(labels: Record<string, string>, state: { n: number }) {
     return [{ value: state.n, labels }];
+  }
+  /** The series' number now (0 before its first update). */
+  value(...values: string[]): number {
+    return this.find(values)?.n ?? 0;
   }
 }
 
@@ -118,5 +132,35 @@ export class SeriesHistogram extends SeriesMetric<HistogramState> {
     out.push({ value: state.sum, labels, metricName: `${this.name}_sum` });
     out.push({ value: state.count, labels, metricName: `${this.name}_count` });
     return out;
+  }
+}
+
+/** One series of a CollectedSeries: its label values, in labelNames order, and its number. */
+export type CollectedValue = readonly [labelValues: readonly string[], value: number];
+
+/**
+ * A counter or gauge whose numbers are read from their source at each scrape
+ * (a pool's connections, a cache's hits), so they cannot drift from it and
+ * cost nothing between scrapes. A counter's source must only grow.
+ */
+export class CollectedSeries {
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly type: "counter" | "gauge",
+    private readonly labelNames: readonly string[],
+    registry: Registry,
+    private readonly read: () => Iterable<CollectedValue>,
+  ) {
+    registry.registerMetric(this as never);
+  }
+
+  /** prom-client's MetricObjectWithValues, as Registry#metrics() reads it. */
+  get() {
+    const values = [...this.read()].map(([labelValues, value]) => ({
+      value,
+      labels: Object.fromEntries(this.labelNames.map((n, i) => [n, labelValues[i] ?? ""])),
+    }));
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: "sum" };
   }
 }

@@ -36,7 +36,7 @@ export function admittedValues(req: FastifyRequest): ContextValues | undefined {
 }
 
 /** An error fastify's error handler answers 413, naming the limit that was passed. */
-export function bodyTooLarge(limit: number): Error & { statusCode: number; limit: number } {
+function bodyTooLarge(limit: number): Error & { statusCode: number; limit: number } {
   return Object.assign(new Error(`request body exceeds ${limit} bytes`), { statusCode: 413, limit });
 }
 

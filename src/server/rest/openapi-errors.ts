@@ -5,7 +5,10 @@ const typeUrl = (name: string) => `type.googleapis.com/google.rpc.${name}`;
 const atType = (name: string) => ({ type: "string", const: typeUrl(name) });
 const DETAILS = ["ErrorInfo", "BadRequest", "PreconditionFailure"];
 
-/** The error body (spec §7, AIP-193) and the detail types the server sends (src/server/errors.ts). */
+/**
+ * The error body, google.rpc.Status in JSON as AIP-193 has it ({code, message, details}, each detail naming its
+ * type in "@type"), and the detail types the server sends (src/server/errors.ts).
+ */
 export const ERROR_SCHEMAS: Record<string, Schema> = {
   "google.rpc.Status": {
     type: "object",

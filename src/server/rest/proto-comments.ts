@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { PACKAGE_ROOT } from "../../package-root.js";
 
 /** Where the contract's .proto files are, beside src/ and gen/. */
-export const PROTO_DIR = join(PACKAGE_ROOT, "proto");
+const PROTO_DIR = join(PACKAGE_ROOT, "proto");
 
 const DECLARATION = /^\s*(message|enum|service)\s+(\w+)\s*\{/;
 const RPC = /^\s*rpc\s+(\w+)\s*\(/;

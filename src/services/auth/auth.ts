@@ -66,6 +66,7 @@ export function createAuthService(deps: ServiceDeps): ServiceImpl<typeof AuthSer
     now: deps.now,
     isFailure: (err) => err instanceof InviteInvalidError,
     refusal: "Resource exhausted: too many invalid invite codes; try again later",
+    onRefused: deps.onInviteRefused,
   });
 
   /**

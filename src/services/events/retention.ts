@@ -1,7 +1,7 @@
 import type { EventStore } from "../../store/event-store.js";
 
 /** Events deleted per statement: small, so a prune never holds the database for long. */
-export const PRUNE_BATCH = 1000;
+const PRUNE_BATCH = 1000;
 /** Batches per round at most: a backlog is worked off over several rounds rather than at once. */
 const BATCHES_PER_ROUND = 10;
 /** How often each process prunes. */

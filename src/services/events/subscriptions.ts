@@ -38,7 +38,7 @@ const STATES = { active: Subscription_State.ACTIVE, failing: Subscription_State.
 const OUTCOMES = { delivered: Delivery_Outcome.DELIVERED, retry: Delivery_Outcome.RETRY, failed: Delivery_Outcome.FAILED } as const;
 
 /** The API shape of a stored subscription: secret "" unless this is the Create response that reveals it once. */
-export function subscriptionMessage(s: SubscriptionRecord, secret = ""): Subscription {
+function subscriptionMessage(s: SubscriptionRecord, secret = ""): Subscription {
   return create(SubscriptionSchema, {
     uid: s.uid,
     sink: s.sink,
@@ -52,7 +52,7 @@ export function subscriptionMessage(s: SubscriptionRecord, secret = ""): Subscri
 }
 
 /** The API shape of a delivery log entry. */
-export function deliveryMessage(d: DeliveryLogEntry): Delivery {
+function deliveryMessage(d: DeliveryLogEntry): Delivery {
   return create(DeliverySchema, {
     time: timestampFromMs(d.time),
     eventId: d.eventId,
@@ -66,7 +66,7 @@ export function deliveryMessage(d: DeliveryLogEntry): Delivery {
 }
 
 /** ErrorInfo reason of a subscription refused by the per-organization quota. */
-export const SUBSCRIPTION_QUOTA_EXCEEDED = "SUBSCRIPTION_QUOTA_EXCEEDED";
+const SUBSCRIPTION_QUOTA_EXCEEDED = "SUBSCRIPTION_QUOTA_EXCEEDED";
 
 /** RESOURCE_EXHAUSTED (HTTP 429): the organization has `limit` subscriptions; metadata names the quota and its limit. */
 function subscriptionQuotaExceeded(limit: number): ApiError {
@@ -79,7 +79,7 @@ function subscriptionQuotaExceeded(limit: number): ApiError {
 }
 
 /** ErrorInfo reason of a RedeliverEvent refused while another post is in flight. */
-export const REDELIVERY_IN_FLIGHT = "REDELIVERY_IN_FLIGHT";
+const REDELIVERY_IN_FLIGHT = "REDELIVERY_IN_FLIGHT";
 /** RedeliverEvent posts one process makes at once (one per subscription). */
 const MAX_REDELIVERIES = 32;
 

@@ -11,7 +11,7 @@ function v1Group(g: GroupRecord) {
   return { id: g.uid, name: g.name, description: g.description, resourceLimits: g.resourceLimits, verified: g.verified };
 }
 
-/** v1 GroupsService: the list still served at /iam/v1/groups (spec §4.9). */
+/** v1 GroupsService: the list still served at GET /iam/v1/groups, for clients of v1 ({items}, each group with `id`). */
 export function createGroupsV1Service(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   return {
     async listGroups(req, ctx) {

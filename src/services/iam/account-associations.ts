@@ -33,7 +33,7 @@ const UPDATABLE = ["name", "description", ...PROVIDER_FIELDS] as const;
 const NAME = /^\P{C}{1,63}$/u;
 
 /** The API shape of a stored association. */
-export function accountAssociationMessage(a: AccountAssociationRecord): AccountAssociation {
+function accountAssociationMessage(a: AccountAssociationRecord): AccountAssociation {
   return create(AccountAssociationSchema, {
     uid: a.uid,
     name: a.name,
@@ -45,7 +45,7 @@ export function accountAssociationMessage(a: AccountAssociationRecord): AccountA
 }
 
 /** The keyset position of an association in a given order ("group" is its uid). */
-export function accountAssociationCursor(a: AccountAssociationRecord, field: AccountAssociationOrder) {
+function accountAssociationCursor(a: AccountAssociationRecord, field: AccountAssociationOrder) {
   const key = field === "name" ? a.name : field === "created_at" ? a.createTime : field === "updated_at" ? a.updateTime : a.uid;
   return { key, uid: a.uid };
 }
@@ -58,7 +58,7 @@ function checkText(a: AccountAssociation, fields: ReadonlySet<string>): FieldVio
   return out;
 }
 
-/** AccountAssociationsService: the cloud accounts a group owns, kept as data (contract §7). */
+/** AccountAssociationsService: the cloud accounts a group owns, kept as data (no live call to any cloud). */
 export function createAccountAssociationsService(deps: ServiceDeps): ServiceImpl<typeof AccountAssociationsService> {
   const { store } = deps;
   const LIST: ListSpec<AccountAssociationRecord, AccountAssociationFilter, AccountAssociationOrder> = {

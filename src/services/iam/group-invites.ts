@@ -26,7 +26,7 @@ const PAGING: PagingSpec<GroupInviteOrder> = {
   defaultOrder: "created_at desc",
 };
 /** The longest an invite may last. */
-export const MAX_INVITE_TTL_MS = 30 * 24 * 3600 * 1000;
+const MAX_INVITE_TTL_MS = 30 * 24 * 3600 * 1000;
 /** A plausible address: one "@", a dot in the domain, no spaces; at most 254 characters. */
 const EMAIL = /^[^\s@]{1,64}@[^\s@.]+(?:\.[^\s@.]+)+$/;
 
@@ -34,7 +34,7 @@ const EMAIL = /^[^\s@]{1,64}@[^\s@.]+(?:\.[^\s@.]+)+$/;
  * The API shape of a stored invite: its role hydrated (absent when the role
  * is gone), code "" unless this is the Create response that reveals it once.
  */
-export function groupInviteMessage(i: GroupInviteRecord, role: RoleRecord | null, code = ""): GroupInvite {
+function groupInviteMessage(i: GroupInviteRecord, role: RoleRecord | null, code = ""): GroupInvite {
   return create(GroupInviteSchema, {
     uid: i.uid,
     roleUid: i.roleUid,
@@ -56,7 +56,7 @@ export function groupInviteMessage(i: GroupInviteRecord, role: RoleRecord | null
 }
 
 /** The keyset position of an invite in a given order. */
-export function groupInviteCursor(i: GroupInviteRecord, field: GroupInviteOrder) {
+function groupInviteCursor(i: GroupInviteRecord, field: GroupInviteOrder) {
   const key = field === "created_at" ? i.createTime : field === "expiration_time" ? i.expirationTime : i.uid;
   return { key, uid: i.uid };
 }
@@ -80,7 +80,7 @@ function roleLookup(store: Store): (uid: string) => Promise<RoleRecord | null> {
   };
 }
 
-/** GroupInvitesService: codes that let someone join a group with a role (contract §8). No Update. */
+/** GroupInvitesService: codes that let someone join a group with a role. No Update: the contract has none. */
 export function createGroupInvitesService(deps: ServiceDeps): ServiceImpl<typeof GroupInvitesService> {
   const { store } = deps;
   const LIST: ListSpec<GroupInviteRecord, GroupInviteFilter, GroupInviteOrder> = {

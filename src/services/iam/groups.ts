@@ -38,7 +38,7 @@ export function groupMessage(g: GroupRecord): Group {
 }
 
 /** The keyset position of a group in a given order. */
-export function groupCursor(g: GroupRecord, field: GroupOrder) {
+function groupCursor(g: GroupRecord, field: GroupOrder) {
   const key = field === "name" ? g.name : field === "created_at" ? g.createTime : field === "updated_at" ? g.updateTime : g.uid;
   return { key, uid: g.uid };
 }
@@ -69,7 +69,7 @@ function organizationQuotaExceeded(limit: number): ApiError {
   );
 }
 
-/** GroupsService: organizations and folders (spec §4.1). */
+/** GroupsService: organizations (root groups) and the folders below them. */
 export function createGroupsService(deps: ServiceDeps): ServiceImpl<typeof GroupsService> {
   const { store } = deps;
   const LIST: ListSpec<GroupRecord, GroupFilter, GroupOrder> = {

@@ -18,7 +18,7 @@ export interface BindingRefs {
   role: RoleRecord | null;
 }
 
-/** The API shape of a binding: its references hydrated, createTime and no updateTime (contract §5). */
+/** The API shape of a binding: its identity, group and role hydrated, createTime and no updateTime (the message has none). */
 export function roleBindingMessage(b: RoleBindingRecord, refs: BindingRefs): RoleBinding {
   const { identity, group, role } = refs;
   return create(RoleBindingSchema, {

@@ -39,7 +39,7 @@ const KIND_OF_TYPE: Record<RelationshipType, IdentityFilter["relationshipKind"] 
 };
 
 /** The keyset position of an identity in a given order. */
-export function identityCursor(i: IdentityRecord, field: IdentityOrder) {
+function identityCursor(i: IdentityRecord, field: IdentityOrder) {
   const key = field === "name" ? i.name : field === "created_at" ? i.createTime : field === "updated_at" ? i.updateTime : i.uid;
   return { key, uid: i.uid };
 }
@@ -54,7 +54,7 @@ function checkText(identity: Identity, fields: Iterable<string>): FieldViolation
   return out;
 }
 
-/** IdentitiesService: people and assumable workload identities (spec §4.2, contract §3). */
+/** IdentitiesService: people and assumable workload identities. */
 export function createIdentitiesService(deps: ServiceDeps): ServiceImpl<typeof IdentitiesService> {
   const { store } = deps;
   const LIST: ListSpec<IdentityRecord, IdentityFilter, IdentityOrder> = {

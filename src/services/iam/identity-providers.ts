@@ -30,7 +30,7 @@ const TOP_LEVEL = ["name", "description", "default_role", "oidc"] as const;
 const UPDATABLE = [...TOP_LEVEL, ...OIDC_PATHS];
 
 /** The API shape of a stored provider. The client secret is write-only and never leaves the store. */
-export function identityProviderMessage(p: IdentityProviderRecord): IdentityProvider {
+function identityProviderMessage(p: IdentityProviderRecord): IdentityProvider {
   const o = p.oidc;
   return create(IdentityProviderSchema, {
     uid: p.uid,
@@ -54,7 +54,7 @@ export function identityProviderMessage(p: IdentityProviderRecord): IdentityProv
 }
 
 /** The keyset position of a provider in a given order. */
-export function identityProviderCursor(p: IdentityProviderRecord, field: IdentityProviderOrder) {
+function identityProviderCursor(p: IdentityProviderRecord, field: IdentityProviderOrder) {
   const key = field === "name" ? p.name : field === "created_at" ? p.createTime : field === "updated_at" ? p.updateTime : p.uid;
   return { key, uid: p.uid };
 }
@@ -69,7 +69,7 @@ function checkText(input: IdentityProvider, fields: ReadonlySet<string>): FieldV
   return out;
 }
 
-/** IdentityProvidersService: an organization's own OIDC sign-in providers (contract §6). */
+/** IdentityProvidersService: an organization's own OIDC sign-in providers. */
 export function createIdentityProvidersService(deps: ServiceDeps): ServiceImpl<typeof IdentityProvidersService> {
   const { store, authz } = deps;
   const LIST: ListSpec<IdentityProviderRecord, IdentityProviderFilter, IdentityProviderOrder> = {

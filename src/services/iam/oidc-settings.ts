@@ -76,7 +76,7 @@ export function checkOidc(prefix: string, o: OidcSettings, policy: IssuerPolicy)
   return out;
 }
 
-/** UNSPECIFIED means SUB_EQUALS_EXTERNAL_ID (contract §6). */
+/** UNSPECIFIED means SUB_EQUALS_EXTERNAL_ID, the contract's default correlation rule. */
 const effectiveRule = (rule: number) => (rule === CorrelationRule.UNSPECIFIED ? CorrelationRule.SUB_EQUALS_EXTERNAL_ID : rule);
 
 /**

@@ -22,11 +22,11 @@ import { createHydrator, roleBindingCreated, roleBindingMessage, type BindingRef
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };
 const UPDATABLE = ["identity_uid", "role_uid"] as const;
-/** BatchCreateRoleBindings takes at most this many requests (contract §5). */
-export const MAX_BATCH = 25;
+/** BatchCreateRoleBindings takes at most this many requests, the contract's limit (more is INVALID_ARGUMENT). */
+const MAX_BATCH = 25;
 
 /** The keyset position of a binding in a given order. */
-export function roleBindingCursor(b: RoleBindingRecord, field: RoleBindingOrder) {
+function roleBindingCursor(b: RoleBindingRecord, field: RoleBindingOrder) {
   return { key: field === "created_at" ? b.createTime : b.uid, uid: b.uid };
 }
 
@@ -38,7 +38,7 @@ function checkUid(field: string, value: string): FieldViolation[] {
   ];
 }
 
-/** RoleBindingsService: grants of a role to an identity in a group (spec §4.4, contract §5). */
+/** RoleBindingsService: grants of a role to an identity in a group. */
 export function createRoleBindingsService(deps: ServiceDeps): ServiceImpl<typeof RoleBindingsService> {
   const { store, authz } = deps;
   const LIST: ListSpec<RoleBindingRecord, RoleBindingFilter, RoleBindingOrder> = {

@@ -29,7 +29,7 @@ const PAGING: PagingSpec<RoleOrder> = {
 const UPDATABLE = ["name", "description", "capabilities"] as const;
 
 /** The API shape of a stored role. */
-export function roleMessage(r: RoleRecord): Role {
+function roleMessage(r: RoleRecord): Role {
   return create(RoleSchema, {
     uid: r.uid,
     name: r.name,
@@ -41,7 +41,7 @@ export function roleMessage(r: RoleRecord): Role {
 }
 
 /** The keyset position of a role in a given order. */
-export function roleCursor(r: RoleRecord, field: RoleOrder) {
+function roleCursor(r: RoleRecord, field: RoleOrder) {
   const key = field === "name" ? r.name : field === "created_at" ? r.createTime : field === "updated_at" ? r.updateTime : r.uid;
   return { key, uid: r.uid };
 }
@@ -56,7 +56,7 @@ function validateFields(role: Role, fields: Iterable<string>): void {
   if (violations.length > 0) throw new InvalidArgumentError(violations);
 }
 
-/** Built-in (managed) roles are root-level records and never change (contract §4). */
+/** Built-in (managed) roles are root-level records, the same on every installation, and never change. */
 function refuseBuiltIn(role: RoleRecord, action: "changed" | "deleted"): void {
   if (role.parentUid !== null) return;
   throw new FailedPreconditionError([
@@ -64,7 +64,7 @@ function refuseBuiltIn(role: RoleRecord, action: "changed" | "deleted"): void {
   ]);
 }
 
-/** RolesService: built-in and custom roles (spec §4.3, contract §4). */
+/** RolesService: built-in and custom roles, listed together. */
 export function createRolesService(deps: ServiceDeps): ServiceImpl<typeof RolesService> {
   const { store } = deps;
   const LIST: ListSpec<RoleRecord, RoleFilter, RoleOrder> = {

@@ -53,7 +53,7 @@ function personName(claims: UpstreamClaims): string {
 
 /**
  * SecurityTokenService: exchanges an upstream OIDC token for a one-hour API
- * token (spec §4.8). With `identity` it assumes that identity (claimMatch or
+ * token whose audience is the API's base URL. With `identity` it assumes that identity (claimMatch or
  * staticKeys); with `identity_provider` it signs a person in through that
  * organization's provider, registering them in its group; with neither, it
  * signs a person in from a trusted issuer, registering their root-level

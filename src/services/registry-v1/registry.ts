@@ -9,7 +9,7 @@ import type { RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { timestampFromMs } from "../time.js";
 
-/** v2beta1 catalog tiers in v1 numbering: the same tiers under other names and numbers (contract §18.2). */
+/** v2beta1 catalog tiers in v1 numbering: the same tiers under other names and numbers (v1 starts at APPLICATION = 4). */
 const V1_TIER: Record<number, CatalogTier> = {
   [CatalogTierV2.APPLICATION]: CatalogTier.APPLICATION,
   [CatalogTierV2.BASE]: CatalogTier.BASE,
@@ -33,7 +33,7 @@ function v1Repo(r: RepoRecord): Repo {
   });
 }
 
-/** v1 RegistryService: the repo list still served at /registry/v1/repos (spec §4.9). */
+/** v1 RegistryService: the repo list still served at GET /registry/v1/repos, for clients of v1 ({items}, v1 repos). */
 export function createRegistryV1Service(deps: ServiceDeps): ServiceImpl<typeof RegistryService> {
   return {
     async listRepos(req, ctx) {

@@ -27,13 +27,14 @@ const PAGING: PagingSpec<RepoOrder> = {
 };
 const UPDATABLE = ["name", "description", "catalog_tier", "bundles", "aliases", "active_tags"] as const;
 /**
- * Operator-managed fields (proto name → record key): customers read them; changing them needs CAP_REPO_INTERNAL_ADMIN (contract §9, §16).
+ * Operator-managed fields (proto name → record key): the contract makes them internal-only, so customers read them and
+ * changing them needs CAP_REPO_INTERNAL_ADMIN.
  */
 const INTERNAL = { catalog_tier: "catalogTier", bundles: "bundles", aliases: "aliases", active_tags: "activeTags" } as const;
 const TIERS = new Set<number>(Object.values(CatalogTier).filter((v): v is number => typeof v === "number"));
 
 /** The API shape of a stored repo. */
-export function repoMessage(r: RepoRecord): Repo {
+function repoMessage(r: RepoRecord): Repo {
   return create(RepoSchema, {
     uid: r.uid,
     name: r.name,
@@ -48,7 +49,7 @@ export function repoMessage(r: RepoRecord): Repo {
 }
 
 /** The keyset position of a repo in a given order. */
-export function repoCursor(r: RepoRecord, field: RepoOrder) {
+function repoCursor(r: RepoRecord, field: RepoOrder) {
   const key = field === "name" ? r.name : field === "created_at" ? r.createTime : field === "updated_at" ? r.updateTime : r.uid;
   return { key, uid: r.uid };
 }
@@ -73,7 +74,7 @@ function validateFields(repo: Repo, fields: ReadonlySet<string>): void {
   if (violations.length > 0) throw new InvalidArgumentError(violations);
 }
 
-/** ReposService: the registry catalogue's repositories, each directly below a group (spec §4.5, contract §9). */
+/** ReposService: the registry catalogue's repositories, each directly below a group. */
 export function createReposService(deps: ServiceDeps): ServiceImpl<typeof ReposService> {
   const { store, authz } = deps;
   const LIST: ListSpec<RepoRecord, RepoFilter, RepoOrder> = {

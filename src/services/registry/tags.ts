@@ -19,7 +19,7 @@ const PAGING: PagingSpec<TagOrder> = {
 };
 
 /** The API shape of a stored tag; tags have an update time only. */
-export function tagMessage(t: TagRecord): Tag {
+function tagMessage(t: TagRecord): Tag {
   return create(TagSchema, {
     uid: t.uid,
     name: t.name,
@@ -31,14 +31,14 @@ export function tagMessage(t: TagRecord): Tag {
 }
 
 /** The keyset position of a tag in a given order. */
-export function tagCursor(t: TagRecord, field: TagOrder) {
+function tagCursor(t: TagRecord, field: TagOrder) {
   const key = field === "name" ? t.name : field === "updated_at" ? t.updateTime : t.uid;
   return { key, uid: t.uid };
 }
 
 /**
  * TagsService: the tags of a repo; CreateTag creates or updates by name
- * (contract §10). Creating needs CAP_TAG_CREATE (the method's rule);
+ * under its repo. Creating needs CAP_TAG_CREATE (the method's rule);
  * re-pointing a tag that exists needs CAP_TAG_UPDATE as well.
  */
 export function createTagsService(deps: ServiceDeps): ServiceImpl<typeof TagsService> {

@@ -88,7 +88,7 @@ function advisoryFilter(req: ListAdvisoriesRequest): AdvisoryFilter {
   return filter;
 }
 
-/** AdvisoriesService: read-only access to the advisories the import command writes (contract §11). */
+/** AdvisoriesService: List and Get only, over the advisories the import command writes (the API has no writes). */
 export function createAdvisoriesService(deps: ServiceDeps): ServiceImpl<typeof AdvisoriesService> {
   const { store } = deps;
   const LIST: ListSpec<AdvisoryRecord, AdvisoryFilter, AdvisoryOrder> = {

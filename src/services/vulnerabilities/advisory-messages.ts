@@ -26,7 +26,7 @@ function eventType(e: AdvisoryEventRecord): AdvisoryEvent["type"] {
 }
 
 /** The API shape of a stored advisory event. */
-export function advisoryEventMessage(e: AdvisoryEventRecord): AdvisoryEvent {
+function advisoryEventMessage(e: AdvisoryEventRecord): AdvisoryEvent {
   return create(AdvisoryEventSchema, {
     uid: e.uid,
     createTime: timestampFromMs(e.createTime),
@@ -39,7 +39,7 @@ export function advisoryEventMessage(e: AdvisoryEventRecord): AdvisoryEvent {
 }
 
 /** The stored shape of an advisory event: its oneof case and member as proto3 JSON ("" and {} when unset). */
-export function advisoryEventRecord(e: AdvisoryEvent): AdvisoryEventRecord {
+function advisoryEventRecord(e: AdvisoryEvent): AdvisoryEventRecord {
   const member = EVENT_MEMBERS.find((f) => f.localName === e.type.case);
   const data = member?.fieldKind === "message" && e.type.value !== undefined ? toJson(member.message, e.type.value) : {};
   return {

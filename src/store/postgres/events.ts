@@ -42,14 +42,14 @@ async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root
 }
 
 /** The INSERT of a change's events, its 8 array parameters numbered from first. */
-export function eventsInsert(first: number): string {
+function eventsInsert(first: number): string {
   const p = (i: number, type: string) => `$${first + i}::${type}[]`;
   return `INSERT INTO events (id, kind, type, subject, root, group_uid, time, data)
     SELECT * FROM unnest(${p(0, "text")}, ${p(1, "text")}, ${p(2, "text")}, ${p(3, "text")}, ${p(4, "text")}, ${p(5, "text")}, ${p(6, "bigint")}, ${p(7, "text")})`;
 }
 
 /** The parameters of eventsInsert: one array per column. */
-export function eventsParams(events: readonly EventDraft[]): unknown[] {
+function eventsParams(events: readonly EventDraft[]): unknown[] {
   const rows = events.map(draftRow);
   return [
     rows.map((r) => r.id),

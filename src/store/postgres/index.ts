@@ -1,3 +1,4 @@
+import { channel } from "node:diagnostics_channel";
 import pg from "pg";
 import { UnavailableError } from "../../domain/errors.js";
 import { describeSystemError, StartupError, systemErrorCode } from "../../startup-error.js";
@@ -22,13 +23,16 @@ import { PgRoleStore } from "./roles.js";
 import { PgDeliveryStore, PgSubscriptionStore } from "./subscriptions.js";
 import { PgTagStore } from "./tags.js";
 import {
-  isConnectionError,
+  connectionFailure,
   poolRunner,
+  REACHABILITY_CHANNEL,
   serializable,
   serializableThenRead,
   txRunner,
   type ClientSource,
+  type ConnectionFailure,
   type PoolClient,
+  type ReachabilityReport,
   type Runner,
 } from "./tx.js";
 import { redactedUrl } from "./url.js";
@@ -86,40 +90,95 @@ const PROBE_INTERVAL_MS = 1_000;
 
 /**
  * Whether the database answers: a connection failure marks it down (the
- * store reports not ready) and starts a probe that marks it up again.
+ * store reports not ready, calls get UNAVAILABLE) and starts a probe that
+ * marks it up again. Each outage is reported once on REACHABILITY_CHANNEL,
+ * as soon as its cause is known: at once when a new connection failed
+ * (refused, authentication failed, no such database, too many connections,
+ * TLS); when an open connection broke, by the probe's first attempt, which
+ * tells a database gone from a blip. Its end is reported once too.
  */
 class Reachability {
   up = true;
+  /** Outages so far: a query begun before the current one started proves nothing by succeeding. */
+  private outages = 0;
+  private downSince = 0;
+  /** The current outage's cause has been reported. */
+  private reported = false;
+  /** The broken connection that began the current outage, until a failed connection names a better cause. */
+  private lost: ConnectionFailure | undefined;
   private probe: NodeJS.Timeout | undefined;
+  private readonly reports = channel(REACHABILITY_CHANNEL);
 
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly location: string,
+  ) {}
 
-  /** Passes a result through, marking the database up. */
-  ok<T>(value: T): T {
-    this.up = true;
+  /** What a query begun now passes to ok() when it succeeds. */
+  get epoch(): number {
+    return this.outages;
+  }
+
+  /** Passes a result through; a query begun during the outage that succeeded ends it. */
+  ok<T>(value: T, epoch: number): T {
+    if (!this.up && epoch === this.outages) this.recovered();
     return value;
   }
 
   /** Turns a connection failure into UnavailableError (and starts probing); other errors pass unchanged. */
   fail(err: unknown): never {
-    if (!isConnectionError(err)) throw err;
-    this.down();
+    const failure = connectionFailure(err);
+    if (failure === undefined) throw err;
+    this.down(failure);
     throw new UnavailableError();
   }
 
-  private down(): void {
-    this.up = false;
-    if (this.probe) return;
-    this.probe = setInterval(() => {
+  private down(failure: ConnectionFailure): void {
+    if (this.up) {
+      this.up = false;
+      this.outages++;
+      this.downSince = Date.now();
+      this.reported = false;
+      this.lost = undefined;
+      this.startProbe();
+    }
+    if (this.reported) return;
+    if (failure.lost) this.lost ??= failure;
+    else this.report(failure);
+  }
+
+  private startProbe(): void {
+    const attempt = () => {
+      const epoch = this.epoch;
       this.pool.query("SELECT 1").then(
-        () => {
-          this.up = true;
-          this.stop();
+        () => this.ok(undefined, epoch),
+        (err: unknown) => {
+          if (this.up || this.reported || epoch !== this.outages) return;
+          this.report(connectionFailure(err) ?? { cause: String(err), code: "", lost: false });
         },
-        () => {},
       );
-    }, PROBE_INTERVAL_MS);
+    };
+    this.probe = setInterval(attempt, PROBE_INTERVAL_MS);
     this.probe.unref();
+    // At once: what a new connection meets now is the outage's cause.
+    attempt();
+  }
+
+  private recovered(): void {
+    // A blip (a broken connection, and the next one worked) is an outage too: calls were refused.
+    if (!this.reported) this.report(this.lost!);
+    this.up = true;
+    this.stop();
+    this.publish({ location: this.location, state: "reachable", downMs: Date.now() - this.downSince });
+  }
+
+  private report(failure: ConnectionFailure): void {
+    this.reported = true;
+    this.publish({ location: this.location, state: "unreachable", failure });
+  }
+
+  private publish(report: ReachabilityReport): void {
+    if (this.reports.hasSubscribers) this.reports.publish(report);
   }
 
   stop(): void {
@@ -131,17 +190,20 @@ class Reachability {
 /** The pool as the parts see it: every failure to reach the database becomes UnavailableError (HTTP 503). */
 function guardedSource(pool: pg.Pool, reach: Reachability): ClientSource {
   const guard = <R>(q: { query(text: string, params?: unknown[]): Promise<R> }) => ({
-    query: (text: string, params?: unknown[]) =>
-      q.query(text, params).then(
-        (r) => reach.ok(r),
+    query: (text: string, params?: unknown[]) => {
+      const epoch = reach.epoch;
+      return q.query(text, params).then(
+        (r) => reach.ok(r, epoch),
         (err: unknown) => reach.fail(err),
-      ),
+      );
+    },
   });
   return {
     ...(guard(pool) as ClientSource),
     async connect(): Promise<PoolClient> {
+      const epoch = reach.epoch;
       const client = await pool.connect().then(
-        (c) => reach.ok(c),
+        (c) => reach.ok(c, epoch),
         (err: unknown) => reach.fail(err),
       );
       return { ...(guard(client) as PoolClient), release: (destroy) => client.release(destroy) };
@@ -198,9 +260,10 @@ async function hasSchema(pool: pg.Pool): Promise<boolean> {
  * of processes can orphan a row or redeem an invite twice.
  */
 export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Store> {
+  const max = opts.maxConnections ?? 10;
   const pool = new pg.Pool({
     connectionString: opts.url,
-    max: opts.maxConnections ?? 10,
+    max,
     application_name: "platform-api",
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
@@ -224,7 +287,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     await pool.end();
     throw unusable(err, opts.url) ?? err;
   }
-  const reach = new Reachability(pool);
+  const reach = new Reachability(pool, redactedUrl(opts.url));
   const source = guardedSource(pool, reach);
   const parts = cancellableParts(poolRunner(source));
   let open = true;
@@ -255,6 +318,8 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
       throwIfCancelled(signal);
       return write(partsOver(eventsCarryingRunner(source, events)));
     },
+    // totalCount counts connections being opened too: they are lent out as soon as they are up.
+    poolStats: () => ({ inUse: pool.totalCount - pool.idleCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
     ready: () => open && reach.up,
     describe: () => ({ backend: "postgresql", location: redactedUrl(opts.url) }),
     async close() {

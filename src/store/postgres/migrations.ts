@@ -1,5 +1,13 @@
 import type pg from "pg";
+import { StartupError } from "../../startup-error.js";
+import { migrationLogInScope, newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
 import { FIRST_VERSIONED_TABLES } from "../versions.js";
+
+/** One step of the schema: what it changes, in a few words (for the log), and its SQL. */
+interface Migration {
+  name: string;
+  sql: string;
+}
 
 /** The key of the advisory lock migrations run under: one process migrates, the others wait and find nothing to do. */
 const MIGRATION_LOCK = 0x706c6174; // "plat"
@@ -13,10 +21,12 @@ export const VERSION_BUCKETS = 64;
  * so keyset order is byte order on both engines and a descendants range
  * (uid > p || '/' AND uid < p || '0') is an index range scan. Times are
  * bigint milliseconds; JSON columns hold the same text as SQLite's.
- * Entry i moves the schema from version i to i+1; never edit a released one.
+ * Entry i moves the schema from version i to i+1; never edit a released one's SQL.
  */
-const MIGRATIONS: readonly string[] = [
-  `
+const MIGRATIONS: readonly Migration[] = [
+  {
+    name: "groups, IAM, registry and advisories tables, table versions",
+    sql: `
   CREATE TABLE groups (
     uid text COLLATE "C" PRIMARY KEY,
     parent_uid text COLLATE "C" REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -226,11 +236,14 @@ const MIGRATIONS: readonly string[] = [
   END $$;
   ${versionTriggers(FIRST_VERSIONED_TABLES)}
   `,
+  },
   // 2: one row per bucket with a column per table, each bucket held by one
   // connection at a time (an advisory lock claimed when it connects), so two
   // SERIALIZABLE writers never update the same version row and never fail
   // each other; a version is a column's sum over 64 rows, one cheap read.
-  `
+  {
+    name: "version buckets per connection",
+    sql: `
   ${FIRST_VERSIONED_TABLES.map((t) => `DROP TRIGGER ${t}_version ON ${t};`).join("\n  ")}
   DROP FUNCTION bump_table_version();
   CREATE TABLE version_buckets (
@@ -248,23 +261,32 @@ const MIGRATIONS: readonly string[] = [
   $$;
   ${FIRST_VERSIONED_TABLES.map(bucketTrigger).join("\n  ")}
   `,
+  },
   // 3: a signing key's retirement (ms; NULL while it may verify): the
   // signing_keys trigger moves its version, so every process notices.
-  `
+  {
+    name: "signing key retirement",
+    sql: `
   ALTER TABLE signing_keys ADD COLUMN retire_time bigint;
   `,
+  },
   // 4: who created each root organization (NULL for folders and the
   // administrator's), counted for PLATFORM_MAX_ORGS_PER_IDENTITY.
-  `
+  {
+    name: "organization creators",
+    sql: `
   ALTER TABLE groups ADD COLUMN creator_uid text COLLATE "C";
   CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
   `,
+  },
   // 5: the event outbox and change feed (docs/events.md). The feed is read in
   // (txid, seq) order and only below the oldest transaction still running, so
   // an event committed late with a smaller seq is never skipped. root is the
   // subject's root uid: a tenant's reads scan its own roots' events only.
   // event_feed remembers the newest position pruned.
-  `
+  {
+    name: "event outbox and change feed",
+    sql: `
   CREATE TABLE events (
     txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
     seq bigserial NOT NULL,
@@ -287,10 +309,13 @@ const MIGRATIONS: readonly string[] = [
   );
   INSERT INTO event_feed (id, pruned_txid, pruned_seq) VALUES (1, '0', 0);
   `,
+  },
   // 6: event subscriptions (src/delivery/), as SQLite's 11th migration: the
   // subscription RESTRICTs its group's deletion; its delivery state (cursor,
   // retry, lease) and log go with it; events_id finds an event by its id.
-  `
+  {
+    name: "event subscriptions and deliveries",
+    sql: `
   CREATE TABLE subscriptions (
     uid text COLLATE "C" PRIMARY KEY,
     parent_uid text COLLATE "C" NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -336,6 +361,7 @@ const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX events_id ON events (id);
   `,
+  },
 ];
 
 /**
@@ -385,11 +411,16 @@ export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;
 /**
  * Brings the schema up to date, each step in its own transaction, while
  * holding a session advisory lock: processes starting at once wait for one
- * another, and each step is applied exactly once. Refuses a database whose
- * schema is newer than this code. (target: a schema version before the
+ * another, and each step is applied exactly once; `log` is told of each step
+ * applied. Refuses (StartupError) a database whose schema is newer than this
+ * code: a rollback to an older binary. (target: a schema version before the
  * newest, for tests of a migration.)
  */
-export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length): Promise<void> {
+export async function migratePostgres(
+  pool: pg.Pool,
+  target = MIGRATIONS.length,
+  log: MigrationLog | undefined = migrationLogInScope(),
+): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
@@ -399,24 +430,54 @@ export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length)
       );
       const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
       const current = rows[0]?.v ?? 0;
-      if (current > MIGRATIONS.length) {
-        throw new Error(`database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`);
-      }
+      if (current > MIGRATIONS.length) throw newerSchemaError("postgres", current, MIGRATIONS.length);
       for (let v = current; v < target; v++) {
+        const started = performance.now();
         await client.query("BEGIN");
         try {
-          await client.query(MIGRATIONS[v]!);
+          await client.query(MIGRATIONS[v]!.sql);
           await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
           await client.query("COMMIT");
         } catch (err) {
           await client.query("ROLLBACK");
           throw err;
         }
+        log?.(stepOf(v, started));
       }
+      await refuseTransactionIdsBehind(client);
     } finally {
       await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
     }
   } finally {
     client.release();
   }
+}
+
+/** The log entry of the step from version v, begun at `started` (performance.now()). */
+function stepOf(v: number, started: number): MigrationStep {
+  const durationMs = Math.round((performance.now() - started) * 100) / 100;
+  return { engine: "postgres", migration: v + 1, name: MIGRATIONS[v]!.name, fromVersion: v, toVersion: v + 1, durationMs };
+}
+
+/**
+ * Refuses (StartupError) a database whose events carry transaction ids this cluster has not reached: a dump
+ * restored into another cluster (pg_dump and pg_restore keep the events' txid column, not the cluster's
+ * transaction counter). The feed orders events by transaction id and shows only those below the oldest one
+ * still running, so such a server would hide the restored events and put new ones before them.
+ */
+async function refuseTransactionIdsBehind(client: pg.PoolClient): Promise<void> {
+  // A separate statement: one naming the events table does not parse before the migration that makes it.
+  const exists = await client.query<{ found: boolean }>("SELECT to_regclass('events') IS NOT NULL AS found");
+  if (exists.rows[0]?.found !== true) return;
+  const { rows } = await client.query<{ newest: string | null; next: string }>(
+    "SELECT (SELECT max(txid) FROM events)::text AS newest, pg_snapshot_xmax(pg_current_snapshot())::text AS next",
+  );
+  const newest = rows[0]?.newest ?? null;
+  const next = BigInt(rows[0]?.next ?? "0");
+  if (newest === null || BigInt(newest) < next) return;
+  throw new StartupError(
+    `the PostgreSQL database's events were written up to transaction id ${newest}, but this cluster's next is ${next}: ` +
+      `it was restored from a dump into another cluster, and the event feed orders events by transaction id; ` +
+      `advance this cluster's transaction ids past ${newest} first (README: Backups)`,
+  );
 }

@@ -21,24 +21,104 @@ export interface ClientSource extends Queryable {
 }
 
 /**
- * True for errors that say the database cannot be reached or the connection
- * broke (not that the statement was wrong): connection exceptions (class 08),
- * an administrator or crash shutdown (57P01-57P03), too many connections,
- * and the driver's own socket errors.
+ * Why the database cannot be used, as an outage's warn line says it: the
+ * kind in an operator's words, the driver's own message after it, and the
+ * SQLSTATE or system code. `lost` when a connection that was up broke (the
+ * database may still take new ones); otherwise a new connection failed.
  */
-export function isConnectionError(err: unknown): boolean {
-  const state = sqlState(err);
-  if (state !== undefined) return state.startsWith("08") || ["57P01", "57P02", "57P03", "53300"].includes(state);
+export interface ConnectionFailure {
+  /** "connection refused: connect ECONNREFUSED 127.0.0.1:5432" */
+  cause: string;
+  /** The SQLSTATE, the system error code or the TLS error code; "" when the driver gave none. */
+  code: string;
+  lost: boolean;
+}
+
+/** The kinds of SQLSTATE that say the database cannot be used now, and whether an established connection broke. */
+const FAILING_STATES: readonly [RegExp, string, boolean][] = [
+  [/^28/, "authentication failed", false], // invalid_authorization_specification, invalid_password
+  [/^3D000$/, "database does not exist", false],
+  [/^53300$/, "too many connections", false],
+  [/^57P01$/, "the database server ended the connection (administrator command)", true],
+  [/^57P02$/, "the database server ended the connection (crash)", true],
+  [/^57P03$/, "the database server is starting up or shutting down", false],
+  [/^08/, "connection failure", false],
+];
+
+/** The kinds of system error a socket to the database fails with. */
+const FAILING_SYSTEM_CODES: Record<string, [string, boolean]> = {
+  ECONNREFUSED: ["connection refused", false],
+  ENOTFOUND: ["host not found", false],
+  EAI_AGAIN: ["host not found", false],
+  EHOSTUNREACH: ["host unreachable", false],
+  ENETUNREACH: ["host unreachable", false],
+  ETIMEDOUT: ["connection timed out", false],
+  ECONNRESET: ["connection reset", true],
+  EPIPE: ["connection reset", true],
+};
+
+/** The driver's words for a broken or failed connection, which carry no code. */
+const FAILING_MESSAGES: readonly [RegExp, string, boolean][] = [
+  [/Connection terminated|Client has encountered a connection error/i, "connection lost", true],
+  [/connection timeout|timeout exceeded when trying to connect/i, "connection timed out", false],
+  [/\bSSL\b|\bTLS\b|certificate/i, "TLS failure", false],
+];
+
+/** Node's TLS errors: a certificate refused, a handshake failed. */
+const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|CERT_|DEPTH_ZERO_|SELF_SIGNED_|UNABLE_TO_(GET|VERIFY)_)/;
+
+/**
+ * What kind of failure to reach the database err is, or undefined when it
+ * says something else (a statement was wrong): connection refused, host not
+ * found, authentication failed, database does not exist, too many
+ * connections, the server shut down, a TLS failure, a broken connection.
+ */
+export function connectionFailure(err: unknown): ConnectionFailure | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   const message = err instanceof Error ? err.message : "";
-  return (
-    (typeof code === "string" &&
-      ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"].includes(code)) ||
-    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(
-      message,
-    )
-  );
+  const failure = (kind: string, lost: boolean, withCode = typeof code === "string" ? code : "") => ({
+    cause: message === "" ? kind : `${kind}: ${message}`,
+    code: withCode,
+    lost,
+  });
+  // First: EPIPE looks like a SQLSTATE (five capitals).
+  const system = typeof code === "string" ? FAILING_SYSTEM_CODES[code] : undefined;
+  if (system) return failure(system[0], system[1]);
+  const state = sqlState(err);
+  if (state !== undefined) {
+    const found = FAILING_STATES.find(([pattern]) => pattern.test(state));
+    return found && failure(found[1], found[2]);
+  }
+  if (typeof code === "string" && TLS_CODE.test(code)) return failure("TLS failure", false);
+  // Only the driver's plain errors: an error of ours (named) may say anything.
+  const worded = (err as Error | null)?.name === "Error" ? FAILING_MESSAGES.find(([pattern]) => pattern.test(message)) : undefined;
+  return worded && failure(worded[1], worded[2]);
 }
+
+/**
+ * True for errors that say the database cannot be reached or used now (not
+ * that the statement was wrong): see connectionFailure.
+ */
+export function isConnectionError(err: unknown): boolean {
+  return connectionFailure(err) !== undefined;
+}
+
+/**
+ * What a PostgreSQL store publishes on REACHABILITY_CHANNEL, once per
+ * outage and once at its end: its database (location, the URL without its
+ * password) became unusable and why, or answers again after downMs.
+ */
+export type ReachabilityReport =
+  | { location: string; state: "unreachable"; failure: ConnectionFailure }
+  | { location: string; state: "reachable"; downMs: number };
+
+/**
+ * The node:diagnostics_channel a PostgreSQL store reports its outages on:
+ * the server that serves it logs them (observe/database-log.ts). A channel,
+ * because the store is opened, wrapped and handed over before any server or
+ * logger exists; publishing costs nothing while nobody listens.
+ */
+export const REACHABILITY_CHANNEL = "platform-api:database-reachability";
 
 /** The SQLSTATE of a driver error, if it has one. */
 export function sqlState(err: unknown): string | undefined {

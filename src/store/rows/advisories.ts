@@ -10,7 +10,7 @@ export const TABLE: TableSpec<AdvisoryOrder> = {
 };
 
 /** The ReviewState number of an approved event: latestEventType looks at approved events only. */
-export const REVIEW_STATE_APPROVED = 2;
+const REVIEW_STATE_APPROVED = 2;
 
 export interface AdvisoryRow {
   uid: string;
@@ -57,7 +57,7 @@ export function toRecord(row: AdvisoryRow): AdvisoryRecord {
 }
 
 /** Exact-match list filters and the column each one reads. */
-export const EXACT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
+const EXACT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
   ["advisoryIds", "advisory_id"],
   ["legacyAdvisoryIds", "legacy_advisory_id"],
   ["artifactNames", "artifact_name"],
@@ -69,7 +69,7 @@ export const EXACT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
 ];
 
 /** Event list filters and the event field each one reads: at least one event must match. */
-export const EVENT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
+const EVENT_FILTERS: readonly [keyof AdvisoryFilter, string][] = [
   ["eventReviewStates", "reviewState"],
   ["eventAuthors", "author"],
   ["eventReviewers", "reviewer"],
@@ -128,7 +128,7 @@ export function filterClauses(f: AdvisoryFilter, d: ListDialect): Clause[] {
 }
 
 /** A LIKE pattern matching text anywhere, with the wildcards in text taken literally. */
-export function containsPattern(text: string): string {
+function containsPattern(text: string): string {
   return `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 }
 

@@ -17,7 +17,7 @@ export type EventCandidate = Omit<EventRecord, "data">;
  * scan is restricted to them, so a tenant's read never walks another
  * tenant's events. An empty list: the caller may see nothing.
  */
-export function visibleRoots(visible: EventVisibility): readonly string[] | null {
+function visibleRoots(visible: EventVisibility): readonly string[] | null {
   const roots = new Set<string>();
   for (const tops of Object.values(visible)) {
     if (tops === null) return null;
@@ -27,7 +27,7 @@ export function visibleRoots(visible: EventVisibility): readonly string[] | null
 }
 
 /** Roots scanned one by one at most; a caller seeing more is scanned over every root, still at most EVENT_SCAN_LIMIT rows. */
-export const MAX_SCANNED_ROOTS = 8;
+const MAX_SCANNED_ROOTS = 8;
 
 /** The roots a read scans, or null to scan the whole feed in order. */
 export function scannedRoots(q: EventQuery): readonly string[] | null {
@@ -52,7 +52,7 @@ function underAny(uid: string, tops: Set<string>): boolean {
 }
 
 /** A predicate for the candidates the query returns: visible kind and place, type, subject's place, time. */
-export function eventMatcher(q: EventQuery): (c: EventCandidate) => boolean {
+function eventMatcher(q: EventQuery): (c: EventCandidate) => boolean {
   const tops = topSets(q.visible);
   const h = q.hierarchy;
   const ids = h.ids === undefined ? null : new Set(h.ids);

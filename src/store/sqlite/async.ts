@@ -6,8 +6,8 @@ import type { Async } from "../store.js";
  * One SQLite connection under an asynchronous interface. A transaction spans
  * awaits, so while one is open nothing else may use the connection: its
  * reads would see uncommitted rows and its writes would join the
- * transaction. The gate lets one transaction at a time hold the connection;
- * other operations wait for it and otherwise run at once.
+ * transaction. The gate lets one transaction at a time hold the connection
+ * (a group commit's: group-commit.ts); reads wait for it and otherwise run at once.
  */
 export class ConnectionGate {
   private held: Promise<void> | null = null;

@@ -1,14 +1,23 @@
 import type { Database } from "better-sqlite3";
+import { migrationLogInScope, newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
 import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import { ADVISORIES_SCHEMA } from "./advisories-schema.js";
 import { REGISTRY_SCHEMA } from "./registry-schema.js";
 
+/** One step of the schema: what it changes, in a few words (for the log), and its SQL. */
+interface Migration {
+  name: string;
+  sql: string;
+}
+
 /**
  * Schema migrations, applied in order at start-up. Entry i moves the schema
- * from user_version i to i+1. Never edit a released entry: append a new one.
+ * from user_version i to i+1. Never edit a released entry's SQL: append a new one.
  */
-const MIGRATIONS: readonly string[] = [
-  `
+const MIGRATIONS: readonly Migration[] = [
+  {
+    name: "groups and the server's secrets",
+    sql: `
   CREATE TABLE groups (
     uid TEXT PRIMARY KEY,
     parent_uid TEXT REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -29,10 +38,13 @@ const MIGRATIONS: readonly string[] = [
     value BLOB NOT NULL
   ) STRICT, WITHOUT ROWID;
   `,
+  },
   // 2: IAM records and the token signing keys. Group-owned rows RESTRICT the
   // group's deletion (the store checks first, to name the kind); an identity's
   // role bindings go with it.
-  `
+  {
+    name: "IAM records and signing keys",
+    sql: `
   CREATE TABLE identities (
     uid TEXT PRIMARY KEY,
     parent_uid TEXT REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -86,10 +98,13 @@ const MIGRATIONS: readonly string[] = [
     create_time INTEGER NOT NULL
   ) STRICT;
   `,
+  },
   // 3: identity providers, account associations and group invites. A role
   // that is an identity provider's default cannot go (RESTRICT, checked first
   // to name the kind); an invite whose role goes disappears with it.
-  `
+  {
+    name: "identity providers, account associations and group invites",
+    sql: `
   CREATE TABLE identity_providers (
     uid TEXT PRIMARY KEY,
     parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -139,13 +154,16 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX group_invites_create_time ON group_invites(create_time, uid);
   CREATE INDEX group_invites_expiration_time ON group_invites(expiration_time, uid);
   `,
-  REGISTRY_SCHEMA,
-  ADVISORIES_SCHEMA,
+  },
+  { name: "registry repos and tags", sql: REGISTRY_SCHEMA },
+  { name: "advisories", sql: ADVISORIES_SCHEMA },
   // 6: a binding may name a person (a root-level uid from LookupIdentity)
   // before their first sign-in, so identity_uid loses its foreign key;
   // deleting an identity deletes its bindings in the same transaction instead.
   // Nothing references role_bindings, so the table is rebuilt in place.
-  `
+  {
+    name: "role bindings of people before their first sign-in",
+    sql: `
   CREATE TABLE role_bindings_v6 (
     uid TEXT PRIMARY KEY,
     parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -162,25 +180,34 @@ const MIGRATIONS: readonly string[] = [
   CREATE INDEX role_bindings_role ON role_bindings(role_uid);
   CREATE INDEX role_bindings_create_time ON role_bindings(create_time, uid);
   `,
+  },
   // 7: table versions, moved by triggers in the writing transaction, so
   // caches in every process sharing the file see each commit (cascades too).
-  versionTriggers(FIRST_VERSIONED_TABLES),
+  { name: "table versions for the caches", sql: versionTriggers(FIRST_VERSIONED_TABLES) },
   // 8: a signing key's retirement (ms; NULL while it may verify): the
   // signing_keys triggers move its version, so every process notices.
-  `
+  {
+    name: "signing key retirement",
+    sql: `
   ALTER TABLE signing_keys ADD COLUMN retire_time INTEGER;
   `,
+  },
   // 9: who created each root organization (NULL for folders and the
   // administrator's), counted for PLATFORM_MAX_ORGS_PER_IDENTITY.
-  `
+  {
+    name: "organization creators",
+    sql: `
   ALTER TABLE groups ADD COLUMN creator_uid TEXT;
   CREATE INDEX groups_creator ON groups(creator_uid) WHERE creator_uid IS NOT NULL;
   `,
+  },
   // 10: the event outbox and change feed (docs/events.md). One writer at a
   // time, so seq is commit order; root is the subject's root uid, so a
   // tenant's reads scan its own roots' events only. event_feed remembers the
   // newest position pruned.
-  `
+  {
+    name: "event outbox and change feed",
+    sql: `
   CREATE TABLE events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL,
@@ -200,12 +227,15 @@ const MIGRATIONS: readonly string[] = [
   ) STRICT;
   INSERT INTO event_feed (id, pruned_seq) VALUES (1, 0);
   `,
+  },
   // 11: event subscriptions (src/delivery/). A subscription RESTRICTs its
   // group's deletion like every group-owned record; its delivery state (the
   // cursor, the event being retried, the lease of the process delivering it)
   // and its log go with it. The secret is stored as it is used: it signs every
   // delivery. events_id finds an event to redeliver by its id.
-  `
+  {
+    name: "event subscriptions and deliveries",
+    sql: `
   CREATE TABLE subscriptions (
     uid TEXT PRIMARY KEY,
     parent_uid TEXT NOT NULL REFERENCES groups(uid) ON DELETE RESTRICT,
@@ -251,6 +281,7 @@ const MIGRATIONS: readonly string[] = [
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX events_id ON events(id);
   `,
+  },
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */
@@ -281,19 +312,34 @@ function versionTriggerStatements(t: string): string {
     .join("\n  ");
 }
 
-/** Brings the database schema up to date inside one transaction per step. */
-export function migrate(db: Database): void {
+/** The schema version this code migrates to (SQLite's user_version). */
+export const SQLITE_SCHEMA_VERSION = MIGRATIONS.length;
+
+/**
+ * Brings the database schema up to date inside one transaction per step, telling `log` of each step applied.
+ * Refuses (StartupError) a database whose schema is newer than this code: a rollback to an older binary.
+ */
+export function migrate(db: Database, log: MigrationLog | undefined = migrationLogInScope()): void {
   const current = db.pragma("user_version", { simple: true }) as number;
-  if (current > MIGRATIONS.length) {
-    throw new Error(`database schema version ${current} is newer than this server (${MIGRATIONS.length}); refusing to start`);
-  }
+  if (current > MIGRATIONS.length) throw newerSchemaError("sqlite", current, MIGRATIONS.length);
   for (let v = current; v < MIGRATIONS.length; v++) {
+    const started = performance.now();
     // IMMEDIATE takes the write lock first; the version is read again under
     // it, so processes starting at once apply each step exactly once.
-    db.transaction(() => {
-      if ((db.pragma("user_version", { simple: true }) as number) !== v) return;
-      db.exec(MIGRATIONS[v]!);
-      db.pragma(`user_version = ${v + 1}`);
-    }).immediate();
+    const applied = db
+      .transaction(() => {
+        if ((db.pragma("user_version", { simple: true }) as number) !== v) return false;
+        db.exec(MIGRATIONS[v]!.sql);
+        db.pragma(`user_version = ${v + 1}`);
+        return true;
+      })
+      .immediate();
+    if (applied) log?.(stepOf(v, started));
   }
+}
+
+/** The log entry of the step from version v, begun at `started` (performance.now()). */
+function stepOf(v: number, started: number): MigrationStep {
+  const durationMs = Math.round((performance.now() - started) * 100) / 100;
+  return { engine: "sqlite", migration: v + 1, name: MIGRATIONS[v]!.name, fromVersion: v, toVersion: v + 1, durationMs };
 }

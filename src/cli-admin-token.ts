@@ -1,0 +1,25 @@
+/** `platform-api admin-token`: a token for the built-in administrator, minted with the server's own key. */
+import { adminSubject } from "./auth/authenticator.js";
+import { TokenService } from "./auth/tokens.js";
+import { parseCommandArgs } from "./cli-args.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
+import type { Command } from "./cli.js";
+
+const USAGE = "usage: platform-api admin-token";
+
+export const adminTokenCommand: Command = {
+  summary: "print an API token for the built-in administrator",
+  help: `${USAGE}
+
+Prints, alone on stdout, a one-hour API token for the built-in administrator, signed with the server's current signing key, which is kept in its database. Refuses (exit 2, creating nothing) when no server has made that database. ${STORE_ENVIRONMENT}
+
+  TOKEN=$(platform-api admin-token)`,
+  async run(args) {
+    parseCommandArgs(args, USAGE);
+    return withCommandStore(async (store, cfg) => {
+      const tokens = await TokenService.open(store.keys, { issuer: cfg.authUrl, audience: cfg.baseUrl });
+      process.stdout.write(`${(await tokens.mint(await adminSubject(store.keys))).token}\n`);
+      return 0;
+    });
+  },
+};

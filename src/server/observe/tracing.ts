@@ -1,0 +1,69 @@
+import type { Store } from "../../store/store.js";
+import type { WrappedService } from "../wrap.js";
+
+/**
+ * OpenTelemetry tracing, on when the standard variables name an OTLP
+ * endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).
+ * When they do not, this module is all that is loaded: no OpenTelemetry SDK,
+ * no context manager, and every call is served exactly as without tracing
+ * (the services and the store are not wrapped at all).
+ */
+
+/** A running tracer: what the server composes with it. */
+export interface Tracing {
+  /** Logs, once listening, where spans go and any OTEL_* setting the exporter cannot honour. */
+  logStart(log: TracingLog): void;
+  /** The service with every method in a server span whose parent is the caller's traceparent. */
+  traceService(service: WrappedService): WrappedService;
+  /** The store with a client span per call made inside a span (an RPC's, a delivery's). */
+  traceStore(store: Store): Store;
+  /**
+   * Runs fn outside every span: what it starts for later (a delivery loop
+   * woken by a commit) begins traces of its own instead of joining the
+   * call that happened to wake it.
+   */
+  detached<T>(fn: () => T): T;
+  /**
+   * Exports the spans still held, then stops tracing; resolves false when
+   * boundMs passed first (the spans not yet exported are dropped).
+   */
+  shutdown(boundMs: number): Promise<boolean>;
+}
+
+/** How long a graceful stop waits for the last spans to be exported. */
+export const SPAN_FLUSH_MS = 5_000;
+
+/** Whether env asks for traces: an OTLP endpoint is named and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none says no. */
+function tracingRequested(env: NodeJS.ProcessEnv): boolean {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return false;
+  if ((env.OTEL_TRACES_EXPORTER ?? "").split(",").some((name) => name.trim() === "none")) return false;
+  return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
+}
+
+/** Where tracing logs (the server's logger). */
+export interface TracingLog {
+  info(fields: Record<string, unknown>, message: string): void;
+  warn(fields: Record<string, unknown>, message: string): void;
+}
+
+/** What starting the tracer needs. */
+export interface TracingOptions {
+  /** service.version of the spans' resource. */
+  version: string;
+  /**
+   * Reports a failed export, at most once a minute. Called only once spans
+   * exist, so only while serving.
+   */
+  warn(fields: Record<string, unknown>, message: string): void;
+}
+
+/**
+ * Starts exporting spans over OTLP/HTTP when process.env asks for it (the
+ * SDK reads the rest of its settings there too: headers, timeout, sampler,
+ * service name, batch sizes); undefined, having loaded nothing, when not.
+ */
+export async function startTracing(opts: TracingOptions): Promise<Tracing | undefined> {
+  if (!tracingRequested(process.env)) return undefined;
+  const { createTracing } = await import("./tracing-sdk.js");
+  return createTracing(opts);
+}

@@ -1,0 +1,82 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import { writeSync } from "node:fs";
+import { hostname } from "node:os";
+import { PACKAGE_VERSION } from "../package-root.js";
+import { StartupError } from "../startup-error.js";
+
+/** One schema migration applied: which, from which version to which, and how long it took. */
+export interface MigrationStep {
+  engine: "sqlite" | "postgres";
+  /** The migration's number: the schema version it produces. */
+  migration: number;
+  /** What it changes, in a few words. */
+  name: string;
+  fromVersion: number;
+  toVersion: number;
+  durationMs: number;
+}
+
+/** Told of each migration step once it committed. */
+export type MigrationLog = (step: MigrationStep) => void;
+
+/** Levels at which an info line is written. */
+const INFO_ENABLED = new Set(["trace", "debug", "info"]);
+
+/**
+ * Migration steps as JSON lines on stdout, in the shape of the server's own lines (pino's level, time, pid and
+ * hostname, then the fields, msg last), at info: migrations run when the store opens, before the server and its
+ * logger exist. Nothing is written at a LOG_LEVEL above info. fd 1 is written directly, so that the server's
+ * logger finds it as it was (creating process.stdout would make a piped fd 1 non-blocking).
+ */
+export function jsonMigrationLog(level: string, fd = 1): MigrationLog {
+  if (!INFO_ENABLED.has(level)) return () => {};
+  const host = hostname();
+  return (step) => {
+    const line = { level: 30, time: Date.now(), pid: process.pid, hostname: host, ...step, msg: "schema migration applied" };
+    writeLine(fd, Buffer.from(`${JSON.stringify(line)}\n`));
+  };
+}
+
+/** Nothing ever wakes it: Atomics.wait on it is a synchronous 1 ms sleep. */
+const SLEEP_CELL = new Int32Array(new SharedArrayBuffer(4));
+
+/** Writes all of bytes to fd, waiting out a full non-blocking pipe; a log line never stops a start (a closed reader, a full disk). */
+function writeLine(fd: number, bytes: Buffer): void {
+  for (let at = 0; at < bytes.length; ) {
+    try {
+      at += writeSync(fd, bytes, at);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EAGAIN") return;
+      Atomics.wait(SLEEP_CELL, 0, 0, 1);
+    }
+  }
+}
+
+/** The migration log of the store being opened (see withMigrationLog). */
+const opening = new AsyncLocalStorage<MigrationLog>();
+
+/**
+ * Runs open (a store's opening, which migrates its schema) with `log` told of each migration step. The engines'
+ * migrations take their log from here (migrationLogInScope), so the log reaches them through the engines'
+ * open functions without being an option of each.
+ */
+export function withMigrationLog<T>(log: MigrationLog | undefined, open: () => T): T {
+  return log === undefined ? open() : opening.run(log, open);
+}
+
+/** The log of the store being opened in this call chain, if its opener gave one. */
+export function migrationLogInScope(): MigrationLog | undefined {
+  return opening.getStore();
+}
+
+/**
+ * A database whose schema a newer platform-api migrated (a rollback to an older binary): refused at start with one
+ * line that says what to do, never migrated down and never served (old code would misread new columns).
+ */
+export function newerSchemaError(engine: MigrationStep["engine"], found: number, known: number): StartupError {
+  const where = engine === "sqlite" ? "SQLite database" : "PostgreSQL database";
+  return new StartupError(
+    `the ${where}'s schema version ${found} is newer than this server (platform-api ${PACKAGE_VERSION} knows up to ${known}): ` +
+      `a newer platform-api migrated it; run that version again, or restore the backup taken before the upgrade (README: Upgrading and rolling back)`,
+  );
+}
