@@ -235,3 +235,35 @@ test("a request's debug lines carry its request id: a refused bearer token", asy
   );
   assert.ok(!raw.join("").includes(forged), "the token is not logged");
 });
+
+test("native gRPC streams grpc-js serves outside the API (health, an unknown method) write a request line with their code", async () => {
+  const grpc = await import("@grpc/grpc-js");
+  const client = new grpc.Client(new URL(srv.url).host, grpc.credentials.createInsecure());
+  // Raw bytes both ways: an empty HealthCheckRequest is checked on the server, an unknown method answered UNIMPLEMENTED.
+  const call = (path: string, reqId: string) =>
+    new Promise<number>((resolve) => {
+      const metadata = new grpc.Metadata();
+      metadata.set("x-request-id", reqId);
+      client.makeUnaryRequest(
+        path,
+        (b: Buffer) => b,
+        (b: Buffer) => b,
+        Buffer.alloc(0),
+        metadata,
+        (err) => resolve(err?.code ?? 0),
+      );
+    });
+  try {
+    assert.equal(await call("/grpc.health.v1.Health/Check", "req-native-health"), 0);
+    assert.equal(await call("/platformapi.iam.v2beta1.NoSuchService/Nothing", "req-native-unknown"), 12);
+    const health = await requestLine("req-native-health");
+    assert.equal(health.level, 20, "health checks at debug");
+    assert.deepEqual([health.method, health.path, health.status, health.code], ["POST", "/grpc.health.v1.Health/Check", 200, "ok"]);
+    assert.equal(health.remoteAddress, "127.0.0.1");
+    const unknown = await requestLine("req-native-unknown");
+    assert.equal(unknown.level, 30);
+    assert.deepEqual([unknown.path, unknown.code], ["/platformapi.iam.v2beta1.NoSuchService/Nothing", "unimplemented"]);
+  } finally {
+    client.close();
+  }
+});

@@ -284,6 +284,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     idleMs: timeouts.http2Idle,
     maxConnectionAgeMs: config.http2MaxConnectionAgeMs,
     onInternal: onInternalError,
+    // Health, reflection and unknown methods over native gRPC: grpc-js serves them outside the wrapper and fastify.
+    onOtherStream: requests.otherGrpcStreams(() => app.log, clients),
   });
 
   let front: OnePortServer | undefined;

@@ -318,6 +318,6 @@ function scopeOf(rule: Extract<MethodRule, { mode: "enabled" }>, request: unknow
 }
 
 /** "ok" or the lower_snake name of a gRPC code, as Connect writes it. */
-function codeName(code: Code | 0): string {
+export function codeName(code: Code | 0): string {
   return code === 0 ? "ok" : Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }

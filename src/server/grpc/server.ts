@@ -13,7 +13,7 @@ import type { ClientAddresses } from "../http/client-address.js";
 import type { WrappedService } from "../wrap.js";
 import { grpcService, methodDefinition } from "./adapter.js";
 import { healthService, type HealthState } from "./health.js";
-import { limitGrpcHttp2, type GrpcHttp2Streams } from "./http2.js";
+import { limitGrpcHttp2, type GrpcHttp2Streams, type StreamObserver } from "./http2.js";
 import { limitReflectionStreams } from "./reflection-http2.js";
 import { DEFAULT_MAX_REFLECTION_REQUESTS, reflectionHandler, reflectionMethod, type ReflectionStreamLimits } from "./reflection-stream.js";
 import type { ReflectionSchema } from "./reflection.js";
@@ -50,6 +50,11 @@ export interface GrpcServerOptions {
   pendingRequestBytes?: ByteBudget;
   /** Who each connection's and call's client is (the one-port listener's, so PROXY headers count); default: the TCP peer. */
   clients?: ClientAddresses;
+  /**
+   * Told of every native gRPC stream that is not a call of the wrapped services (which log themselves): health,
+   * reflection, an unknown method. Its line is written when the stream closes.
+   */
+  onOtherStream?: StreamObserver;
 }
 
 /** Streams one HTTP/2 connection may have open at once (advertised in SETTINGS, enforced by nghttp2). */
@@ -91,6 +96,13 @@ export function createGrpcServer(
     clients: opts.clients,
     unaryCalls: grpcUnaryCalls(services, { maxMessageBytes: opts.maxMessageBytes, onInternal: opts.onInternal, clients: opts.clients }),
   });
+  if (opts.onOtherStream) {
+    const onOther = opts.onOtherStream;
+    const apiPaths = new Set(services.flatMap((svc) => svc.service.methods.map((m) => `/${svc.service.typeName}/${m.name}`)));
+    streams.observe((stream, headers) => {
+      if (!apiPaths.has(String(headers[":path"]))) onOther(stream, headers);
+    });
+  }
   for (const svc of services) {
     const { definition, implementation } = grpcService(svc, opts.onInternal, opts.clients);
     server.addService(definition, implementation);

@@ -36,6 +36,8 @@ export interface RequestFields {
   /** The client's address, as for RpcFields. */
   remoteAddress: string;
   durationMs: number;
+  /** A native gRPC stream's status, by the name rpc lines use ("ok", "unimplemented"); absent for other requests. */
+  code?: string;
 }
 
 /** How a server logs: pino options for fastify, the per-RPC line, and a flush for its shutdown. */
@@ -98,7 +100,8 @@ export function serverLogging(level: string, stream?: NodeJS.WritableStream): Se
       if (!levelEnabled(log.level, level)) return;
       out.write(
         `{"level":${level === "info" ? 30 : 20},"time":${Date.now()}${bindings},"reqId":${jsonString(f.reqId)},"method":${jsonString(f.method)},` +
-          `"path":${jsonString(f.path)},"status":${f.status},"remoteAddress":${jsonString(f.remoteAddress)},"durationMs":${f.durationMs},"msg":"request"}\n`,
+          `"path":${jsonString(f.path)},"status":${f.status},${f.code === undefined ? "" : `"code":${jsonString(f.code)},`}` +
+          `"remoteAddress":${jsonString(f.remoteAddress)},"durationMs":${f.durationMs},"msg":"request"}\n`,
       );
     },
     flush: () => (out instanceof BatchedLineWriter ? out.flushSync() : undefined),

@@ -1,8 +1,13 @@
+import type http2 from "node:http2";
+import type { Code } from "@connectrpc/connect";
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from "fastify";
 import { requestIdKey, type Authenticator } from "../../auth/principal.js";
 import { TokenRejectedError } from "../../auth/tokens.js";
 import { UnauthenticatedError } from "../../domain/errors.js";
-import { isStreamHandler, type AdmissionContext, type WrappedMethod, type WrappedService } from "../wrap.js";
+import type { StreamObserver } from "../grpc/http2.js";
+import type { ClientAddresses } from "../http/client-address.js";
+import { requestIdFrom } from "../http/request-id.js";
+import { codeName, isStreamHandler, type AdmissionContext, type WrappedMethod, type WrappedService } from "../wrap.js";
 import { levelEnabled, type ServerLogging } from "./logging.js";
 
 /** The probes of load balancers and orchestrators, called every few seconds: their lines are at debug. */
@@ -151,6 +156,36 @@ export class RequestLog extends LogController {
     return { what, reqIds };
   }
 
+  /**
+   * The line of every native gRPC stream grpc-js serves outside the wrapped
+   * services (health at debug; reflection and unknown methods at info), written
+   * when it closes: its status is the grpc-status it was answered, "cancelled"
+   * when the client went away first.
+   */
+  otherGrpcStreams(log: () => FastifyBaseLogger, clients: ClientAddresses): StreamObserver {
+    return (stream, headers) => {
+      const started = performance.now();
+      const path = pathOf(String(headers[":path"] ?? ""));
+      const level = path.startsWith(HEALTH_RPCS) ? "debug" : "info";
+      if (!levelEnabled(log().level, level)) return;
+      const reqId = requestIdFrom(headers["x-request-id"]);
+      const session = stream.session;
+      const remoteAddress = session ? clients.ofRequest({ socket: session.socket, headers }) : "";
+      stream.once("close", () => {
+        const status = grpcStatusOf(stream);
+        this.logging.request(log(), level, {
+          reqId,
+          method: String(headers[":method"] ?? "POST"),
+          path,
+          status: Number(stream.sentHeaders?.[":status"] ?? CLIENT_GONE),
+          code: status === undefined ? "cancelled" : codeName(status as Code | 0),
+          remoteAddress,
+          durationMs: Math.round((performance.now() - started) * 100) / 100,
+        });
+      });
+    };
+  }
+
   private ended(open: OpenRequest, reply: FastifyReply): void {
     const { request } = open;
     remove(this.open, request.id, open);
@@ -243,4 +278,11 @@ function remove<T extends { next: T | undefined }>(map: Map<string, T>, key: str
       return;
     }
   }
+}
+
+/** The grpc-status a stream was answered (in its trailers, or its headers for a trailers-only answer), if any. */
+function grpcStatusOf(stream: http2.ServerHttp2Stream): number | undefined {
+  const raw = stream.sentTrailers?.["grpc-status"] ?? stream.sentHeaders?.["grpc-status"];
+  const status = Number(raw);
+  return raw === undefined || !Number.isInteger(status) || status < 0 || status > 16 ? undefined : status;
 }
