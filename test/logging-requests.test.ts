@@ -263,6 +263,34 @@ test("native gRPC streams grpc-js serves outside the API (health, an unknown met
     const unknown = await requestLine("req-native-unknown");
     assert.equal(unknown.level, 30);
     assert.deepEqual([unknown.path, unknown.code], ["/platformapi.iam.v2beta1.NoSuchService/Nothing", "unimplemented"]);
+    // An API call answered before its handler ran (a message that does not decode) writes a request line; one that
+    // reached its handler writes its rpc line only.
+    const getGroup = "/platformapi.iam.v2beta1.GroupsService/GetGroup";
+    const undecodable = await new Promise<number>((resolve) => {
+      const metadata = new grpc.Metadata();
+      metadata.set("x-request-id", "req-native-undecodable");
+      client.makeUnaryRequest(
+        getGroup,
+        (b: Buffer) => b,
+        (b: Buffer) => b,
+        Buffer.from([0xff, 0xff, 0xff]),
+        metadata,
+        (err) => resolve(err?.code ?? 0),
+      );
+    });
+    assert.notEqual(undecodable, 0);
+    const early = await requestLine("req-native-undecodable");
+    assert.deepEqual([early.msg, early.path, early.level], ["request", getGroup, 30]);
+    assert.notEqual(early.code, "ok");
+    assert.equal(await call(getGroup, "req-native-handled"), 16, "no token: UNAUTHENTICATED from the handler's wrapper");
+    await linesOf("req-native-handled", (l) => l.msg === "rpc");
+    await fence();
+    assert.deepEqual(
+      lines()
+        .filter((l) => l.reqId === "req-native-handled" && l.level >= 30)
+        .map((l) => l.msg),
+      ["rpc"],
+    );
   } finally {
     client.close();
   }

@@ -1,3 +1,4 @@
+import type http2 from "node:http2";
 import { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { Health, type HealthCheckRequest } from "../../../gen/grpc/health/v1/health_pb.js";
@@ -13,11 +14,11 @@ import type { ClientAddresses } from "../http/client-address.js";
 import type { WrappedService } from "../wrap.js";
 import { grpcService, methodDefinition } from "./adapter.js";
 import { healthService, type HealthState } from "./health.js";
-import { limitGrpcHttp2, type GrpcHttp2Streams, type StreamObserver } from "./http2.js";
+import { limitGrpcHttp2, type GrpcHttp2Streams } from "./http2.js";
 import { limitReflectionStreams } from "./reflection-http2.js";
 import { DEFAULT_MAX_REFLECTION_REQUESTS, reflectionHandler, reflectionMethod, type ReflectionStreamLimits } from "./reflection-stream.js";
 import type { ReflectionSchema } from "./reflection.js";
-import { grpcUnaryCalls } from "./unary.js";
+import { grpcUnaryCalls, handledStreams } from "./unary.js";
 
 const REFLECTION_V1ALPHA = "grpc.reflection.v1alpha.ServerReflection";
 
@@ -52,9 +53,10 @@ export interface GrpcServerOptions {
   clients?: ClientAddresses;
   /**
    * Told of every native gRPC stream that is not a call of the wrapped services (which log themselves): health,
-   * reflection, an unknown method. Its line is written when the stream closes.
+   * reflection, an unknown method, and a unary API call answered before its handler ran (then `handled` says, at
+   * the stream's close, whether it did after all). Its line is written when the stream closes.
    */
-  onOtherStream?: StreamObserver;
+  onOtherStream?: OtherStreamObserver;
 }
 
 /** Streams one HTTP/2 connection may have open at once (advertised in SETTINGS, enforced by nghttp2). */
@@ -62,6 +64,9 @@ export const MAX_CONCURRENT_STREAMS = 100;
 /** The header-list limit, the same 16 KiB as HTTP/1.1 headers on this port. */
 export const MAX_HEADER_LIST_BYTES = 16 * 1024;
 const DEFAULT_IDLE_MS = 5 * 60_000;
+
+/** onOtherStream's observer: a stream and its headers, and for a unary API call whether its handler ran (read at close). */
+export type OtherStreamObserver = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, handled?: () => boolean) => void;
 
 /**
  * The native gRPC side: a grpc-js server (never bound to a port; the one-port
@@ -88,19 +93,33 @@ export function createGrpcServer(
           "grpc.max_connection_age_grace_ms": opts.idleMs ?? DEFAULT_IDLE_MS,
         }),
   });
+  const unaryCalls = grpcUnaryCalls(services, {
+    maxMessageBytes: opts.maxMessageBytes,
+    onInternal: opts.onInternal,
+    clients: opts.clients,
+  });
+  const unaryPaths = new Set(
+    services
+      .flatMap((svc) => svc.service.methods.map((m) => `/${svc.service.typeName}/${m.name}`))
+      .filter((p) => unaryCalls(p) !== undefined),
+  );
   const streams = limitGrpcHttp2(server, {
     maxHeaderListBytes: MAX_HEADER_LIST_BYTES,
     // Two messages of the largest size in flight at once, and never less than 16 MiB.
     unfinishedBytesPerConnection: Math.max(16 * 1024 * 1024, 2 * opts.maxMessageBytes),
     pending: opts.pendingRequestBytes ?? defaultPendingBudget(opts.maxMessageBytes),
     clients: opts.clients,
-    unaryCalls: grpcUnaryCalls(services, { maxMessageBytes: opts.maxMessageBytes, onInternal: opts.onInternal, clients: opts.clients }),
+    unaryCalls,
   });
   if (opts.onOtherStream) {
     const onOther = opts.onOtherStream;
     const apiPaths = new Set(services.flatMap((svc) => svc.service.methods.map((m) => `/${svc.service.typeName}/${m.name}`)));
+    const handled = (stream: http2.ServerHttp2Stream) => () => handledStreams.has(stream);
     streams.observe((stream, headers) => {
-      if (!apiPaths.has(String(headers[":path"]))) onOther(stream, headers);
+      const path = String(headers[":path"]);
+      if (!apiPaths.has(path)) onOther(stream, headers);
+      // Server streams are grpc-js's: it decodes their one message before the handler, which logs the call.
+      else if (unaryPaths.has(path)) onOther(stream, headers, handled(stream));
     });
   }
   for (const svc of services) {

@@ -30,6 +30,14 @@ import { grpcCallContext } from "./adapter.js";
  * streaming methods and unknown paths stay with grpc-js.
  */
 
+/**
+ * The streams whose call reached its handler (which logs and counts it): a
+ * stream answered before that (a malformed message, a bad grpc-timeout, the
+ * deadline while the message was still arriving) is logged by the server's
+ * request log instead.
+ */
+export const handledStreams = new WeakSet<http2.ServerHttp2Stream>();
+
 /** Serves one native gRPC stream whose :path is a unary API method. */
 export type GrpcUnaryCall = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void;
 
@@ -128,6 +136,7 @@ async function serve(stream: http2.ServerHttp2Stream, headers: http2.IncomingHtt
       return answer.error(toConnectError(undecodableRequest(method.input), route.domain, route.onInternal));
     }
     let result: unknown;
+    handledStreams.add(stream);
     try {
       result = await handler(request, ctx);
     } finally {

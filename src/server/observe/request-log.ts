@@ -4,7 +4,7 @@ import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyR
 import { requestIdKey, type Authenticator } from "../../auth/principal.js";
 import { TokenRejectedError } from "../../auth/tokens.js";
 import { UnauthenticatedError } from "../../domain/errors.js";
-import type { StreamObserver } from "../grpc/http2.js";
+import type { OtherStreamObserver } from "../grpc/server.js";
 import type { ClientAddresses } from "../http/client-address.js";
 import { requestIdFrom } from "../http/request-id.js";
 import { codeName, isStreamHandler, type AdmissionContext, type WrappedMethod, type WrappedService } from "../wrap.js";
@@ -157,13 +157,14 @@ export class RequestLog extends LogController {
   }
 
   /**
-   * The line of every native gRPC stream grpc-js serves outside the wrapped
-   * services (health at debug; reflection and unknown methods at info), written
-   * when it closes: its status is the grpc-status it was answered, "cancelled"
-   * when the client went away first.
+   * The line of every native gRPC stream outside the wrapped services'
+   * calls (health at debug; reflection, unknown methods, and API calls
+   * answered before their handler ran at info), written when it closes: its
+   * code is the grpc-status it was answered, "cancelled" when the client went
+   * away first.
    */
-  otherGrpcStreams(log: () => FastifyBaseLogger, clients: ClientAddresses): StreamObserver {
-    return (stream, headers) => {
+  otherGrpcStreams(log: () => FastifyBaseLogger, clients: ClientAddresses): OtherStreamObserver {
+    return (stream, headers, handled) => {
       const started = performance.now();
       const path = pathOf(String(headers[":path"] ?? ""));
       const level = path.startsWith(HEALTH_RPCS) ? "debug" : "info";
@@ -172,6 +173,8 @@ export class RequestLog extends LogController {
       const session = stream.session;
       const remoteAddress = session ? clients.ofRequest({ socket: session.socket, headers }) : "";
       stream.once("close", () => {
+        // A call that reached its handler has its rpc line.
+        if (handled?.()) return;
         const status = grpcStatusOf(stream);
         this.logging.request(log(), level, {
           reqId,
