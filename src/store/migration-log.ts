@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { writeSync } from "node:fs";
 import { hostname } from "node:os";
+import { isatty } from "node:tty";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { StartupError } from "../startup-error.js";
 
@@ -30,11 +31,23 @@ const INFO_ENABLED = new Set(["trace", "debug", "info"]);
  */
 export function jsonMigrationLog(level: string, fd = 1): MigrationLog {
   if (!INFO_ENABLED.has(level)) return () => {};
+  // On a terminal the server's lines are human-readable (pino-pretty): so are these.
+  if (isatty(fd)) return (step) => writeLine(fd, Buffer.from(`${prettyLine(step)}\n`));
   const host = hostname();
   return (step) => {
     const line = { level: 30, time: Date.now(), pid: process.pid, hostname: host, ...step, msg: "schema migration applied" };
     writeLine(fd, Buffer.from(`${JSON.stringify(line)}\n`));
   };
+}
+
+/** A step as pino-pretty renders the server's lines: "[HH:MM:ss.lll] INFO (pid): msg" and the fields. */
+function prettyLine(step: MigrationStep): string {
+  const t = new Date();
+  const time = [t.getHours(), t.getMinutes(), t.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+  const fields = Object.entries(step)
+    .map(([k, v]) => `\n    ${k}: ${JSON.stringify(v)}`)
+    .join("");
+  return `[${time}.${String(t.getMilliseconds()).padStart(3, "0")}] INFO (${process.pid}): schema migration applied${fields}`;
 }
 
 /** Nothing ever wakes it: Atomics.wait on it is a synchronous 1 ms sleep. */
