@@ -42,6 +42,10 @@ const COMMANDS: Record<string, CommandEntry> = {
     summary: "list the token-signing keys and where each is in its life",
     load: async () => (await import("./cli-signing-keys.js")).listKeysCommand,
   },
+  "registry-bundle": {
+    summary: "print the certificate bundle a registry needs to trust this server's registry tokens",
+    load: async () => (await import("./cli-registry.js")).registryBundleCommand,
+  },
   "migrate-to-postgres": {
     summary: "copy an SQLite deployment's data into PostgreSQL",
     load: async () => (await import("./cli-migrate.js")).migrateToPostgresCommand,
@@ -53,6 +57,10 @@ const COMMANDS: Record<string, CommandEntry> = {
   "import-advisories": {
     summary: "import OSV vulnerability records as advisories of a group",
     load: async () => (await import("./cli-import-advisories.js")).importAdvisoriesCommand,
+  },
+  "registry-reconcile": {
+    summary: "repair the registry catalogue (repos, tags) from what the registry holds",
+    load: async () => (await import("./cli-registry-reconcile.js")).registryReconcileCommand,
   },
   keygen: {
     summary: "make a key pair for a static-keys identity: private JWK to a file, public JWKS on stdout",

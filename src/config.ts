@@ -137,6 +137,19 @@ export interface Config {
   /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
   metricsToken: string;
   /**
+   * The registry token service (docs/registry.md): the `service` a registry
+   * names in its token requests and our tokens' audience
+   * (PLATFORM_REGISTRY_SERVICE), and the tokens' issuer
+   * (PLATFORM_REGISTRY_ISSUER), both as the registry's `auth.token` says.
+   */
+  registry: { service: string; issuer: string };
+  /**
+   * The bearer secret the registry's notifications endpoint config sends
+   * (PLATFORM_REGISTRY_NOTIFY_SECRET); "" (unset): POST
+   * /registry/notifications is not served (404). docs/registry-catalogue.md.
+   */
+  registryNotifySecret: string;
+  /**
    * Where /metrics is served instead of the public port (PLATFORM_METRICS_ADDR,
    * host:port; default none: on the public port). With workers, the primary
    * process listens there and serves the whole cluster's view.
@@ -291,6 +304,17 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_DELIVERY_POLL_MS", default: "1000", meaning: "how often due subscriptions are looked for between commits" },
   { name: "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", default: "25", meaning: "event subscriptions one organization's tree may have" },
   { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
+  {
+    name: "PLATFORM_REGISTRY_SERVICE",
+    default: "platform-registry",
+    meaning: "the registry's auth.token.service: audience of registry tokens",
+  },
+  { name: "PLATFORM_REGISTRY_ISSUER", default: "the auth URL", meaning: "the registry's auth.token.issuer: issuer of registry tokens" },
+  {
+    name: "PLATFORM_REGISTRY_NOTIFY_SECRET",
+    default: "none",
+    meaning: "bearer secret of the registry's notifications; unset: POST /registry/notifications answers 404",
+  },
   { name: "PLATFORM_METRICS_ADDR", default: "none", meaning: "host:port to serve /metrics on instead of the public port" },
   { name: "PLATFORM_DATABASE_POOL_SIZE", default: "10", meaning: "PostgreSQL connections each process keeps at most" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
@@ -332,6 +356,21 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_HEALTH_WATCH_MAX_MS", default: "1800000", meaning: "a grpc.health.v1 Health/Watch stream ends (OK) after this" },
   { name: "PLATFORM_SKIP_PERMISSION_CHECK", default: "false", meaning: "start even when the data directory is group- or world-accessible" },
 ];
+
+/** A registry token setting: printable, no spaces, at most 256 characters (it is compared with the registry's). */
+function registryText(env: NodeJS.ProcessEnv, name: string, fallback: string, problems: string[]): string {
+  const value = env[name] ?? fallback;
+  if (!/^[\x21-\x7e]{1,256}$/.test(value)) problems.push(`${name}: must be 1 to 256 printable characters without spaces`);
+  return value;
+}
+
+/** PLATFORM_REGISTRY_NOTIFY_SECRET: unset, or 16 to 256 printable characters (a header value the registry sends). */
+function notifySecret(env: NodeJS.ProcessEnv, problems: string[]): string {
+  const value = env.PLATFORM_REGISTRY_NOTIFY_SECRET ?? "";
+  if (value !== "" && !/^[\x21-\x7e]{16,256}$/.test(value))
+    problems.push("PLATFORM_REGISTRY_NOTIFY_SECRET: must be 16 to 256 printable characters without spaces");
+  return value;
+}
 
 /** The variables as aligned lines for a help text. */
 export function environmentHelp(): string {
@@ -558,6 +597,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxSubscriptionsPerOrg: integer(env, "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", 25, 1, 100_000, problems),
     eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
+    registry: {
+      service: registryText(env, "PLATFORM_REGISTRY_SERVICE", "platform-registry", problems),
+      issuer: registryText(env, "PLATFORM_REGISTRY_ISSUER", authUrl, problems),
+    },
+    registryNotifySecret: notifySecret(env, problems),
     metricsAddr: metricsAddress(env, problems),
     databasePoolSize: integer(env, "PLATFORM_DATABASE_POOL_SIZE", 10, 1, 1000, problems),
     skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),

@@ -16,10 +16,13 @@ import type { Config } from "../config.js";
 import { createDeliverer } from "../delivery/deliverer.js";
 import { invalidField, UnavailableError } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
+import { installRegistryNotifications } from "../registry/notifications-route.js";
+import { installRegistryToken } from "../registry/routes.js";
 import { FeedCursors } from "../services/events/feed-cursor.js";
 import { startEventRetention } from "../services/events/retention.js";
 import { createFeedNotifier } from "../services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
+import { identityAssumer } from "../services/oidc/sts.js";
 import { PageTokenSealer } from "../store/page-token.js";
 import { seedBuiltinRoles } from "../store/seed.js";
 import type { Store } from "../store/store.js";
@@ -358,6 +361,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     metrics.registry,
   );
   installWellKnown(app, config, tokens);
+  installRegistryNotifications(app, { store, now, events: deps.events, secret: config.registryNotifySecret });
+  installRegistryToken(app, { config, store, authz: authorizer, authenticator: loggedAuthenticator, assume: identityAssumer(deps), now });
 
   // With PLATFORM_METRICS_ADDR, /metrics has a listener of its own (in worker mode, the primary's) instead of a route.
   const metricsListener = await listenForMetrics(config, metrics, app.log);

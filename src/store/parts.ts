@@ -77,7 +77,7 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
   tags: {
     table: "tags",
     cached: true,
-    methods: { put: "write", get: "read", list: "read", delete: "write" },
+    methods: { put: "write", get: "read", list: "read", delete: "write", putFromRegistry: "write", deleteFromRegistry: "write" },
   },
   advisories: {
     table: "advisories",

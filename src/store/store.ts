@@ -458,6 +458,28 @@ export interface SyncTagStore {
   list(query: ListQuery<TagFilter, TagOrder>): ListResult<TagRecord>;
   /** Deletes the tag; NotFoundError when absent. */
   delete(uid: string): void;
+  /**
+   * Points the repo's tag of tag.name at tag.digest for a change the registry
+   * made at sourceTimeUs (microseconds since the epoch: a notification's
+   * timestamp, or when a reconcile read the registry). Creates the tag (with
+   * tag.uid), or moves the existing one (keeping its uid, deprecation and
+   * bundles), unless what set it is not older (supersedes() in rows/tags.ts;
+   * an API put counts at its update time): a late redelivery never regresses a
+   * tag. A tag already at the digest only has its source time advanced, and
+   * nothing is done when the digest was deleted from the repo at or after
+   * sourceTimeUs (deleteFromRegistry remembers it). Returns the stored tag
+   * and whether it was created, or null when nothing visible changed.
+   * NotFoundError for a missing repo.
+   */
+  putFromRegistry(tag: TagRecord, sourceTimeUs: number): { tag: TagRecord; created: boolean } | null;
+  /**
+   * Deletes the repo's tags the selector names (at a digest, or by name) that
+   * were set before sourceTimeUs, and returns them by name; a tag set again
+   * since stays. For a digest, remembers that it was deleted at sourceTimeUs
+   * (for DELETED_DIGEST_RETENTION_US in rows/tags.ts), so an older push of it
+   * delivered later is not applied. Nothing happens for a missing repo.
+   */
+  deleteFromRegistry(repoUid: string, which: { digest: string } | { name: string }, sourceTimeUs: number): TagRecord[];
 }
 
 /** Advisory orderings the store supports. */

@@ -52,20 +52,15 @@ function personName(claims: UpstreamClaims): string {
 }
 
 /**
- * SecurityTokenService: exchanges an upstream OIDC token for a one-hour API
- * token whose audience is the API's base URL. With `identity` it assumes that identity (claimMatch or
- * staticKeys); with `identity_provider` it signs a person in through that
- * organization's provider, registering them in its group; with neither, it
- * signs a person in from a trusted issuer, registering their root-level
- * identity on first sign-in. When the upstream token could not be checked
- * (its issuer did not answer, or the organization's share of fetch capacity
- * is in use) the answer is UNAVAILABLE, not a refusal: see upstream.ts.
- * An upstream token claiming a longer life than its kind allows (static keys
- * 24 h, online issuers 7 days: upstream.ts) is refused as an expired one is.
+ * Checks that an upstream OIDC token may assume the identity uid (its
+ * claimMatch or staticKeys relationship) and returns the identity; one
+ * PermissionDeniedError for a missing identity and a token that may not
+ * assume it. The exchange and the registry's token endpoint both use it.
  */
-export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
+export function identityAssumer(
+  deps: Pick<ServiceDeps, "store" | "upstream" | "urls" | "now">,
+): (uid: string, token: string) => Promise<IdentityRecord> {
   const { store } = deps;
-
   async function assume(uid: string, token: string): Promise<IdentityRecord> {
     try {
       return await assumeOrThrow(uid, token);
@@ -97,6 +92,25 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     }
     return identity;
   }
+  return assume;
+}
+
+/**
+ * SecurityTokenService: exchanges an upstream OIDC token for a one-hour API
+ * token whose audience is the API's base URL. With `identity` it assumes that identity (claimMatch or
+ * staticKeys); with `identity_provider` it signs a person in through that
+ * organization's provider, registering them in its group; with neither, it
+ * signs a person in from a trusted issuer, registering their root-level
+ * identity on first sign-in. When the upstream token could not be checked
+ * (its issuer did not answer, or the organization's share of fetch capacity
+ * is in use) the answer is UNAVAILABLE, not a refusal: see upstream.ts.
+ * An upstream token claiming a longer life than its kind allows (static keys
+ * 24 h, online issuers 7 days: upstream.ts) is refused as an expired one is.
+ */
+export function createStsService(deps: ServiceDeps): ServiceImpl<typeof SecurityTokenService> {
+  const { store } = deps;
+
+  const assume = identityAssumer(deps);
 
   async function signIn(ctx: HandlerContext, token: string): Promise<IdentityRecord> {
     const claims = await deps.upstream.verify(token, (iss) => deps.signIn.issuers.includes(iss));

@@ -34,7 +34,7 @@ const INTERNAL = { catalog_tier: "catalogTier", bundles: "bundles", aliases: "al
 const TIERS = new Set<number>(Object.values(CatalogTier).filter((v): v is number => typeof v === "number"));
 
 /** The API shape of a stored repo. */
-function repoMessage(r: RepoRecord): Repo {
+export function repoMessage(r: RepoRecord): Repo {
   return create(RepoSchema, {
     uid: r.uid,
     name: r.name,

@@ -19,7 +19,7 @@ const PAGING: PagingSpec<TagOrder> = {
 };
 
 /** The API shape of a stored tag; tags have an update time only. */
-function tagMessage(t: TagRecord): Tag {
+export function tagMessage(t: TagRecord): Tag {
   return create(TagSchema, {
     uid: t.uid,
     name: t.name,

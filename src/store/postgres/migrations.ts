@@ -362,6 +362,22 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX events_id ON events (id);
   `,
   },
+  // 7: tag source times and deleted digests, as SQLite's 12th migration: the
+  // time (microseconds) of the registry event that last set a tag (NULL when
+  // an API call set it), and when a manifest was deleted from a repo.
+  {
+    name: "tag source times and deleted digests",
+    sql: `
+  ALTER TABLE tags ADD COLUMN source_time_us bigint;
+  CREATE TABLE registry_deleted_digests (
+    repo_uid text COLLATE "C" NOT NULL REFERENCES repos(uid) ON DELETE CASCADE,
+    digest text COLLATE "C" NOT NULL,
+    time_us bigint NOT NULL,
+    PRIMARY KEY (repo_uid, digest)
+  );
+  CREATE INDEX registry_deleted_digests_time ON registry_deleted_digests (time_us, repo_uid, digest);
+  `,
+  },
 ];
 
 /**

@@ -1,11 +1,23 @@
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
-import { filterClauses, TABLE, toRecord, type TagRow } from "../rows/tags.js";
+import {
+  DELETED_DIGEST_RETENTION_US,
+  filterClauses,
+  SOURCE_TIME_SQL,
+  supersedes,
+  TABLE,
+  toRecord,
+  type SourcedTagRow,
+  type TagRow,
+} from "../rows/tags.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
 import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
+
+/** A tag with the time of what set it. */
+const SOURCED = `SELECT ${TABLE.select}, ${SOURCE_TIME_SQL} AS source_time FROM tags`;
 
 /** TagStore over PostgreSQL. put() creates or updates by (repo, name), the unique constraint deciding a race. */
 export class PgTagStore implements TagStore {
@@ -24,6 +36,8 @@ export class PgTagStore implements TagStore {
         deprecated: stored.deprecated,
         bundles: JSON.stringify(stored.bundles),
         update_time: stored.updateTime,
+        // An API put is the tag's newest source: its update time counts (SOURCE_TIME_SQL).
+        source_time_us: null,
       };
       if (existing) {
         if (opts.mayUpdate === false) throw new PermissionDeniedError();
@@ -62,5 +76,67 @@ export class PgTagStore implements TagStore {
   async delete(uid: string): Promise<void> {
     const { rowCount } = await this.run.q.query("DELETE FROM tags WHERE uid = $1", [uid]);
     if (!rowCount) throw new NotFoundError("tag", uid);
+  }
+
+  putFromRegistry(tag: TagRecord, sourceTimeUs: number): Promise<{ tag: TagRecord; created: boolean } | null> {
+    return this.run.atomically(async (q) => {
+      if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [tag.repoUid]))) throw new NotFoundError("repo", tag.repoUid);
+      const deleted = await one<{ time_us: number | string }>(
+        q,
+        "SELECT time_us FROM registry_deleted_digests WHERE repo_uid = ? AND digest = ?",
+        [tag.repoUid, tag.digest],
+      );
+      if (deleted && Number(deleted.time_us) >= sourceTimeUs) return null;
+      const existing = await one<SourcedTagRow>(q, `${SOURCED} WHERE parent_uid = ? AND name = ? FOR UPDATE`, [tag.repoUid, tag.name]);
+      if (existing) {
+        if (!supersedes(sourceTimeUs, tag.digest, Number(existing.source_time), existing.digest)) return null;
+        if (existing.digest === tag.digest) {
+          await updateRow(q, "tags", existing.uid, { source_time_us: sourceTimeUs });
+          return null;
+        }
+        await updateRow(q, "tags", existing.uid, { digest: tag.digest, update_time: tag.updateTime, source_time_us: sourceTimeUs });
+        return { tag: { ...toRecord(existing), digest: tag.digest, updateTime: tag.updateTime }, created: false };
+      }
+      if (await exists(q, "SELECT 1 FROM tags WHERE uid = ?", [tag.uid])) throw new AlreadyExistsError("tag", tag.uid);
+      try {
+        await insertRow(q, "tags", {
+          uid: tag.uid,
+          parent_uid: tag.repoUid,
+          name: tag.name,
+          digest: tag.digest,
+          deprecated: tag.deprecated,
+          bundles: JSON.stringify(tag.bundles),
+          update_time: tag.updateTime,
+          is_referrer: isReferrerTag(tag.name),
+          is_dated: isDatedTag(tag.name),
+          is_epoch: isEpochTag(tag.name),
+          source_time_us: sourceTimeUs,
+        });
+      } catch (err) {
+        if (sqlState(err) === "23505") throw new AlreadyExistsError("tag", tag.uid);
+        if (sqlState(err) === "23503") throw new NotFoundError("repo", tag.repoUid);
+        throw err;
+      }
+      return { tag, created: true };
+    });
+  }
+
+  deleteFromRegistry(repoUid: string, which: { digest: string } | { name: string }, sourceTimeUs: number): Promise<TagRecord[]> {
+    return this.run.atomically(async (q) => {
+      const [column, value] = "digest" in which ? ["digest", which.digest] : ["name", which.name];
+      const { rows } = await q.query<SourcedTagRow>(
+        `DELETE FROM tags WHERE parent_uid = $1 AND ${column} = $2 AND ${SOURCE_TIME_SQL} < $3 RETURNING ${TABLE.select}`,
+        [repoUid, value, sourceTimeUs],
+      );
+      if ("digest" in which && (await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [repoUid]))) {
+        await q.query("DELETE FROM registry_deleted_digests WHERE time_us < $1", [sourceTimeUs - DELETED_DIGEST_RETENTION_US]);
+        await q.query(
+          `INSERT INTO registry_deleted_digests (repo_uid, digest, time_us) VALUES ($1, $2, $3)
+           ON CONFLICT (repo_uid, digest) DO UPDATE SET time_us = GREATEST(registry_deleted_digests.time_us, excluded.time_us)`,
+          [repoUid, which.digest, sourceTimeUs],
+        );
+      }
+      return rows.map(toRecord).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    });
   }
 }

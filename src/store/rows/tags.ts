@@ -41,3 +41,29 @@ export function filterClauses(f: TagFilter, d: ListDialect): Clause[] {
   if (!f.includeEpochs) filters.push({ sql: d.isFalse("t.is_epoch"), params: [] });
   return filters;
 }
+
+/**
+ * The time (microseconds) of what last set a tag, as SQL over the tags table:
+ * the registry event's (source_time_us), or for a tag an API call set, its
+ * update time.
+ */
+export const SOURCE_TIME_SQL = "COALESCE(source_time_us, update_time * 1000)";
+
+/** A tag row with its source time (SOURCE_TIME_SQL AS source_time). */
+export type SourcedTagRow = TagRow & { source_time: number | string };
+
+/**
+ * True when a registry change at sourceTime to digest supersedes what set the
+ * tag (at storedTime, to storedDigest): a later time wins; at the same
+ * microsecond, the greater digest, so every order of delivery ends alike.
+ */
+export function supersedes(sourceTime: number, digest: string, storedTime: number, storedDigest: string): boolean {
+  return sourceTime > storedTime || (sourceTime === storedTime && digest > storedDigest);
+}
+
+/**
+ * How long a repo remembers that a manifest was deleted (registry_deleted_digests): longer than the
+ * registry retries a notification in practice, so a push delivered after its manifest's delete is not
+ * applied. Older entries are pruned at the next delete.
+ */
+export const DELETED_DIGEST_RETENTION_US = 30 * 86_400_000_000;

@@ -282,6 +282,27 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX events_id ON events(id);
   `,
   },
+  // 12: the time (microseconds) of the registry event that last set a tag
+  // (src/registry/notifications-catalogue.ts): a late redelivery of an older
+  // push or delete never regresses the tag. NULL for a tag an API call set:
+  // its update time counts instead. registry_deleted_digests remembers when
+  // a manifest was deleted from a repo, so a push older than the delete,
+  // delivered after it, does not bring its tag back; kept for
+  // DELETED_DIGEST_RETENTION_US (src/store/rows/tags.ts). (IF NOT EXISTS: the
+  // older-schema tests rebuild tags and repos beside a table they keep.)
+  {
+    name: "tag source times and deleted digests",
+    sql: `
+  ALTER TABLE tags ADD COLUMN source_time_us INTEGER;
+  CREATE TABLE IF NOT EXISTS registry_deleted_digests (
+    repo_uid TEXT NOT NULL REFERENCES repos(uid) ON DELETE CASCADE,
+    digest TEXT NOT NULL,
+    time_us INTEGER NOT NULL,
+    PRIMARY KEY (repo_uid, digest)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX IF NOT EXISTS registry_deleted_digests_time ON registry_deleted_digests(time_us, repo_uid, digest);
+  `,
+  },
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */

@@ -1,7 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError, PermissionDeniedError } from "../../domain/errors.js";
 import { isDatedTag, isEpochTag, isReferrerTag } from "../../domain/registry-names.js";
-import { filterClauses, TABLE, toRecord, type TagRow } from "../rows/tags.js";
+import {
+  DELETED_DIGEST_RETENTION_US,
+  filterClauses,
+  SOURCE_TIME_SQL,
+  supersedes,
+  TABLE,
+  toRecord,
+  type SourcedTagRow,
+  type TagRow,
+} from "../rows/tags.js";
 import type { ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord } from "../store.js";
 import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 
@@ -19,6 +28,14 @@ export class SqliteTagStore implements SyncTagStore {
   private readonly repoExistsStmt: Statement;
   private readonly updateStmt: Statement;
   private readonly deleteStmt: Statement;
+  private readonly sourcedByNameStmt: Statement;
+  private readonly sourcedByDigestStmt: Statement;
+  private readonly insertSourcedStmt: Statement;
+  private readonly moveStmt: Statement;
+  private readonly setSourceStmt: Statement;
+  private readonly deletedAtStmt: Statement;
+  private readonly rememberDeletedStmt: Statement;
+  private readonly pruneDeletedStmt: Statement;
 
   constructor(
     private readonly db: Database,
@@ -32,9 +49,27 @@ export class SqliteTagStore implements SyncTagStore {
     this.byNameStmt = db.prepare(`SELECT ${TABLE.select} FROM tags WHERE parent_uid = ? AND name = ?`);
     this.repoExistsStmt = db.prepare("SELECT 1 FROM repos WHERE uid = ?");
     this.updateStmt = db.prepare(
-      "UPDATE tags SET digest = @digest, deprecated = @deprecated, bundles = @bundles, update_time = @updateTime WHERE uid = @uid",
+      // An API put is the tag's newest source: its update time counts (SOURCE_TIME_SQL).
+      "UPDATE tags SET digest = @digest, deprecated = @deprecated, bundles = @bundles, update_time = @updateTime, source_time_us = NULL WHERE uid = @uid",
     );
     this.deleteStmt = db.prepare("DELETE FROM tags WHERE uid = ?");
+    const sourced = `SELECT ${TABLE.select}, ${SOURCE_TIME_SQL} AS source_time FROM tags`;
+    this.sourcedByNameStmt = db.prepare(`${sourced} WHERE parent_uid = ? AND name = ?`);
+    this.sourcedByDigestStmt = db.prepare(`${sourced} WHERE parent_uid = ? AND digest = ? ORDER BY name`);
+    this.insertSourcedStmt = db.prepare(
+      `INSERT INTO tags (uid, parent_uid, name, digest, deprecated, bundles, update_time, is_referrer, is_dated, is_epoch, source_time_us)
+       VALUES (@uid, @repoUid, @name, @digest, @deprecated, @bundles, @updateTime, @isReferrer, @isDated, @isEpoch, @sourceTime)`,
+    );
+    this.moveStmt = db.prepare(
+      "UPDATE tags SET digest = @digest, update_time = @updateTime, source_time_us = @sourceTime WHERE uid = @uid",
+    );
+    this.setSourceStmt = db.prepare("UPDATE tags SET source_time_us = ? WHERE uid = ?");
+    this.deletedAtStmt = db.prepare("SELECT time_us FROM registry_deleted_digests WHERE repo_uid = ? AND digest = ?").pluck();
+    this.rememberDeletedStmt = db.prepare(
+      `INSERT INTO registry_deleted_digests (repo_uid, digest, time_us) VALUES (?, ?, ?)
+       ON CONFLICT (repo_uid, digest) DO UPDATE SET time_us = MAX(time_us, excluded.time_us)`,
+    );
+    this.pruneDeletedStmt = db.prepare("DELETE FROM registry_deleted_digests WHERE time_us < ?");
   }
 
   put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): { tag: TagRecord; created: boolean } {
@@ -72,5 +107,55 @@ export class SqliteTagStore implements SyncTagStore {
   delete(uid: string): void {
     const deleted = this.deleteStmt.run(uid).changes > 0;
     if (!deleted) throw new NotFoundError("tag", uid);
+  }
+
+  putFromRegistry(tag: TagRecord, sourceTimeUs: number): { tag: TagRecord; created: boolean } | null {
+    return this.db
+      .transaction(() => {
+        if (!this.repoExistsStmt.get(tag.repoUid)) throw new NotFoundError("repo", tag.repoUid);
+        const deletedAt = this.deletedAtStmt.get(tag.repoUid, tag.digest) as number | undefined;
+        if (deletedAt !== undefined && deletedAt >= sourceTimeUs) return null;
+        const existing = this.sourcedByNameStmt.get(tag.repoUid, tag.name) as SourcedTagRow | undefined;
+        if (existing) {
+          if (!supersedes(sourceTimeUs, tag.digest, Number(existing.source_time), existing.digest)) return null;
+          if (existing.digest === tag.digest) {
+            this.setSourceStmt.run(sourceTimeUs, existing.uid);
+            return null;
+          }
+          this.moveStmt.run({ uid: existing.uid, digest: tag.digest, updateTime: tag.updateTime, sourceTime: sourceTimeUs });
+          return { tag: { ...toRecord(existing), digest: tag.digest, updateTime: tag.updateTime }, created: false };
+        }
+        if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
+        this.insertSourcedStmt.run({
+          ...tag,
+          deprecated: tag.deprecated ? 1 : 0,
+          bundles: JSON.stringify(tag.bundles),
+          isReferrer: isReferrerTag(tag.name) ? 1 : 0,
+          isDated: isDatedTag(tag.name) ? 1 : 0,
+          isEpoch: isEpochTag(tag.name) ? 1 : 0,
+          sourceTime: sourceTimeUs,
+        });
+        return { tag, created: true };
+      })
+      .immediate();
+  }
+
+  deleteFromRegistry(repoUid: string, which: { digest: string } | { name: string }, sourceTimeUs: number): TagRecord[] {
+    return this.db
+      .transaction(() => {
+        const rows = (
+          "digest" in which
+            ? this.sourcedByDigestStmt.all(repoUid, which.digest)
+            : [this.sourcedByNameStmt.get(repoUid, which.name)].filter((r) => r !== undefined)
+        ) as SourcedTagRow[];
+        const older = rows.filter((r) => Number(r.source_time) < sourceTimeUs);
+        for (const r of older) this.deleteStmt.run(r.uid);
+        if ("digest" in which && this.repoExistsStmt.get(repoUid)) {
+          this.pruneDeletedStmt.run(sourceTimeUs - DELETED_DIGEST_RETENTION_US);
+          this.rememberDeletedStmt.run(repoUid, which.digest, sourceTimeUs);
+        }
+        return older.map(toRecord);
+      })
+      .immediate();
   }
 }
