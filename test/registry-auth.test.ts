@@ -127,7 +127,7 @@ describe("registry token endpoint", () => {
   test("grants exactly what the role bindings allow at the repository's organization", async () => {
     const scope = [`repository:${org}/app:pull,push,delete`];
     assert.deepEqual(await accessOf(apiCreds(viewer), scope), [{ type: "repository", name: `${org}/app`, actions: ["pull"] }]);
-    // The registry.push bundle holds manifest.delete too (contract §17).
+    // The registry.push bundle holds manifest.delete too (the built-in role: tag and manifest create, update, delete).
     assert.deepEqual(await accessOf(apiCreds(pusher), scope), [
       { type: "repository", name: `${org}/app`, actions: ["pull", "push", "delete"] },
     ]);
