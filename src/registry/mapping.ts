@@ -9,7 +9,7 @@
  * group, so no role binding can apply to it.
  */
 import { REPO_NAME_MAX, REPO_NAME_PATTERN } from "../domain/registry-names.js";
-import type { RepoRecord, Store } from "../store/store.js";
+import type { RepoRecord, StoreParts } from "../store/store.js";
 
 /** The longest repository path accepted: the org uid, a slash and the longest repo name. */
 export const REGISTRY_PATH_MAX = 40 + 1 + REPO_NAME_MAX;
@@ -41,8 +41,8 @@ export function registryPath(orgUid: string, name: string): string {
   return `${orgUid}/${name}`;
 }
 
-/** The repo a mapped path names, or null when the organization holds no repo of that name. */
-export async function findRepo(store: Store, repository: RegistryRepository): Promise<RepoRecord | null> {
+/** The repo a mapped path names (read through the store or inside a transaction), or null when there is none. */
+export async function findRepo(store: StoreParts, repository: RegistryRepository): Promise<RepoRecord | null> {
   const page = await store.repos.list({
     hierarchy: { childrenOf: repository.orgUid },
     filter: { name: repository.name },

@@ -18,8 +18,8 @@ import { lightContext } from "../server/context.js";
 import { withEvents, type Change, type EventDeps } from "../services/events.js";
 import { repoMessage } from "../services/registry/repos.js";
 import { tagMessage } from "../services/registry/tags.js";
-import type { RepoRecord, Store, StoreParts, TagRecord } from "../store/store.js";
-import type { RegistryRepository } from "./mapping.js";
+import type { RepoRecord, Store, TagRecord } from "../store/store.js";
+import { findRepo, type RegistryRepository } from "./mapping.js";
 
 /** What the catalogue writer needs: the store, the clock and how events are written (ServiceDeps has all three). */
 export interface CatalogueDeps {
@@ -56,20 +56,6 @@ export interface RegistryCatalogue {
   ): Promise<CatalogueOutcome>;
 }
 
-/** The repo of that name directly in the organization, read in the transaction. */
-async function repoIn(tx: StoreParts, where: RegistryRepository): Promise<RepoRecord | null> {
-  const page = await tx.repos.list({
-    hierarchy: { childrenOf: where.orgUid },
-    filter: { name: where.name },
-    order: { field: "uid", desc: false },
-    after: null,
-    offset: 0,
-    limit: 1,
-    visibleWithin: null,
-  });
-  return page.items[0] ?? null;
-}
-
 /**
  * The context the events of a registry change are written under: withEvents
  * reads the request id from it (the actor is set on each change). The
@@ -96,7 +82,7 @@ export function createRegistryCatalogue(deps: CatalogueDeps): RegistryCatalogue 
       deps,
       originContext(origin),
       async (tx) => {
-        let repo = await repoIn(tx, where);
+        let repo = await findRepo(tx, where);
         let createdRepo: RepoRecord | null = null;
         if (repo === null) {
           if (!(await tx.groups.get(where.orgUid))) return null;
@@ -176,7 +162,7 @@ export function createRegistryCatalogue(deps: CatalogueDeps): RegistryCatalogue 
         deps,
         originContext(origin),
         async (tx) => {
-          const repo = await repoIn(tx, where);
+          const repo = await findRepo(tx, where);
           return repo === null ? [] : tx.tags.deleteFromRegistry(repo.uid, which, timeUs);
         },
         (tags) =>

@@ -73,9 +73,9 @@ export async function reconcileCatalogue(deps: CatalogueDeps, client: RegistryCl
       if (outcome === "applied") summary.tagsCreatedOrMoved++;
       else if (outcome === "unchanged") summary.tagsUnchanged++;
     }
-    if (!existed && names.length > 0 && (await findRepo(deps.store, where)) !== null) summary.reposCreated++;
     const repo = await findRepo(deps.store, where);
     if (repo === null) continue;
+    if (!existed) summary.reposCreated++;
     const inRegistry = new Set(names);
     for (const tag of await catalogueTagNames(deps, repo.uid, opts.maxTagsPerRepo)) {
       if (inRegistry.has(tag)) continue;
