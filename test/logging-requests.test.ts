@@ -15,7 +15,7 @@ import { after, before, test } from "node:test";
 import { within } from "./support/assertions.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
-const BOUND_MS = 10_000;
+const BOUND_MS = 30_000;
 
 interface LogLine {
   level: number;
@@ -37,7 +37,7 @@ function lines(): LogLine[] {
 
 /** Waits (a liveness bound) for the lines of reqId to include one that matches, then returns all of them. */
 async function linesOf(reqId: string, until: (l: LogLine) => boolean): Promise<LogLine[]> {
-  for (let i = 0; i < 500 && !lines().some((l) => l.reqId === reqId && until(l)); i++) await new Promise((r) => setTimeout(r, 10));
+  for (let i = 0; i < 3000 && !lines().some((l) => l.reqId === reqId && until(l)); i++) await new Promise((r) => setTimeout(r, 10));
   const found = lines().filter((l) => l.reqId === reqId);
   assert.ok(found.some(until), `a matching line for ${reqId}; lines: ${raw.join("")}`);
   return found;

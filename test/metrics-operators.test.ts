@@ -118,7 +118,7 @@ describe("one server", () => {
     const start = performance.now();
     while (performance.now() - start < 300);
     let afterwards = await scrape(srv.url);
-    for (let i = 0; i < 200 && count(afterwards) <= count(before); i++) {
+    for (let i = 0; i < 1200 && count(afterwards) <= count(before); i++) {
       await new Promise((r) => setTimeout(r, 25));
       afterwards = await scrape(srv.url);
     }
@@ -252,7 +252,7 @@ describe("PLATFORM_DATABASE_POOL_SIZE", () => {
       );
       try {
         let samples = await scrape(srv.url);
-        for (let i = 0; i < 400 && (inside < 4 || valueOf(samples, "platform_database_connection_waiters") < 1); i++) {
+        for (let i = 0; i < 1200 && (inside < 4 || valueOf(samples, "platform_database_connection_waiters") < 1); i++) {
           await new Promise((r) => setTimeout(r, 25));
           samples = await scrape(srv.url);
         }
