@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from "node:async_hooks";
 import { writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { isatty } from "node:tty";
@@ -63,23 +62,6 @@ function writeLine(fd: number, bytes: Buffer): void {
       Atomics.wait(SLEEP_CELL, 0, 0, 1);
     }
   }
-}
-
-/** The migration log of the store being opened (see withMigrationLog). */
-const opening = new AsyncLocalStorage<MigrationLog>();
-
-/**
- * Runs open (a store's opening, which migrates its schema) with `log` told of each migration step. The engines'
- * migrations take their log from here (migrationLogInScope), so the log reaches them through the engines'
- * open functions without being an option of each.
- */
-export function withMigrationLog<T>(log: MigrationLog | undefined, open: () => T): T {
-  return log === undefined ? open() : opening.run(log, open);
-}
-
-/** The log of the store being opened in this call chain, if its opener gave one. */
-export function migrationLogInScope(): MigrationLog | undefined {
-  return opening.getStore();
 }
 
 /**

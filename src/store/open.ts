@@ -1,5 +1,5 @@
 import { createCachingStore, DEFAULT_CACHE_LIMITS } from "./caching.js";
-import { withMigrationLog, type MigrationLog } from "./migration-log.js";
+import type { MigrationLog } from "./migration-log.js";
 import { driverUrl, tlsStartupError } from "./postgres/url.js";
 import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
@@ -35,13 +35,18 @@ export async function openEngine(at: StoreLocation): Promise<Store> {
   if (at.databaseUrl !== "") {
     // Loaded only when used: the embedded default never loads the driver.
     const { openPostgresStore } = await import("./postgres/index.js");
-    const open = () => openPostgresStore({ url: driverUrl(at.databaseUrl), maxConnections: at.maxConnections, existing: at.existing });
-    return withMigrationLog(at.migrationLog, open).catch((err: unknown) => {
+    const opts = {
+      url: driverUrl(at.databaseUrl),
+      maxConnections: at.maxConnections,
+      existing: at.existing,
+      migrationLog: at.migrationLog,
+    };
+    return openPostgresStore(opts).catch((err: unknown) => {
       throw tlsStartupError(err, at.databaseUrl) ?? err;
     });
   }
   if (at.existing && at.dataDir !== ":memory:") requireDatabase(at.dataDir);
-  return withMigrationLog(at.migrationLog, () => openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true }));
+  return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true, migrationLog: at.migrationLog });
 }
 
 /** The store a server runs on: the engine, refusing text it cannot store, behind its read caches. */

@@ -82,8 +82,23 @@ export function answerPrimary(registry: Registry): () => void {
 const views = new Map<number, { resolve: (text: string) => void; reject: (err: Error) => void }>();
 let lastView = 0;
 
-/** In a worker: the whole cluster's exposition, from the primary; rejects when the primary does not answer. */
+/** The view this worker has asked the primary for and not yet received: concurrent scrapes share it. */
+let pendingView: Promise<string> | undefined;
+
+/**
+ * In a worker: the whole cluster's exposition, from the primary; rejects when
+ * the primary does not answer. Scrapes that arrive while one is being
+ * gathered get that one's answer, so a flood of anonymous scrapes costs one
+ * request to the primary at a time, not one per scrape.
+ */
 export function clusterExposition(): Promise<string> {
+  pendingView ??= requestView().finally(() => {
+    pendingView = undefined;
+  });
+  return pendingView;
+}
+
+function requestView(): Promise<string> {
   if (lastView === 0) {
     process.on("message", (message: unknown) => {
       if (!isMessage<{ text?: string; error?: string }>(message, VIEW)) return;
@@ -130,6 +145,10 @@ export class ClusterMetrics {
   private readonly collections = new Map<number, Collection>();
   private lastCollection = 0;
   private restarts = 0;
+  /** The exposition being gathered now: scrapes arriving meanwhile share it. */
+  private gathering: Promise<string> | undefined;
+  /** Times the workers were asked for their numbers (platform_metrics_collections_total). */
+  private collectionsStarted = 0;
 
   /** workers(): the live workers and their slots. */
   constructor(private readonly workers: () => ReadonlyMap<Worker, number>) {}
@@ -165,8 +184,21 @@ export class ClusterMetrics {
     }
   }
 
-  /** The whole cluster's Prometheus text: every live worker asked now, WORKER_ANSWER_MS at most. */
-  async exposition(): Promise<string> {
+  /**
+   * The whole cluster's Prometheus text: every live worker asked now,
+   * WORKER_ANSWER_MS at most. Calls made while a collection is under way get
+   * its answer: however many scrapes arrive at once, the workers are asked
+   * once at a time.
+   */
+  exposition(): Promise<string> {
+    this.gathering ??= this.gather().finally(() => {
+      this.gathering = undefined;
+    });
+    return this.gathering;
+  }
+
+  private async gather(): Promise<string> {
+    this.collectionsStarted++;
     const live = this.workers();
     const answered = await this.collect([...live.keys()].filter((w) => w.isConnected()));
     const lists: Metric[][] = [[...this.retired.values()]];
@@ -207,6 +239,12 @@ export class ClusterMetrics {
     return [
       one("platform_workers", "Worker processes running now (PLATFORM_WORKERS)", "gauge", workers),
       one("platform_worker_restarts_total", "Workers that died and were started again by the primary", "counter", this.restarts),
+      one(
+        "platform_metrics_collections_total",
+        "Times the primary asked its workers for their numbers (concurrent scrapes share one)",
+        "counter",
+        this.collectionsStarted,
+      ),
       one(
         "platform_metrics_stale_workers",
         "Workers whose numbers in this scrape are the ones they sent before, for not answering in time",

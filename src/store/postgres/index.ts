@@ -3,6 +3,7 @@ import pg from "pg";
 import { UnavailableError } from "../../domain/errors.js";
 import { describeSystemError, StartupError, systemErrorCode } from "../../startup-error.js";
 import { decorateParts } from "../decorate.js";
+import type { MigrationLog } from "../migration-log.js";
 import { makeParts, type PartName } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
@@ -60,6 +61,8 @@ export interface PostgresStoreOptions {
    * fresh one with StartupError rather than creating the schema and a signing key no server uses.
    */
   existing?: boolean;
+  /** Told of each schema migration step applied while opening. */
+  migrationLog?: MigrationLog;
 }
 
 /**
@@ -282,7 +285,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
         `no platform-api schema in the PostgreSQL database at ${redactedUrl(opts.url)}; start the server first, or set PLATFORM_DATABASE_URL to the server's database`,
       );
     }
-    await migratePostgres(pool);
+    await migratePostgres(pool, undefined, opts.migrationLog);
   } catch (err) {
     await pool.end();
     throw unusable(err, opts.url) ?? err;

@@ -1,6 +1,6 @@
 import type pg from "pg";
 import { StartupError } from "../../startup-error.js";
-import { migrationLogInScope, newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
+import { newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
 import { FIRST_VERSIONED_TABLES } from "../versions.js";
 
 /** One step of the schema: what it changes, in a few words (for the log), and its SQL. */
@@ -432,11 +432,7 @@ export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;
  * code: a rollback to an older binary. (target: a schema version before the
  * newest, for tests of a migration.)
  */
-export async function migratePostgres(
-  pool: pg.Pool,
-  target = MIGRATIONS.length,
-  log: MigrationLog | undefined = migrationLogInScope(),
-): Promise<void> {
+export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length, log?: MigrationLog): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);

@@ -1,5 +1,6 @@
 import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
+import type { MigrationLog } from "../migration-log.js";
 import { makeParts, STORE_PARTS } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { throwIfCancelled } from "../signal.js";
@@ -33,13 +34,15 @@ export interface SqliteStoreOptions {
    * group or others can access. Default true.
    */
   checkPermissions?: boolean;
+  /** Told of each schema migration step applied while opening. */
+  migrationLog?: MigrationLog;
 }
 
 /**
  * The database with the durability settings and the schema migrated. A file SQLite cannot open or read (a
  * directory, another file format, a disk error) is the operator's to fix: StartupError, naming the file.
  */
-function openDatabase(file: string): Database.Database {
+function openDatabase(file: string, migrationLog: MigrationLog | undefined): Database.Database {
   let db: Database.Database | undefined;
   try {
     db = new Database(file);
@@ -55,7 +58,7 @@ function openDatabase(file: string): Database.Database {
         `SQLite refused the durability settings for ${file}: journal_mode=${String(journal)}, synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}`,
       );
     }
-    migrate(db);
+    migrate(db, migrationLog);
     return db;
   } catch (err) {
     db?.close();
@@ -71,7 +74,7 @@ function openDatabase(file: string): Database.Database {
 export function openSqliteStore(opts: SqliteStoreOptions): Store {
   let file = ":memory:";
   if (opts.dataDir !== ":memory:") file = prepareDataDir(opts.dataDir, opts.checkPermissions ?? true);
-  const db = openDatabase(file);
+  const db = openDatabase(file, opts.migrationLog);
 
   const lists = new ListRunner(db);
   const sync: SyncStoreParts = {

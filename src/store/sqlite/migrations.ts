@@ -1,5 +1,5 @@
 import type { Database } from "better-sqlite3";
-import { migrationLogInScope, newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
+import { newerSchemaError, type MigrationLog, type MigrationStep } from "../migration-log.js";
 import { FIRST_VERSIONED_TABLES } from "../versions.js";
 import { ADVISORIES_SCHEMA } from "./advisories-schema.js";
 import { REGISTRY_SCHEMA } from "./registry-schema.js";
@@ -340,7 +340,7 @@ export const SQLITE_SCHEMA_VERSION = MIGRATIONS.length;
  * Brings the database schema up to date inside one transaction per step, telling `log` of each step applied.
  * Refuses (StartupError) a database whose schema is newer than this code: a rollback to an older binary.
  */
-export function migrate(db: Database, log: MigrationLog | undefined = migrationLogInScope()): void {
+export function migrate(db: Database, log: MigrationLog | undefined): void {
   const current = db.pragma("user_version", { simple: true }) as number;
   if (current > MIGRATIONS.length) throw newerSchemaError("sqlite", current, MIGRATIONS.length);
   for (let v = current; v < MIGRATIONS.length; v++) {
