@@ -22,6 +22,13 @@ export interface PartDeclaration<T> {
    * whose every write rides with another table's).
    */
   table: VersionedTable | null;
+  /**
+   * The other versioned tables a write of the part may change, by its own
+   * statements or by a cascade of the schema's (ON DELETE CASCADE): their
+   * versions move with its table's. SQLite moves them itself (sqlite/
+   * table-versions.ts); PostgreSQL's triggers see every table.
+   */
+  alsoChanges?: readonly VersionedTable[];
   /** Whether CachingStore answers the part's reads from memory. */
   cached: boolean;
   methods: MethodKinds<T>;
@@ -39,13 +46,17 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
     cached: true,
     methods: { create: "write", createRoot: "write", rootsCreatedBy: "read", get: "read", list: "read", update: "write", delete: "write" },
   },
+  // Deleting an identity deletes its role bindings.
   identities: {
     table: "identities",
+    alsoChanges: ["role_bindings"],
     cached: true,
     methods: { create: "write", get: "read", list: "read", update: "write", touchLastSeen: "write", delete: "write" },
   },
+  // Deleting a role deletes the invites that would grant it (ON DELETE CASCADE).
   roles: {
     table: "roles",
+    alsoChanges: ["group_invites"],
     cached: true,
     methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
   },

@@ -1,7 +1,9 @@
 /**
  * Table versions: a counter per table that moves in every transaction that
- * writes the table (a trigger bumps it, so cascades count too), on every
- * engine and from every process. Caches key what they keep with the versions
+ * writes the table, cascades included, on every engine and from every
+ * process (PostgreSQL: a statement trigger per table; SQLite: the store
+ * itself, once per group commit, from the tables STORE_PARTS says each
+ * part's writes change). Caches key what they keep with the versions
  * of the tables it was read from, read before the data: an entry is never
  * served once a newer write is known, and nothing is time-based.
  */
@@ -9,7 +11,8 @@
 /**
  * The tables the first version-trigger migrations cover (SQLite's 7th,
  * PostgreSQL's 1st). Frozen with them: a table versioned later gets its
- * triggers in a migration of its own and joins VERSIONED_TABLES.
+ * row (and on PostgreSQL its trigger) in a migration of its own and joins
+ * VERSIONED_TABLES.
  */
 export const FIRST_VERSIONED_TABLES = [
   "groups",

@@ -26,6 +26,7 @@ import {
   group,
   hierarchyFixture,
   identity,
+  invite,
   query,
   role,
   sorted,
@@ -614,6 +615,27 @@ export function iamConformance(getStore: () => Store): void {
       assert.ok(after.roles > before.roles, "roles moved");
       assert.equal(after.identities, before.identities, "identities did not");
       assert.equal(after.role_bindings, before.role_bindings, "role bindings did not");
+    });
+
+    test("readVersions moves the tables a cascade changed: an identity's delete, its bindings'; a role's, its invites'", async () => {
+      const store = getStore();
+      await store.groups.create(group(A, null, "org"));
+      await store.identities.create(identity(SA, A, "robot"));
+      await store.roles.create(role(RA, A, "editor"));
+      await store.roleBindings.create([binding(bindingUid(A, 1), A, SA, RA)]);
+      await store.groupInvites.create(invite(`${A}/${"7".repeat(16)}`, A, RA, "key-cascade"));
+      let before = await store.readVersions();
+      await store.identities.delete(SA);
+      let after = await store.readVersions();
+      assert.ok(after.identities > before.identities, "identities moved");
+      assert.ok(after.role_bindings > before.role_bindings, "role bindings moved with the identity's delete");
+      assert.equal(await store.roleBindings.get(bindingUid(A, 1)), null);
+      before = after;
+      await store.roles.delete(RA);
+      after = await store.readVersions();
+      assert.ok(after.roles > before.roles, "roles moved");
+      assert.ok(after.group_invites > before.group_invites, "invites moved with the role's delete");
+      assert.equal(await store.groupInvites.get(`${A}/${"7".repeat(16)}`), null);
     });
   });
 }

@@ -1,4 +1,4 @@
-import type { Database } from "better-sqlite3";
+import type { Database, Statement } from "better-sqlite3";
 import type { ConnectionGate } from "./async.js";
 
 interface PendingWrite {
@@ -8,32 +8,57 @@ interface PendingWrite {
   reject: (err: unknown) => void;
 }
 
+/** How one write of a group ended. */
+type Outcome = { ok: true; value: unknown } | { ok: false; err: unknown };
+
 /**
  * Group commit: the writes that arrive while one commit is syncing to disk
  * are committed together by the next, one fsync for all of them. With
  * synchronous=FULL a commit costs about one fsync whatever it holds, so N
  * concurrent writers cost one fsync instead of N.
  *
- * Each write runs in its own savepoint: one that throws is rolled back alone
- * and rejects, the others commit. Every write's promise settles only after
- * the commit that holds it: an acknowledged write is on disk. A failed COMMIT
- * (disk full, I/O error) rejects every write of the group; none is kept.
+ * A write that throws is rejected alone; the others commit. Every write's
+ * promise settles only after the commit that holds it: an acknowledged write
+ * is on disk. A failed COMMIT (disk full, I/O error) rejects every write of
+ * the group; none is kept.
+ *
+ * The writes run bare first, with no savepoint each: a savepoint makes SQLite
+ * copy every page a write touches into its sub-journal, which outgrows its
+ * 64 KiB in memory within a few writes and then goes to a temporary file,
+ * page by page (measured: most of what a create cost beyond its INSERTs). A
+ * write that throws having changed nothing (the common failure: a check, a
+ * constraint refusing its one statement, which SQLite undoes) is simply
+ * rejected. One that throws after it changed rows (a transaction function
+ * that wrote, then refused) cannot be undone alone: the group is rolled back
+ * and run again with a savepoint per write, as it always was. So a write
+ * function may run twice, as on PostgreSQL, which runs a transaction again
+ * after a serialization failure; the store's writes and transaction
+ * functions are written for that.
  */
 export class GroupCommitter {
   private queue: PendingWrite[] = [];
   private scheduled = false;
+  private readonly totalChanges: Statement;
+  /** Groups run again with a savepoint per write (platform_sqlite_group_reruns_total). */
+  reruns = 0;
 
   constructor(
     private readonly db: Database,
     private readonly gate: ConnectionGate,
-    /** Told after every group, committed or rolled back. */
-    private readonly onSettled: () => void,
-  ) {}
+    private readonly hooks: {
+      /** Runs inside the transaction just before COMMIT (the table versions' bumps). */
+      beforeCommit: () => void;
+      /** Told after every group, committed or rolled back. */
+      settled: () => void;
+    },
+  ) {
+    this.totalChanges = db.prepare("SELECT total_changes()").pluck();
+  }
 
   /**
-   * Runs fn in the next group, in a savepoint of its own; resolves with its
-   * result once committed. fn may be asynchronous (a transaction function):
-   * the group awaits it before running the next.
+   * Runs fn in the next group; resolves with its result once committed. fn
+   * may be asynchronous (a transaction function): the group awaits it before
+   * running the next. fn may be run twice (see the class).
    */
   write<T>(fn: () => T): Promise<Awaited<T>> {
     return new Promise<Awaited<T>>((resolve, reject) => {
@@ -52,27 +77,26 @@ export class GroupCommitter {
       const group = this.queue;
       this.queue = [];
       if (group.length === 0) return;
-      const outcomes: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
+      let outcomes: Outcome[];
       try {
         this.db.exec("BEGIN IMMEDIATE");
-        for (const w of group) {
-          this.db.exec("SAVEPOINT write");
-          try {
-            outcomes.push({ ok: true, value: await w.run() });
-            this.db.exec("RELEASE write");
-          } catch (err) {
-            this.db.exec("ROLLBACK TO write");
-            this.db.exec("RELEASE write");
-            outcomes.push({ ok: false, err });
-          }
+        const bare = await this.runBare(group);
+        if (bare === null) {
+          this.reruns++;
+          this.db.exec("ROLLBACK");
+          this.db.exec("BEGIN IMMEDIATE");
+          outcomes = await this.runIsolated(group);
+        } else {
+          outcomes = bare;
         }
+        this.hooks.beforeCommit();
         this.db.exec("COMMIT");
       } catch (err) {
         if (this.db.inTransaction) this.db.exec("ROLLBACK");
         for (const w of group) w.reject(err);
         return;
       } finally {
-        this.onSettled();
+        this.hooks.settled();
       }
       group.forEach((w, i) => {
         const outcome = outcomes[i]!;
@@ -80,5 +104,44 @@ export class GroupCommitter {
         else w.reject(outcome.err);
       });
     });
+  }
+
+  /**
+   * Runs each write with no savepoint. Returns their outcomes, or null when
+   * one threw after changing rows (the group must be run again, isolated).
+   * Throws when SQLite itself ended the transaction (an I/O error): the
+   * group fails.
+   */
+  private async runBare(group: readonly PendingWrite[]): Promise<Outcome[] | null> {
+    const outcomes: Outcome[] = [];
+    for (const w of group) {
+      const before = this.totalChanges.get() as number;
+      try {
+        outcomes.push({ ok: true, value: await w.run() });
+      } catch (err) {
+        if (!this.db.inTransaction) throw err;
+        if ((this.totalChanges.get() as number) !== before) return null;
+        outcomes.push({ ok: false, err });
+      }
+    }
+    return outcomes;
+  }
+
+  /** Runs each write in a savepoint of its own: one that throws is rolled back alone. */
+  private async runIsolated(group: readonly PendingWrite[]): Promise<Outcome[]> {
+    const outcomes: Outcome[] = [];
+    for (const w of group) {
+      this.db.exec("SAVEPOINT write");
+      try {
+        outcomes.push({ ok: true, value: await w.run() });
+        this.db.exec("RELEASE write");
+      } catch (err) {
+        if (!this.db.inTransaction) throw err;
+        this.db.exec("ROLLBACK TO write");
+        this.db.exec("RELEASE write");
+        outcomes.push({ ok: false, err });
+      }
+    }
+    return outcomes;
   }
 }

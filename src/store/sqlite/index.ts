@@ -1,7 +1,7 @@
 import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
 import type { MigrationLog } from "../migration-log.js";
-import { makeParts, STORE_PARTS } from "../parts.js";
+import { makeParts, STORE_PARTS, type PartName } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts, SyncStoreParts } from "../store.js";
@@ -23,6 +23,7 @@ import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
 import { SqliteDeliveryStore, SqliteSubscriptionStore } from "./subscriptions.js";
+import { TableVersionBumps } from "./table-versions.js";
 import { SqliteTagStore } from "./tags.js";
 
 /** Options for opening the SQLite store. */
@@ -77,7 +78,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const db = openDatabase(file, opts.migrationLog);
 
   const lists = new ListRunner(db);
-  const sync: SyncStoreParts = {
+  const bare: SyncStoreParts = {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
     identities: new SqliteIdentityStore(db, lists),
     roles: new SqliteRoleStore(db, lists),
@@ -93,6 +94,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     subscriptions: new SqliteSubscriptionStore(db, lists),
     deliveries: new SqliteDeliveryStore(db),
   };
+  const bumps = new TableVersionBumps(db);
+  const sync = <P extends PartName>(name: P): SyncStoreParts[P] => bumps.track(name, bare[name]);
   const gate = new ConnectionGate();
   // Versions are read again only after a commit: this connection's own (a
   // group or a transaction), or another's, which moves data_version.
@@ -102,10 +105,16 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const committed = () => {
     known = null;
   };
-  const committer = new GroupCommitter(db, gate, committed);
+  const committer = new GroupCommitter(db, gate, {
+    beforeCommit: () => bumps.apply(),
+    settled: () => {
+      bumps.forget();
+      committed();
+    },
+  });
   let calls = 0;
   const partsVia = (read: Run, write: Run): StoreParts =>
-    makeParts((name) => asyncPart(sync[name], STORE_PARTS[name].methods, read, write));
+    makeParts((name) => asyncPart(sync(name), STORE_PARTS[name].methods, read, write));
   // Reads run as soon as no transaction holds the connection; writes join the next group commit.
   const parts = partsVia(
     (fn) => gate.shared(fn),
@@ -125,7 +134,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
       }),
     version: () => ++calls,
     refresh: async () => {},
-    // A transaction joins the next group commit like any write, in a savepoint of its own.
+    // A transaction joins the next group commit like any write (group-commit.ts: it may be run twice).
     transaction: (fn, signal) =>
       committer.write(() => {
         throwIfCancelled(signal);
@@ -137,7 +146,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
       committer.write(async () => {
         throwIfCancelled(signal);
         const result = await write(txParts);
-        sync.events.append(events);
+        bare.events.append(events);
         return result;
       }),
     ready: () => open,

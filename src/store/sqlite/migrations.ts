@@ -303,6 +303,20 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX IF NOT EXISTS registry_deleted_digests_time ON registry_deleted_digests(time_us, repo_uid, digest);
   `,
   },
+  // 13: table versions moved by the store (sqlite/table-versions.ts), once
+  // per table per group commit, instead of by a trigger per row: a statement
+  // on a table with a trigger keeps a statement journal SQLite does not
+  // truncate until the transaction ends, so group commits spilled page
+  // copies to temporary files. Every version moves once here, so a cache
+  // filled before the upgrade is not trusted after it. A later migration
+  // that writes a versioned table moves its version itself.
+  {
+    name: "table versions moved by the store",
+    sql: `
+  ${[...FIRST_VERSIONED_TABLES, "subscriptions"].flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER IF EXISTS ${t}_version_${op};`)).join("\n  ")}
+  UPDATE table_versions SET version = version + 1;
+  `,
+  },
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */
