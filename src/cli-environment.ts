@@ -32,7 +32,13 @@ export function commandConfig(): Config {
 export async function openCommandStore(cfg: Config, create = false): Promise<Store> {
   const { openStore } = await import("./store/open.js");
   // The server logs each schema migration it applies (JSON lines, as its own log); other commands migrate nothing.
-  const migrationLog = create ? (await import("./store/migration-log.js")).jsonMigrationLog(cfg.logLevel) : undefined;
+  const lines = create ? await import("./store/migration-log.js") : undefined;
+  const migrationLog = lines?.jsonMigrationLog(cfg.logLevel);
+  // A server checkpoints SQLite's WAL on a thread; a command's few writes leave it to SQLite.
+  const warn = lines?.jsonStoreWarning(cfg.logLevel);
+  const backgroundCheckpoints = warn && {
+    onError: (err: Error) => warn("SQLite's checkpoint thread failed: the connection that commits checkpoints instead", err),
+  };
   return openStore({
     databaseUrl: cfg.databaseUrl,
     dataDir: cfg.dataDir,
@@ -41,6 +47,7 @@ export async function openCommandStore(cfg: Config, create = false): Promise<Sto
     cacheBytes: cfg.cacheBytes,
     maxConnections: cfg.databasePoolSize,
     migrationLog,
+    backgroundCheckpoints,
   });
 }
 

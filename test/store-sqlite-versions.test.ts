@@ -152,6 +152,8 @@ function committer() {
   db.exec("CREATE TABLE t (x INTEGER NOT NULL UNIQUE)");
   const seen = { beforeCommit: 0, settled: 0 };
   const c = new GroupCommitter(db, new ConnectionGate(), {
+    save: () => 0,
+    restore: () => {},
     beforeCommit: () => seen.beforeCommit++,
     settled: () => seen.settled++,
   });

@@ -39,6 +39,19 @@ export function jsonMigrationLog(level: string, fd = 1): MigrationLog {
   };
 }
 
+/**
+ * A store's warning from before (or beside) the server's logger, as a JSON line on stderr in the shape of the
+ * server's own (level 40); nothing at a LOG_LEVEL above warn.
+ */
+export function jsonStoreWarning(level: string, fd = 2): (msg: string, err: Error) => void {
+  if (level === "error" || level === "fatal" || level === "silent") return () => {};
+  const host = hostname();
+  return (msg, err) => {
+    const line = { level: 40, time: Date.now(), pid: process.pid, hostname: host, err: { message: err.message }, msg };
+    writeLine(fd, Buffer.from(`${JSON.stringify(line)}\n`));
+  };
+}
+
 /** A step as pino-pretty renders the server's lines: "[HH:MM:ss.lll] INFO (pid): msg" and the fields. */
 function prettyLine(step: MigrationStep): string {
   const t = new Date();

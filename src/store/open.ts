@@ -25,6 +25,8 @@ export interface StoreLocation {
   cacheBytes?: number;
   /** Told of each schema migration step applied while opening (the server logs them; other commands need not). */
   migrationLog?: MigrationLog;
+  /** SQLite: checkpoint the WAL on a thread of its own (sqlite/checkpointer.ts), for a server; told of its failure. */
+  backgroundCheckpoints?: { onError: (err: Error) => void };
 }
 
 /**
@@ -46,7 +48,12 @@ export async function openEngine(at: StoreLocation): Promise<Store> {
     });
   }
   if (at.existing && at.dataDir !== ":memory:") requireDatabase(at.dataDir);
-  return openSqliteStore({ dataDir: at.dataDir, checkPermissions: at.checkPermissions ?? true, migrationLog: at.migrationLog });
+  return openSqliteStore({
+    dataDir: at.dataDir,
+    checkPermissions: at.checkPermissions ?? true,
+    migrationLog: at.migrationLog,
+    backgroundCheckpoints: at.backgroundCheckpoints,
+  });
 }
 
 /** The store a server runs on: the engine, refusing text it cannot store, behind its read caches. */

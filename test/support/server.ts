@@ -34,7 +34,18 @@ export async function freshStorage(
   return {
     dataDir,
     databaseUrl,
-    openStore: () => openStore({ databaseUrl, dataDir, maxConnections: 4 }),
+    // As `serve` opens it: on SQLite, the WAL checkpointed by a thread (a failure of which fails the test run).
+    openStore: () =>
+      openStore({
+        databaseUrl,
+        dataDir,
+        maxConnections: 4,
+        backgroundCheckpoints: {
+          onError: (err) => {
+            throw err;
+          },
+        },
+      }),
   };
 }
 

@@ -617,6 +617,22 @@ export function iamConformance(getStore: () => Store): void {
       assert.equal(after.role_bindings, before.role_bindings, "role bindings did not");
     });
 
+    test("a refused write moves no version, alone or in a transaction that wrote before it failed", async () => {
+      const store = getStore();
+      await store.groups.create(group(A, null, "org"));
+      const before = await store.readVersions();
+      await assert.rejects(store.groups.create(group(`${B}/${"1".repeat(16)}`, B, "orphan")));
+      await assert.rejects(
+        store.transaction(async (tx) => {
+          await tx.roles.create(role(RA, A, "editor"));
+          throw new Error("refused after writing");
+        }),
+        /refused after writing/,
+      );
+      assert.equal(await store.roles.get(RA), null);
+      assert.deepEqual(await store.readVersions(), before);
+    });
+
     test("readVersions moves the tables a cascade changed: an identity's delete, its bindings'; a role's, its invites'", async () => {
       const store = getStore();
       await store.groups.create(group(A, null, "org"));

@@ -8,6 +8,18 @@ interface PendingWrite {
   reject: (err: unknown) => void;
 }
 
+/** What the store does around a group's writes (table-versions.ts moves the versions of what they wrote). */
+export interface GroupHooks {
+  /** Before each write: a mark to go back to if the write is undone. */
+  save: () => number;
+  /** The writes since save() returned at were undone. */
+  restore: (at: number) => void;
+  /** Inside the transaction, just before COMMIT. */
+  beforeCommit: () => void;
+  /** After every group, committed or rolled back. */
+  settled: () => void;
+}
+
 /** How one write of a group ended. */
 type Outcome = { ok: true; value: unknown } | { ok: false; err: unknown };
 
@@ -45,12 +57,7 @@ export class GroupCommitter {
   constructor(
     private readonly db: Database,
     private readonly gate: ConnectionGate,
-    private readonly hooks: {
-      /** Runs inside the transaction just before COMMIT (the table versions' bumps). */
-      beforeCommit: () => void;
-      /** Told after every group, committed or rolled back. */
-      settled: () => void;
-    },
+    private readonly hooks: GroupHooks,
   ) {
     this.totalChanges = db.prepare("SELECT total_changes()").pluck();
   }
@@ -83,6 +90,7 @@ export class GroupCommitter {
         const bare = await this.runBare(group);
         if (bare === null) {
           this.reruns++;
+          this.hooks.restore(0);
           this.db.exec("ROLLBACK");
           this.db.exec("BEGIN IMMEDIATE");
           outcomes = await this.runIsolated(group);
@@ -116,11 +124,13 @@ export class GroupCommitter {
     const outcomes: Outcome[] = [];
     for (const w of group) {
       const before = this.totalChanges.get() as number;
+      const mark = this.hooks.save();
       try {
         outcomes.push({ ok: true, value: await w.run() });
       } catch (err) {
         if (!this.db.inTransaction) throw err;
         if ((this.totalChanges.get() as number) !== before) return null;
+        this.hooks.restore(mark);
         outcomes.push({ ok: false, err });
       }
     }
@@ -132,6 +142,7 @@ export class GroupCommitter {
     const outcomes: Outcome[] = [];
     for (const w of group) {
       this.db.exec("SAVEPOINT write");
+      const mark = this.hooks.save();
       try {
         outcomes.push({ ok: true, value: await w.run() });
         this.db.exec("RELEASE write");
@@ -139,6 +150,7 @@ export class GroupCommitter {
         if (!this.db.inTransaction) throw err;
         this.db.exec("ROLLBACK TO write");
         this.db.exec("RELEASE write");
+        this.hooks.restore(mark);
         outcomes.push({ ok: false, err });
       }
     }

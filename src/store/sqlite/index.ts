@@ -9,6 +9,7 @@ import { versionsFromRows, type TableVersions } from "../versions.js";
 import { SqliteAccountAssociationStore } from "./account-associations.js";
 import { SqliteAdvisoryStore } from "./advisories.js";
 import { asyncPart, ConnectionGate, direct, type Run } from "./async.js";
+import { BackgroundCheckpointer, FALLBACK_AUTOCHECKPOINT_PAGES } from "./checkpointer.js";
 import { prepareDataDir } from "./data-dir.js";
 import { SqliteEventStore } from "./events.js";
 import { GroupCommitter } from "./group-commit.js";
@@ -37,6 +38,8 @@ export interface SqliteStoreOptions {
   checkPermissions?: boolean;
   /** Told of each schema migration step applied while opening. */
   migrationLog?: MigrationLog;
+  /** Checkpoint the WAL on a thread of its own (checkpointer.ts), telling onError if the thread fails. */
+  backgroundCheckpoints?: { onError: (err: Error) => void };
 }
 
 /**
@@ -94,6 +97,9 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     subscriptions: new SqliteSubscriptionStore(db, lists),
     deliveries: new SqliteDeliveryStore(db),
   };
+  const checkpointer =
+    opts.backgroundCheckpoints && file !== ":memory:" ? new BackgroundCheckpointer(file, opts.backgroundCheckpoints.onError) : null;
+  if (checkpointer) db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
   const bumps = new TableVersionBumps(db);
   const sync = <P extends PartName>(name: P): SyncStoreParts[P] => bumps.track(name, bare[name]);
   const gate = new ConnectionGate();
@@ -106,10 +112,13 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     known = null;
   };
   const committer = new GroupCommitter(db, gate, {
+    save: () => bumps.save(),
+    restore: (at) => bumps.restore(at),
     beforeCommit: () => bumps.apply(),
     settled: () => {
       bumps.forget();
       committed();
+      checkpointer?.committed();
     },
   });
   let calls = 0;
@@ -155,6 +164,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
       gate.exclusive(async () => {
         if (!open) return;
         open = false;
+        await checkpointer?.stop();
         if (file !== ":memory:") db.pragma("wal_checkpoint(TRUNCATE)");
         db.close();
       }),

@@ -13,9 +13,12 @@ export function tablesChangedBy(name: PartName): readonly VersionedTable[] {
  * SQLite's table versions (versions.ts), moved by the store rather than by
  * triggers: a write method of a part marks the tables it may change
  * (tablesChangedBy) as it runs, and the group commit moves each marked
- * table's version once, in its transaction, just before COMMIT. A table
- * marked by a write that changed nothing, or was rolled back, moves anyway:
- * a cache misses once, never serves stale rows.
+ * table's version once, in its transaction, just before COMMIT. The marks of
+ * a write that failed, or was rolled back to its savepoint, are taken back
+ * with it (save/restore), so a refused request moves no version, as the
+ * triggers' bumps were rolled back with it. A write that succeeded having
+ * changed nothing still moves its tables: a cache misses once, never serves
+ * stale rows.
  *
  * Why not triggers (which SQLite had until its 13th migration): a statement
  * on a table with a trigger keeps a statement journal that SQLite does not
@@ -26,6 +29,8 @@ export function tablesChangedBy(name: PartName): readonly VersionedTable[] {
  */
 export class TableVersionBumps {
   private readonly marked = new Set<VersionedTable>();
+  /** The marked tables in the order they were first marked, so a failed write's marks can be taken back. */
+  private readonly order: VersionedTable[] = [];
   private readonly bump: Statement;
 
   constructor(db: Database) {
@@ -40,20 +45,37 @@ export class TableVersionBumps {
       kind === "read"
         ? original
         : (...args: unknown[]) => {
-            for (const t of tables) this.marked.add(t);
+            for (const t of tables) this.mark(t);
             return original(...args);
           },
     );
   }
 
+  private mark(table: VersionedTable): void {
+    if (this.marked.has(table)) return;
+    this.marked.add(table);
+    this.order.push(table);
+  }
+
+  /** Where the marks stand before a write (restore takes back what the write marked, if it is undone). */
+  save(): number {
+    return this.order.length;
+  }
+
+  /** The writes since save(at) were undone: the tables only they marked are unmarked. */
+  restore(at: number): void {
+    while (this.order.length > at) this.marked.delete(this.order.pop()!);
+  }
+
   /** Inside the transaction, before COMMIT: moves the version of every table marked since the last call. */
   apply(): void {
-    for (const t of this.marked) this.bump.run(t);
-    this.marked.clear();
+    for (const t of this.order) this.bump.run(t);
+    this.forget();
   }
 
   /** The transaction ended without committing: nothing it marked was written. */
   forget(): void {
     this.marked.clear();
+    this.order.length = 0;
   }
 }
