@@ -145,7 +145,8 @@ describe("the call's AbortSignal aborts at the deadline on every path", () => {
             settled.get(record.name)?.();
             throw new Error("the test store writes nothing");
           };
-          return { ...parts, groups };
+          // The other parts through the prototype: a set of parts keeps them as getters, not own properties.
+          return Object.create(parts, { groups: { value: groups } }) as StoreParts;
         };
         return {
           ...store,

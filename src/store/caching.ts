@@ -1,5 +1,5 @@
 import { decorateParts, type PartMethod } from "./decorate.js";
-import { STORE_PARTS } from "./parts.js";
+import { ownParts, STORE_PARTS } from "./parts.js";
 import { QueryCache } from "./query-cache.js";
 import { splitSignal } from "./signal.js";
 import type { ListQuery, ListResult, Store } from "./store.js";
@@ -127,7 +127,7 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
   });
 
   return {
-    ...parts,
+    ...ownParts(parts),
     readVersions: () => inner.readVersions(),
     version,
     refresh() {

@@ -1,4 +1,4 @@
-import { makeParts, mapMethods, STORE_PARTS, type MethodKind, type PartMethod, type PartName } from "./parts.js";
+import { makeParts, mapMethods, ownParts, STORE_PARTS, type MethodKind, type PartMethod, type PartName } from "./parts.js";
 import type { Store, StoreParts } from "./store.js";
 
 export type { PartMethod };
@@ -27,7 +27,7 @@ export function decorateStore(store: Store, wrap: MethodWrapper): Store {
     return out;
   };
   return {
-    ...decorateParts(store, wrap),
+    ...ownParts(decorateParts(store, wrap)),
     readVersions: () => store.readVersions(),
     version: (tables) => store.version(tables),
     refresh: () => store.refresh(),

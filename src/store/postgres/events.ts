@@ -63,6 +63,16 @@ function eventsParams(events: readonly EventDraft[]): unknown[] {
   ];
 }
 
+/** The statements found to be one plain INSERT (the store's own SQL: a few constant texts, each checked once). */
+const PLAIN_INSERTS = new Set<string>();
+
+function plainInsert(text: string): boolean {
+  if (PLAIN_INSERTS.has(text)) return true;
+  if (!/^\s*INSERT\s+INTO\s/i.test(text) || /\bON\s+CONFLICT\b/i.test(text)) return false;
+  if (PLAIN_INSERTS.size < 256) PLAIN_INSERTS.add(text);
+  return true;
+}
+
 /**
  * A runner for one INSERT that carries its events with it: the statement
  * becomes `WITH platform_events AS (INSERT INTO events …) INSERT …`, one
@@ -81,7 +91,7 @@ export function eventsCarryingRunner(q: Queryable, events: readonly EventDraft[]
     query<R>(text: string, params: unknown[] = []) {
       if (used) refuse("the write made a second statement");
       used = true;
-      if (!/^\s*INSERT\s+INTO\s/i.test(text) || /\bON\s+CONFLICT\b/i.test(text)) refuse("the write is not one plain INSERT");
+      if (!plainInsert(text)) refuse("the write is not one plain INSERT");
       if (events.length === 0) return q.query<R>(text, params);
       return q.query<R>(`WITH platform_events AS (${eventsInsert(params.length + 1)}) ${text}`, [...params, ...eventsParams(events)]);
     },

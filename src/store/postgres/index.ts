@@ -4,7 +4,7 @@ import { UnavailableError } from "../../domain/errors.js";
 import { describeSystemError, StartupError, systemErrorCode } from "../../startup-error.js";
 import { decorateParts } from "../decorate.js";
 import type { MigrationLog } from "../migration-log.js";
-import { makeParts, type PartName } from "../parts.js";
+import { makeParts, ownParts, type PartName } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { splitSignal, throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts } from "../store.js";
@@ -296,7 +296,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
   let open = true;
   let calls = 0;
   return {
-    ...parts,
+    ...ownParts(parts),
     // One indexed read of 16 rows a table: a write committed by any process is
     // seen by the next request of every process.
     async readVersions() {

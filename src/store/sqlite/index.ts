@@ -1,7 +1,7 @@
 import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
 import type { MigrationLog } from "../migration-log.js";
-import { makeParts, STORE_PARTS, type PartName } from "../parts.js";
+import { makeParts, ownParts, STORE_PARTS, type PartName } from "../parts.js";
 import { GROUP_CHILD_KINDS } from "../rows/groups.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts, SyncStoreParts } from "../store.js";
@@ -133,7 +133,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const txParts = partsVia(direct, direct);
   let open = true;
   return {
-    ...parts,
+    ...ownParts(parts),
     readVersions: () =>
       gate.shared(() => {
         const now = dataVersion.get() as number;
