@@ -32,9 +32,15 @@ export function jsonMigrationLog(level: string, fd = 1): MigrationLog {
   if (!INFO_ENABLED.has(level)) return () => {};
   // On a terminal the server's lines are human-readable (pino-pretty): so are these.
   if (isatty(fd)) return (step) => writeLine(fd, Buffer.from(`${prettyLine(step)}\n`));
+  const write = jsonLines(fd);
+  return (step) => write(30, step, "schema migration applied");
+}
+
+/** Writes JSON lines to fd in the shape of the server's own: pino's level, time, pid and hostname, the fields, msg last. */
+function jsonLines(fd: number): (level: number, fields: object, msg: string) => void {
   const host = hostname();
-  return (step) => {
-    const line = { level: 30, time: Date.now(), pid: process.pid, hostname: host, ...step, msg: "schema migration applied" };
+  return (level, fields, msg) => {
+    const line = { level, time: Date.now(), pid: process.pid, hostname: host, ...fields, msg };
     writeLine(fd, Buffer.from(`${JSON.stringify(line)}\n`));
   };
 }
@@ -45,11 +51,8 @@ export function jsonMigrationLog(level: string, fd = 1): MigrationLog {
  */
 export function jsonStoreWarning(level: string, fd = 2): (msg: string, err: Error) => void {
   if (level === "error" || level === "fatal" || level === "silent") return () => {};
-  const host = hostname();
-  return (msg, err) => {
-    const line = { level: 40, time: Date.now(), pid: process.pid, hostname: host, err: { message: err.message }, msg };
-    writeLine(fd, Buffer.from(`${JSON.stringify(line)}\n`));
-  };
+  const write = jsonLines(fd);
+  return (msg, err) => write(40, { err: { message: err.message } }, msg);
 }
 
 /** A step as pino-pretty renders the server's lines: "[HH:MM:ss.lll] INFO (pid): msg" and the fields. */

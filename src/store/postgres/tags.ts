@@ -11,13 +11,40 @@ import {
   type TagRow,
 } from "../rows/tags.js";
 import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
-import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow } from "./list.js";
+import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
 
 /** A tag with the time of what set it. */
 const SOURCED = `SELECT ${TABLE.select}, ${SOURCE_TIME_SQL} AS source_time FROM tags`;
+
+/**
+ * Inserts a new tag: AlreadyExistsError for a uid taken, NotFoundError for a missing repo. sourceTimeUs is the
+ * registry event that set it, or null for an API put (its update time counts: SOURCE_TIME_SQL).
+ */
+async function insertTag(q: Queryable, tag: TagRecord, sourceTimeUs: number | null): Promise<void> {
+  if (await exists(q, "SELECT 1 FROM tags WHERE uid = ?", [tag.uid])) throw new AlreadyExistsError("tag", tag.uid);
+  try {
+    await insertRow(q, "tags", {
+      uid: tag.uid,
+      parent_uid: tag.repoUid,
+      name: tag.name,
+      digest: tag.digest,
+      deprecated: tag.deprecated,
+      bundles: JSON.stringify(tag.bundles),
+      update_time: tag.updateTime,
+      is_referrer: isReferrerTag(tag.name),
+      is_dated: isDatedTag(tag.name),
+      is_epoch: isEpochTag(tag.name),
+      source_time_us: sourceTimeUs,
+    });
+  } catch (err) {
+    if (sqlState(err) === "23505") throw new AlreadyExistsError("tag", tag.uid);
+    if (sqlState(err) === "23503") throw new NotFoundError("repo", tag.repoUid);
+    throw err;
+  }
+}
 
 /** TagStore over PostgreSQL. put() creates or updates by (repo, name), the unique constraint deciding a race. */
 export class PgTagStore implements TagStore {
@@ -44,22 +71,7 @@ export class PgTagStore implements TagStore {
         await updateRow(q, "tags", existing.uid, columns);
         return { tag: stored, created: false };
       }
-      if (await exists(q, "SELECT 1 FROM tags WHERE uid = ?", [tag.uid])) throw new AlreadyExistsError("tag", tag.uid);
-      try {
-        await insertRow(q, "tags", {
-          uid: tag.uid,
-          parent_uid: tag.repoUid,
-          name: tag.name,
-          ...columns,
-          is_referrer: isReferrerTag(tag.name),
-          is_dated: isDatedTag(tag.name),
-          is_epoch: isEpochTag(tag.name),
-        });
-      } catch (err) {
-        if (sqlState(err) === "23505") throw new AlreadyExistsError("tag", tag.uid);
-        if (sqlState(err) === "23503") throw new NotFoundError("repo", tag.repoUid);
-        throw err;
-      }
+      await insertTag(q, tag, null);
       return { tag: stored, created: true };
     });
   }
@@ -97,26 +109,7 @@ export class PgTagStore implements TagStore {
         await updateRow(q, "tags", existing.uid, { digest: tag.digest, update_time: tag.updateTime, source_time_us: sourceTimeUs });
         return { tag: { ...toRecord(existing), digest: tag.digest, updateTime: tag.updateTime }, created: false };
       }
-      if (await exists(q, "SELECT 1 FROM tags WHERE uid = ?", [tag.uid])) throw new AlreadyExistsError("tag", tag.uid);
-      try {
-        await insertRow(q, "tags", {
-          uid: tag.uid,
-          parent_uid: tag.repoUid,
-          name: tag.name,
-          digest: tag.digest,
-          deprecated: tag.deprecated,
-          bundles: JSON.stringify(tag.bundles),
-          update_time: tag.updateTime,
-          is_referrer: isReferrerTag(tag.name),
-          is_dated: isDatedTag(tag.name),
-          is_epoch: isEpochTag(tag.name),
-          source_time_us: sourceTimeUs,
-        });
-      } catch (err) {
-        if (sqlState(err) === "23505") throw new AlreadyExistsError("tag", tag.uid);
-        if (sqlState(err) === "23503") throw new NotFoundError("repo", tag.repoUid);
-        throw err;
-      }
+      await insertTag(q, tag, sourceTimeUs);
       return { tag, created: true };
     });
   }

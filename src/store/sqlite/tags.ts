@@ -30,7 +30,6 @@ export class SqliteTagStore implements SyncTagStore {
   private readonly deleteStmt: Statement;
   private readonly sourcedByNameStmt: Statement;
   private readonly sourcedByDigestStmt: Statement;
-  private readonly insertSourcedStmt: Statement;
   private readonly moveStmt: Statement;
   private readonly setSourceStmt: Statement;
   private readonly deletedAtStmt: Statement;
@@ -42,8 +41,8 @@ export class SqliteTagStore implements SyncTagStore {
     private readonly lists: ListRunner,
   ) {
     this.insertStmt = db.prepare(
-      `INSERT INTO tags (uid, parent_uid, name, digest, deprecated, bundles, update_time, is_referrer, is_dated, is_epoch)
-       VALUES (@uid, @repoUid, @name, @digest, @deprecated, @bundles, @updateTime, @isReferrer, @isDated, @isEpoch)`,
+      `INSERT INTO tags (uid, parent_uid, name, digest, deprecated, bundles, update_time, is_referrer, is_dated, is_epoch, source_time_us)
+       VALUES (@uid, @repoUid, @name, @digest, @deprecated, @bundles, @updateTime, @isReferrer, @isDated, @isEpoch, @sourceTime)`,
     );
     this.getStmt = db.prepare(`SELECT ${TABLE.select} FROM tags WHERE uid = ?`);
     this.byNameStmt = db.prepare(`SELECT ${TABLE.select} FROM tags WHERE parent_uid = ? AND name = ?`);
@@ -56,10 +55,6 @@ export class SqliteTagStore implements SyncTagStore {
     const sourced = `SELECT ${TABLE.select}, ${SOURCE_TIME_SQL} AS source_time FROM tags`;
     this.sourcedByNameStmt = db.prepare(`${sourced} WHERE parent_uid = ? AND name = ?`);
     this.sourcedByDigestStmt = db.prepare(`${sourced} WHERE parent_uid = ? AND digest = ? ORDER BY name`);
-    this.insertSourcedStmt = db.prepare(
-      `INSERT INTO tags (uid, parent_uid, name, digest, deprecated, bundles, update_time, is_referrer, is_dated, is_epoch, source_time_us)
-       VALUES (@uid, @repoUid, @name, @digest, @deprecated, @bundles, @updateTime, @isReferrer, @isDated, @isEpoch, @sourceTime)`,
-    );
     this.moveStmt = db.prepare(
       "UPDATE tags SET digest = @digest, update_time = @updateTime, source_time_us = @sourceTime WHERE uid = @uid",
     );
@@ -83,17 +78,28 @@ export class SqliteTagStore implements SyncTagStore {
           if (opts.mayUpdate === false) throw new PermissionDeniedError();
           this.updateStmt.run(params);
         } else {
-          if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
-          this.insertStmt.run({
-            ...params,
-            isReferrer: isReferrerTag(tag.name) ? 1 : 0,
-            isDated: isDatedTag(tag.name) ? 1 : 0,
-            isEpoch: isEpochTag(tag.name) ? 1 : 0,
-          });
+          this.insert(tag, null);
         }
         return { tag: stored, created: !existing };
       })
       .immediate();
+  }
+
+  /**
+   * Inserts a new tag (AlreadyExistsError for a uid taken). sourceTimeUs is the registry event that set it, or
+   * null for an API put (its update time counts: SOURCE_TIME_SQL).
+   */
+  private insert(tag: TagRecord, sourceTimeUs: number | null): void {
+    if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
+    this.insertStmt.run({
+      ...tag,
+      deprecated: tag.deprecated ? 1 : 0,
+      bundles: JSON.stringify(tag.bundles),
+      isReferrer: isReferrerTag(tag.name) ? 1 : 0,
+      isDated: isDatedTag(tag.name) ? 1 : 0,
+      isEpoch: isEpochTag(tag.name) ? 1 : 0,
+      sourceTime: sourceTimeUs,
+    });
   }
 
   get(uid: string): TagRecord | null {
@@ -125,16 +131,7 @@ export class SqliteTagStore implements SyncTagStore {
           this.moveStmt.run({ uid: existing.uid, digest: tag.digest, updateTime: tag.updateTime, sourceTime: sourceTimeUs });
           return { tag: { ...toRecord(existing), digest: tag.digest, updateTime: tag.updateTime }, created: false };
         }
-        if (this.getStmt.get(tag.uid)) throw new AlreadyExistsError("tag", tag.uid);
-        this.insertSourcedStmt.run({
-          ...tag,
-          deprecated: tag.deprecated ? 1 : 0,
-          bundles: JSON.stringify(tag.bundles),
-          isReferrer: isReferrerTag(tag.name) ? 1 : 0,
-          isDated: isDatedTag(tag.name) ? 1 : 0,
-          isEpoch: isEpochTag(tag.name) ? 1 : 0,
-          sourceTime: sourceTimeUs,
-        });
+        this.insert(tag, sourceTimeUs);
         return { tag, created: true };
       })
       .immediate();
