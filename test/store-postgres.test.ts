@@ -17,6 +17,7 @@ import { CLAIM_VERSION_BUCKET, migratePostgres } from "../src/store/postgres/mig
 import { MAX_ATTEMPTS, serializable, type ClientSource } from "../src/store/postgres/tx.js";
 import type { Store } from "../src/store/store.js";
 import { AUTHZ_TABLES, VERSIONED_TABLES } from "../src/store/versions.js";
+import { within } from "./support/assertions.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 import { A, B, group, invite, role } from "./support/store-fixtures.js";
@@ -122,9 +123,20 @@ if (!pgAvailable()) {
     test("each connection claims a bucket of its own, moves only its bucket, and frees it when it goes", async () => {
       const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 6 });
       pool.on("connect", (client) => void client.query(CLAIM_VERSION_BUCKET));
+      // Every client checked out is given back however the test ends: pool.end() waits for them all.
+      const out = new Set<pg.PoolClient>();
+      const take = async () => {
+        const c = await pool.connect();
+        out.add(c);
+        return c;
+      };
+      const giveBack = (c: pg.PoolClient, destroy = false) => {
+        out.delete(c);
+        c.release(destroy);
+      };
       try {
         await migratePostgres(pool);
-        const clients = await Promise.all(Array.from({ length: 6 }, () => pool.connect()));
+        const clients = await Promise.all(Array.from({ length: 6 }, take));
         const bucketOf = async (c: pg.PoolClient) =>
           Number((await c.query<{ b: string }>("SELECT current_setting('platform_versions.bucket', true) AS b")).rows[0]!.b);
         const buckets = await Promise.all(clients.map(bucketOf));
@@ -140,12 +152,28 @@ if (!pgAvailable()) {
           [buckets[3]],
           "the write moved its connection's bucket only",
         );
-        clients[3]!.release(true); // closed: its advisory lock goes with it
-        const next = await pool.connect();
+        giveBack(clients[3]!, true); // closed: its advisory lock goes with its backend
+        // The backend ends after the client has gone; wait for its lock to go (an event, not a time).
+        const held = async () =>
+          Number(
+            (
+              await clients[0]!.query<{ n: string }>(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 2 AND objid = $1",
+                [buckets[3]],
+              )
+            ).rows[0]!.n,
+          );
+        await within(
+          30_000,
+          (async () => {
+            while ((await held()) > 0) await new Promise((r) => setTimeout(r, 20));
+          })(),
+          "the closed connection's bucket lock released",
+        );
+        const next = await take();
         assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
-        next.release();
-        for (const [i, c] of clients.entries()) if (i !== 3) c.release();
       } finally {
+        for (const c of [...out]) giveBack(c, true);
         await pool.end();
       }
     });
