@@ -13,14 +13,14 @@ import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema, GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { RunningServer } from "../src/server/app.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
-import type { Store } from "../src/store/store.js";
+import { BROKEN_GROUP, withBrokenGroup } from "./support/broken-store.js";
 import { testTransport } from "./support/connect.js";
 import { builtinRole } from "./support/principals.js";
 import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
-/** Asking the store for this group uid throws, as a broken disk would. */
-const BROKEN = "fedcba9876543210fedcba9876543210fedcba98";
+/** Asking the store for BROKEN throws, as a broken disk would. */
+const BROKEN = BROKEN_GROUP;
 const GET_GROUP = "platformapi.iam.v2beta1.GroupsService/GetGroup";
 const LIST_GROUPS = "platformapi.iam.v2beta1.GroupsService/ListGroups";
 
@@ -69,21 +69,6 @@ async function rpcLine(reqId: string): Promise<LogLine> {
   const found = rpcLines(reqId);
   assert.equal(found.length, 1, `exactly one rpc line for ${reqId}; lines: ${raw.join("")}`);
   return found[0]!;
-}
-
-/** A store whose groups.get fails on BROKEN, to see an internal error logged. */
-function withBrokenGroup(store: Store): Store {
-  const groups = new Proxy(store.groups, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver);
-      if (prop !== "get" || typeof value !== "function") return value;
-      return (uid: string, ...rest: unknown[]) => {
-        if (uid === BROKEN) throw new Error("disk I/O error (injected by the test)");
-        return (value as (...a: unknown[]) => unknown).call(target, uid, ...rest);
-      };
-    },
-  });
-  return { ...store, groups };
 }
 
 /** A server logging at `level` into chunks, over a fresh SQLite directory; its groups store fails on BROKEN. */

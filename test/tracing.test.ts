@@ -13,6 +13,7 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { PassThrough } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
@@ -20,6 +21,7 @@ import * as grpc from "@grpc/grpc-js";
 import { EventsService, WatchEventsRequestSchema } from "../gen/platformapi/events/v1/events_pb.js";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
+import { BROKEN_GROUP, withBrokenGroup } from "./support/broken-store.js";
 import { testTransport } from "./support/connect.js";
 import { startEventReceiver, type EventReceiver } from "./support/event-receiver.js";
 import { grpcClient } from "./support/grpc.js";
@@ -117,8 +119,27 @@ after(async () => {
   await otlp.close();
 });
 
+/** A log line as the server writes it (JSON). */
+type LogLine = Record<string, unknown>;
+
 describe("a traced server", () => {
   let srv: TestServer;
+  const logChunks: string[] = [];
+  const logStream = new PassThrough();
+  logStream.on("data", (chunk: Buffer) => logChunks.push(chunk.toString("utf8")));
+  const logLines = (): LogLine[] =>
+    logChunks
+      .join("")
+      .split("\n")
+      .filter((l) => l !== "")
+      .map((l) => JSON.parse(l) as LogLine);
+  /** The one line that matches, once written (pino writes asynchronously; a liveness bound). */
+  const logLine = async (match: (l: LogLine) => boolean, what: string): Promise<LogLine> => {
+    for (let i = 0; i < 3000 && !logLines().some(match); i++) await new Promise((r) => setTimeout(r, 10));
+    const found = logLines().filter(match);
+    assert.equal(found.length, 1, `exactly one ${what} line`);
+    return found[0]!;
+  };
   let sinks: EventReceiver;
   let org: { uid: string };
   let admin: string;
@@ -136,7 +157,10 @@ describe("a traced server", () => {
       },
       () =>
         startTestServer({
+          logStream,
+          decorateStore: withBrokenGroup,
           env: {
+            LOG_LEVEL: "info",
             PLATFORM_BASE_URL: BASE,
             PLATFORM_AUTH_URL: AUTH,
             PLATFORM_USER_ISSUERS: issuer.url,
@@ -364,6 +388,43 @@ describe("a traced server", () => {
     } finally {
       raw.close();
     }
+  });
+
+  test("log lines written inside a call carry its span's ids: the server's rpc line and pino's internal-error line alike", async () => {
+    const caller = callerContext();
+    const res = await rest(srv.url, "GET", `/iam/v2beta1/groups/${org.uid}`, undefined, {
+      traceparent: caller.traceparent,
+      "x-request-id": "traced-log-ok",
+    });
+    assert.equal(res.status, 200);
+    const span = await rpcSpan(otlp, caller.traceId, "GetGroup");
+    const line = await logLine((l) => l.msg === "rpc" && l.reqId === "traced-log-ok", "rpc");
+    assert.deepEqual(
+      { trace_id: line.trace_id, span_id: line.span_id, trace_flags: line.trace_flags },
+      { trace_id: caller.traceId, span_id: span.spanId, trace_flags: "01" },
+    );
+    const keys = Object.keys(line);
+    assert.deepEqual(keys.slice(0, 8), ["level", "time", "pid", "hostname", "trace_id", "span_id", "trace_flags", "reqId"]);
+
+    const failing = callerContext();
+    const broken = await rest(srv.url, "GET", `/iam/v2beta1/groups/${BROKEN_GROUP}`, undefined, {
+      traceparent: failing.traceparent,
+      "x-request-id": "traced-log-broken",
+    });
+    assert.equal(broken.status, 500);
+    const brokenSpan = await rpcSpan(otlp, failing.traceId, "GetGroup");
+    const error = await logLine((l) => l.msg === "internal error" && l.reqId === "traced-log-broken", "internal error");
+    assert.equal(error.trace_id, failing.traceId);
+    assert.equal(error.span_id, brokenSpan.spanId);
+    // pino puts its mixin's fields where the server's own rpc line puts them.
+    assert.deepEqual(Object.keys(error).slice(0, 7), keys.slice(0, 7));
+    const rpc = await logLine((l) => l.msg === "rpc" && l.reqId === "traced-log-broken", "rpc");
+    assert.equal(rpc.span_id, brokenSpan.spanId);
+
+    // A line written outside every span (the start-up line) carries none.
+    const startup = logLines().find((l) => typeof l.msg === "string" && l.msg.startsWith("tracing:"));
+    assert.ok(startup, "the tracing start-up line");
+    assert.equal(startup.trace_id, undefined);
   });
 
   test("a call without traceparent starts a trace of its own", async () => {

@@ -211,8 +211,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   };
   metrics.watchCache("issuer_discovery", () => deps.upstream.discoveryLookups);
   metrics.watchCache("issuer_static_keys", () => deps.upstream.staticKeyLookups);
-  // One line per RPC on every protocol: request id, caller, method, protocol, code, duration; one per other HTTP request.
-  const logging = serverLogging(config.logLevel, opts.logStream);
+  // One line per RPC on every protocol: request id, caller, method, protocol, code, duration (and its span's ids when
+  // tracing); one per other HTTP request.
+  const logging = serverLogging(config.logLevel, opts.logStream, tracing && (() => tracing.logIds()));
   const requests = new RequestLog(logging, config.logLevel);
   const lifecycle = new ServerLifecycle({ drainMs: config.drainMs, graceMs: config.shutdownGraceMs });
   const { calls } = lifecycle;

@@ -2,6 +2,7 @@ import { fstatSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { isatty } from "node:tty";
 import type { FastifyBaseLogger, FastifyServerOptions } from "fastify";
+import type { TraceLogIds } from "./tracing.js";
 
 /**
  * Headers and fields that carry secrets: never written to a log line. pino
@@ -72,9 +73,17 @@ export function levelEnabled(level: string, at: "info" | "debug"): boolean {
  * this): the same keys in the same order as pino writes them (level, time, and
  * pino's base pid and hostname first, msg last), which test/logs.test.ts checks
  * against pino's own lines.
+ *
+ * With traceIds (tracing on), every line written inside a span (a call's
+ * rpc line, an internal error, a delivery's warning) carries its trace_id,
+ * span_id and trace_flags, where pino's mixin puts them: after the bindings.
  */
-export function serverLogging(level: string, stream?: NodeJS.WritableStream): ServerLogging {
-  const base = { level, redact: { paths: REDACTED, censor: "[redacted]" } };
+export function serverLogging(level: string, stream?: NodeJS.WritableStream, traceIds?: () => TraceLogIds | undefined): ServerLogging {
+  const base = {
+    level,
+    redact: { paths: REDACTED, censor: "[redacted]" },
+    ...(traceIds && { mixin: () => traceIds() ?? {} }),
+  };
   // isatty(1), not process.stdout.isTTY: creating process.stdout would make a piped fd 1 non-blocking.
   if (!stream && isatty(1)) {
     return {
@@ -91,8 +100,10 @@ export function serverLogging(level: string, stream?: NodeJS.WritableStream): Se
     rpc(log, f) {
       if (!INFO_ENABLED.has(log.level)) return;
       const duration = Number.isFinite(f.durationMs) ? f.durationMs : null;
+      const ids = traceIds?.();
+      const trace = ids ? `,"trace_id":"${ids.trace_id}","span_id":"${ids.span_id}","trace_flags":"${ids.trace_flags}"` : "";
       out.write(
-        `{"level":30,"time":${Date.now()}${bindings},"reqId":${jsonString(f.reqId)},"principal":${jsonString(f.principal)},` +
+        `{"level":30,"time":${Date.now()}${bindings}${trace},"reqId":${jsonString(f.reqId)},"principal":${jsonString(f.principal)},` +
           `"remoteAddress":${jsonString(f.remoteAddress)},"rpc":${jsonString(f.rpc)},"protocol":${jsonString(f.protocol)},"code":${jsonString(f.code)},"durationMs":${duration},"msg":"rpc"}\n`,
       );
     },

@@ -1,4 +1,12 @@
-import { defaultTextMapSetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes } from "@opentelemetry/api";
+import {
+  defaultTextMapSetter,
+  isSpanContextValid,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+} from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { loggingErrorHandler, setGlobalErrorHandler, W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter as JsonExporter } from "@opentelemetry/exporter-trace-otlp-http";
@@ -58,6 +66,11 @@ export function createTracing(opts: TracingOptions): Tracing {
     traceStore: (store) =>
       createTracedStore(store, { tracer: tools.tracer, active: () => manager.active(), with: (ctx, fn) => manager.with(ctx, fn) }),
     detached: (fn) => manager.with(ROOT_CONTEXT, fn),
+    logIds() {
+      const ids = trace.getSpan(manager.active())?.spanContext();
+      if (ids === undefined || !isSpanContextValid(ids)) return undefined;
+      return { trace_id: ids.traceId, span_id: ids.spanId, trace_flags: ids.traceFlags.toString(16).padStart(2, "0") };
+    },
     async shutdown(boundMs) {
       traceExchanges(undefined);
       let timer: NodeJS.Timeout | undefined;

@@ -23,11 +23,24 @@ export interface Tracing {
    * call that happened to wake it.
    */
   detached<T>(fn: () => T): T;
+  /** The ids of the span active here (a call's, a delivery's), for the log lines written inside it; undefined outside every span. */
+  logIds(): TraceLogIds | undefined;
   /**
    * Exports the spans still held, then stops tracing; resolves false when
    * boundMs passed first (the spans not yet exported are dropped).
    */
   shutdown(boundMs: number): Promise<boolean>;
+}
+
+/**
+ * The fields that tie a log line to its span, named as OpenTelemetry's log
+ * correlation names them (and its pino instrumentation writes them): hex ids,
+ * and the W3C trace flags ("01": sampled).
+ */
+export interface TraceLogIds {
+  trace_id: string;
+  span_id: string;
+  trace_flags: string;
 }
 
 /** How long a graceful stop waits for the last spans to be exported. */
