@@ -107,13 +107,39 @@ const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, co
       {},
       (r) => tx.repos.create(r),
     ),
-  tags: (from, tx, copyAll) =>
-    copyAll(
+  // Then what the registry's notifications left: the time each tag was set at in the registry, and the digests
+  // deleted from each repo, so a late notification is decided in the copy as it would have been in the source.
+  tags: async (from, tx, copyAll) => {
+    await copyAll(
       "tags",
       (q) => from.tags.list(q),
       { includeReferrers: true, includeDates: true, includeEpochs: true },
       (t) => tx.tags.put(t),
-    ),
+    );
+    await copyAll(
+      "tag registry times",
+      async (q) =>
+        page(
+          (await from.tags.registrySourceTimes(q.after?.uid ?? "", q.limit)).map((t) => ({ ...t, uid: t.tagUid })),
+          q.limit,
+        ),
+      {},
+      ({ tagUid, timeUs }) => tx.tags.restoreRegistryMemory({ sourceTimes: [{ tagUid, timeUs }], deletedDigests: [] }),
+    );
+    await copyAll(
+      "deleted digests",
+      async (q) => {
+        const [repoUid = "", digest = ""] = q.after?.uid.split(" ") ?? [];
+        const rows = await from.tags.deletedDigests(q.after && { repoUid, digest }, q.limit);
+        return page(
+          rows.map((d) => ({ ...d, uid: `${d.repoUid} ${d.digest}` })),
+          q.limit,
+        );
+      },
+      {},
+      ({ repoUid, digest, timeUs }) => tx.tags.restoreRegistryMemory({ sourceTimes: [], deletedDigests: [{ repoUid, digest, timeUs }] }),
+    );
+  },
   advisories: (from, tx, copyAll) =>
     copyAll(
       "advisories",
@@ -128,11 +154,13 @@ const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, co
       "events",
       async (q) => {
         const after = q.after === null ? null : (positions.get(q.after.uid) ?? null);
-        const page = await from.events.read({ after, typePrefix: "", hierarchy: {}, visible: EVERYWHERE, limit: q.limit });
+        const read = await from.events.read({ after, typePrefix: "", hierarchy: {}, visible: EVERYWHERE, limit: q.limit });
         positions.clear();
-        for (const e of page.events) positions.set(e.id, e.position);
-        const items = page.events.map((e) => ({ ...e, uid: e.id }));
-        return { items, hasMore: items.length === q.limit, totalCount: 0 };
+        for (const e of read.events) positions.set(e.id, e.position);
+        return page(
+          read.events.map((e) => ({ ...e, uid: e.id })),
+          q.limit,
+        );
       },
       {},
       ({ id, kind, type, subject, groupUid, time, data }) => tx.events.append([{ id, kind, type, subject, groupUid, time, data }]),
@@ -160,7 +188,8 @@ export type CopyCounts = Record<string, number>;
  * Copies everything one store holds into another, empty one (another
  * engine, typically: SQLite into PostgreSQL), in one transaction of the
  * target: groups, roles, identities, role bindings, identity providers,
- * account associations, invites, repos, tags, advisories, the event feed,
+ * account associations, invites, repos, tags (with their registry times and the
+ * deleted digests remembered), advisories, the event feed,
  * subscriptions, the signing keys and the server's secrets (not the feed
  * cursors' key: the engines' feed positions differ, so a cursor of the source
  * must not decode to a position in the target), with their uids and times.
@@ -248,6 +277,11 @@ function unstorableRow(table: string, uid: string, field: string): PreconditionV
     subject: `${table}/${uid}`,
     description: `${table} row ${uid}: field ${field} holds a NUL character (U+0000), which PostgreSQL cannot store; fix or delete it in SQLite`,
   };
+}
+
+/** A list's answer for records read a page at a time by a key (limit of them: maybe more). */
+function page<T>(items: T[], limit: number): ListResult<T> {
+  return { items, hasMore: items.length === limit, totalCount: 0 };
 }
 
 /** What a copy function returns for a record it left alone. */

@@ -88,7 +88,17 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
   tags: {
     table: "tags",
     cached: true,
-    methods: { put: "write", get: "read", list: "read", delete: "write", putFromRegistry: "write", deleteFromRegistry: "write" },
+    methods: {
+      put: "write",
+      get: "read",
+      list: "read",
+      delete: "write",
+      putFromRegistry: "write",
+      deleteFromRegistry: "write",
+      registrySourceTimes: "read",
+      deletedDigests: "read",
+      restoreRegistryMemory: "write",
+    },
   },
   advisories: {
     table: "advisories",

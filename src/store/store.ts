@@ -480,6 +480,33 @@ export interface SyncTagStore {
    * delivered later is not applied. Nothing happens for a missing repo.
    */
   deleteFromRegistry(repoUid: string, which: { digest: string } | { name: string }, sourceTimeUs: number): TagRecord[];
+  /**
+   * The registry times tags were set at (putFromRegistry's sourceTimeUs; a tag an API call set last has none), a
+   * page in tag uid order after afterUid ("" for the first): what a copy of the store carries over with the tags.
+   */
+  registrySourceTimes(afterUid: string, limit: number): TagSourceTime[];
+  /** The remembered deleted digests (deleteFromRegistry), a page in (repo uid, digest) order after `after`. */
+  deletedDigests(after: { repoUid: string; digest: string } | null, limit: number): DeletedDigest[];
+  /**
+   * Writes what registrySourceTimes and deletedDigests read from another store, into this one that holds the
+   * tags and repos (a copy): NotFoundError for a tag or repo it does not hold. A deleted digest already
+   * remembered keeps the later time.
+   */
+  restoreRegistryMemory(memory: { sourceTimes: readonly TagSourceTime[]; deletedDigests: readonly DeletedDigest[] }): void;
+}
+
+/** When the registry event that last set a tag happened (microseconds since the epoch). */
+export interface TagSourceTime {
+  tagUid: string;
+  timeUs: number;
+}
+
+/** A manifest deleted from a repo, remembered so that an older push delivered later is not applied. */
+export interface DeletedDigest {
+  repoUid: string;
+  digest: string;
+  /** When the delete happened (microseconds since the epoch). */
+  timeUs: number;
 }
 
 /** Advisory orderings the store supports. */

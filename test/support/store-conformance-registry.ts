@@ -310,6 +310,97 @@ function registryContracts(getStore: () => Store): void {
       assert.deepEqual(await tagUids({}, {}, []), []);
     });
   });
+
+  describe("tags: what the registry's notifications leave, read and restored as a copy does", () => {
+    const T1 = below(R_A, "1");
+    const T2 = below(R_A, "2");
+    const T3 = below(R_A, "3");
+    const US = 1_700_000_000_000_000;
+
+    test("source times are listed in tag uid order, a page after a uid; a tag an API call set last has none", async () => {
+      await store.repos.create(repo(R_A, A, "memory/app"));
+      await store.tags.putFromRegistry(tag(T1, R_A, "one"), US + 1);
+      await store.tags.put(tag(T2, R_A, "two"));
+      await store.tags.putFromRegistry(tag(T3, R_A, "three"), US + 3);
+      assert.deepEqual(await store.tags.registrySourceTimes("", 10), [
+        { tagUid: T1, timeUs: US + 1 },
+        { tagUid: T3, timeUs: US + 3 },
+      ]);
+      assert.deepEqual(await store.tags.registrySourceTimes("", 1), [{ tagUid: T1, timeUs: US + 1 }]);
+      assert.deepEqual(await store.tags.registrySourceTimes(T1, 1), [{ tagUid: T3, timeUs: US + 3 }]);
+      assert.deepEqual(await store.tags.registrySourceTimes(T3, 1), []);
+    });
+
+    test("deleted digests are listed in (repo, digest) order, a page after a key", async () => {
+      await store.repos.create(repo(R_A, A, "memory/a"));
+      await store.repos.create(repo(R_B1, B1, "memory/b"));
+      await store.tags.deleteFromRegistry(R_B1, { digest: DIGEST_1 }, US + 5);
+      await store.tags.deleteFromRegistry(R_A, { digest: DIGEST_2 }, US + 6);
+      await store.tags.deleteFromRegistry(R_A, { digest: DIGEST_1 }, US + 7);
+      const all = [
+        { repoUid: R_A, digest: DIGEST_1, timeUs: US + 7 },
+        { repoUid: R_A, digest: DIGEST_2, timeUs: US + 6 },
+        { repoUid: R_B1, digest: DIGEST_1, timeUs: US + 5 },
+      ].sort((a, b) => (a.repoUid < b.repoUid ? -1 : a.repoUid > b.repoUid ? 1 : a.digest < b.digest ? -1 : 1));
+      assert.deepEqual(await store.tags.deletedDigests(null, 10), all);
+      assert.deepEqual(await store.tags.deletedDigests(null, 2), all.slice(0, 2));
+      assert.deepEqual(await store.tags.deletedDigests(all[1]!, 2), all.slice(2));
+      assert.deepEqual(await store.tags.deletedDigests(all[2]!, 2), []);
+    });
+
+    test("restored, they decide later notifications as they did where they were read", async () => {
+      await store.repos.create(repo(R_A, A, "memory/app"));
+      await store.tags.put(tag(T1, R_A, "one", { digest: DIGEST_1, updateTime: 1_700_000_000_000 }));
+      await store.tags.restoreRegistryMemory({
+        sourceTimes: [{ tagUid: T1, timeUs: US - 1_000_000 }],
+        deletedDigests: [{ repoUid: R_A, digest: DIGEST_2, timeUs: US + 10 }],
+      });
+      assert.deepEqual(await store.tags.registrySourceTimes("", 10), [{ tagUid: T1, timeUs: US - 1_000_000 }]);
+      // A push after the tag's registry time (though before its update time) moves it, as it would have before the copy.
+      const moved = await store.tags.putFromRegistry(tag(T2, R_A, "one", { digest: `sha256:${"3".repeat(64)}` }), US - 500_000);
+      assert.equal(moved?.tag.uid, T1);
+      // A push of the deleted digest older than its delete is not applied.
+      assert.equal(await store.tags.putFromRegistry(tag(T3, R_A, "other", { digest: DIGEST_2 }), US + 9), null);
+      assert.equal(await store.tags.get(T3), null);
+      // Restored again with an older delete time: the later one stays.
+      await store.tags.restoreRegistryMemory({ sourceTimes: [], deletedDigests: [{ repoUid: R_A, digest: DIGEST_2, timeUs: US }] });
+      assert.deepEqual(await store.tags.deletedDigests(null, 10), [{ repoUid: R_A, digest: DIGEST_2, timeUs: US + 10 }]);
+      // A digest restored alone is read back at once (behind caches too: the write moved the tags' version).
+      await store.tags.restoreRegistryMemory({ sourceTimes: [], deletedDigests: [{ repoUid: R_A, digest: DIGEST_1, timeUs: US + 20 }] });
+      assert.deepEqual(await store.tags.deletedDigests(null, 10), [
+        { repoUid: R_A, digest: DIGEST_1, timeUs: US + 20 },
+        { repoUid: R_A, digest: DIGEST_2, timeUs: US + 10 },
+      ]);
+    });
+
+    test("a tag or repo the store does not hold is NOT_FOUND, and nothing of the call is written", async () => {
+      await store.repos.create(repo(R_A, A, "memory/app"));
+      await store.tags.put(tag(T1, R_A, "one"));
+      await assertNotFound(
+        async () =>
+          store.tags.restoreRegistryMemory({
+            sourceTimes: [
+              { tagUid: T1, timeUs: US },
+              { tagUid: T2, timeUs: US },
+            ],
+            deletedDigests: [],
+          }),
+        "tag",
+        T2,
+      );
+      await assertNotFound(
+        async () =>
+          store.tags.restoreRegistryMemory({
+            sourceTimes: [{ tagUid: T1, timeUs: US }],
+            deletedDigests: [{ repoUid: R_A1, digest: DIGEST_1, timeUs: US }],
+          }),
+        "repo",
+        R_A1,
+      );
+      assert.deepEqual(await store.tags.registrySourceTimes("", 10), []);
+      assert.deepEqual(await store.tags.deletedDigests(null, 10), []);
+    });
+  });
 }
 
 /** The plain tags of the tag walk: not referrer, dated or epoch tags. */

@@ -10,11 +10,15 @@ import {
   type SourcedTagRow,
   type TagRow,
 } from "../rows/tags.js";
-import type { ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagStore } from "../store.js";
+import type { DeletedDigest, ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagSourceTime, TagStore } from "../store.js";
 import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
+
+/** Remembers a digest deleted from a repo at a time ($1 repo, $2 digest, $3 µs); one remembered already keeps the later time. */
+const REMEMBER_DELETED = `INSERT INTO registry_deleted_digests (repo_uid, digest, time_us) VALUES ($1, $2, $3)
+  ON CONFLICT (repo_uid, digest) DO UPDATE SET time_us = GREATEST(registry_deleted_digests.time_us, excluded.time_us)`;
 
 /** A tag with the time of what set it. */
 const SOURCED = `SELECT ${TABLE.select}, ${SOURCE_TIME_SQL} AS source_time FROM tags`;
@@ -123,13 +127,42 @@ export class PgTagStore implements TagStore {
       );
       if ("digest" in which && (await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [repoUid]))) {
         await q.query("DELETE FROM registry_deleted_digests WHERE time_us < $1", [sourceTimeUs - DELETED_DIGEST_RETENTION_US]);
-        await q.query(
-          `INSERT INTO registry_deleted_digests (repo_uid, digest, time_us) VALUES ($1, $2, $3)
-           ON CONFLICT (repo_uid, digest) DO UPDATE SET time_us = GREATEST(registry_deleted_digests.time_us, excluded.time_us)`,
-          [repoUid, which.digest, sourceTimeUs],
-        );
+        await q.query(REMEMBER_DELETED, [repoUid, which.digest, sourceTimeUs]);
       }
       return rows.map(toRecord).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    });
+  }
+
+  async registrySourceTimes(afterUid: string, limit: number): Promise<TagSourceTime[]> {
+    const { rows } = await this.run.q.query<{ uid: string; source_time_us: string }>(
+      "SELECT uid, source_time_us FROM tags WHERE uid > $1 AND source_time_us IS NOT NULL ORDER BY uid LIMIT $2",
+      [afterUid, limit],
+    );
+    return rows.map((r) => ({ tagUid: r.uid, timeUs: Number(r.source_time_us) }));
+  }
+
+  async deletedDigests(after: { repoUid: string; digest: string } | null, limit: number): Promise<DeletedDigest[]> {
+    const { rows } = await this.run.q.query<{ repo_uid: string; digest: string; time_us: string }>(
+      `SELECT repo_uid, digest, time_us FROM registry_deleted_digests WHERE (repo_uid, digest) > ($1, $2)
+       ORDER BY repo_uid, digest LIMIT $3`,
+      [after?.repoUid ?? "", after?.digest ?? "", limit],
+    );
+    return rows.map((r) => ({ repoUid: r.repo_uid, digest: r.digest, timeUs: Number(r.time_us) }));
+  }
+
+  restoreRegistryMemory(memory: { sourceTimes: readonly TagSourceTime[]; deletedDigests: readonly DeletedDigest[] }): Promise<void> {
+    return this.run.atomically(async (q) => {
+      for (const { tagUid, timeUs } of memory.sourceTimes) {
+        const { rowCount } = await q.query("UPDATE tags SET source_time_us = $1 WHERE uid = $2", [timeUs, tagUid]);
+        if (!rowCount) throw new NotFoundError("tag", tagUid);
+      }
+      for (const { repoUid, digest, timeUs } of memory.deletedDigests) {
+        if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [repoUid]))) throw new NotFoundError("repo", repoUid);
+        await q.query(REMEMBER_DELETED, [repoUid, digest, timeUs]);
+      }
+      // The deleted digests are read through the tags' version (their part's table): a statement on tags moves it
+      // (its statement trigger fires for a statement that changes no row), so a cached read is not served stale.
+      if (memory.deletedDigests.length > 0 && memory.sourceTimes.length === 0) await q.query("UPDATE tags SET uid = uid WHERE false");
     });
   }
 }

@@ -11,7 +11,7 @@ import {
   type SourcedTagRow,
   type TagRow,
 } from "../rows/tags.js";
-import type { ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord } from "../store.js";
+import type { DeletedDigest, ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord, TagSourceTime } from "../store.js";
 import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 
 // parent_uid is the tag's repo: the hierarchy filters work on it as on any table.
@@ -35,6 +35,8 @@ export class SqliteTagStore implements SyncTagStore {
   private readonly deletedAtStmt: Statement;
   private readonly rememberDeletedStmt: Statement;
   private readonly pruneDeletedStmt: Statement;
+  private readonly sourceTimesStmt: Statement;
+  private readonly deletedDigestsStmt: Statement;
 
   constructor(
     private readonly db: Database,
@@ -65,6 +67,12 @@ export class SqliteTagStore implements SyncTagStore {
        ON CONFLICT (repo_uid, digest) DO UPDATE SET time_us = MAX(time_us, excluded.time_us)`,
     );
     this.pruneDeletedStmt = db.prepare("DELETE FROM registry_deleted_digests WHERE time_us < ?");
+    this.sourceTimesStmt = db.prepare(
+      "SELECT uid, source_time_us FROM tags WHERE uid > ? AND source_time_us IS NOT NULL ORDER BY uid LIMIT ?",
+    );
+    this.deletedDigestsStmt = db.prepare(
+      "SELECT repo_uid, digest, time_us FROM registry_deleted_digests WHERE (repo_uid, digest) > (?, ?) ORDER BY repo_uid, digest LIMIT ?",
+    );
   }
 
   put(tag: TagRecord, opts: { mayUpdate?: boolean } = {}): { tag: TagRecord; created: boolean } {
@@ -152,6 +160,37 @@ export class SqliteTagStore implements SyncTagStore {
           this.rememberDeletedStmt.run(repoUid, which.digest, sourceTimeUs);
         }
         return older.map(toRecord);
+      })
+      .immediate();
+  }
+
+  registrySourceTimes(afterUid: string, limit: number): TagSourceTime[] {
+    return (this.sourceTimesStmt.all(afterUid, limit) as { uid: string; source_time_us: number }[]).map((r) => ({
+      tagUid: r.uid,
+      timeUs: r.source_time_us,
+    }));
+  }
+
+  deletedDigests(after: { repoUid: string; digest: string } | null, limit: number): DeletedDigest[] {
+    return (
+      this.deletedDigestsStmt.all(after?.repoUid ?? "", after?.digest ?? "", limit) as {
+        repo_uid: string;
+        digest: string;
+        time_us: number;
+      }[]
+    ).map((r) => ({ repoUid: r.repo_uid, digest: r.digest, timeUs: r.time_us }));
+  }
+
+  restoreRegistryMemory(memory: { sourceTimes: readonly TagSourceTime[]; deletedDigests: readonly DeletedDigest[] }): void {
+    this.db
+      .transaction(() => {
+        for (const { tagUid, timeUs } of memory.sourceTimes) {
+          if (this.setSourceStmt.run(timeUs, tagUid).changes === 0) throw new NotFoundError("tag", tagUid);
+        }
+        for (const { repoUid, digest, timeUs } of memory.deletedDigests) {
+          if (!this.repoExistsStmt.get(repoUid)) throw new NotFoundError("repo", repoUid);
+          this.rememberDeletedStmt.run(repoUid, digest, timeUs);
+        }
       })
       .immediate();
   }
