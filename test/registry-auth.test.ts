@@ -50,6 +50,15 @@ function tokenRequest(scopes: string[], authorization: string | undefined, servi
   return rest(srv.url, "GET", `/registry/token?${query}`, undefined, { authorization: authorization ?? "" });
 }
 
+/** POST /registry/token: Distribution's OAuth2 form (grant_type password, this service, unless fields say otherwise). */
+function oauthRequest(fields: Record<string, string>) {
+  const form = new URLSearchParams({ grant_type: "password", service: REGISTRY_SERVICE, ...fields });
+  return rest(srv.url, "POST", "/registry/token", form.toString(), {
+    authorization: "",
+    "content-type": "application/x-www-form-urlencoded",
+  });
+}
+
 /** The access claim of the token the endpoint gives caller for scopes. */
 async function accessOf(c: Credentials, scopes: string[]): Promise<{ type: string; name: string; actions: string[] }[]> {
   const body = await ok(tokenRequest(scopes, basic(c)));
@@ -222,6 +231,56 @@ describe("registry token endpoint", () => {
 
   test("a login without scopes (docker login) gets a token with no access", async () => {
     assert.deepEqual(await accessOf(apiCreds(viewer), []), []);
+  });
+
+  test("POST, the OAuth2 form containerd tries first: the token GET gives, the scope granted, and the registry takes it", async () => {
+    const scope = `repository:${org}/app:pull,push repository:${other}/app:pull`;
+    const res = await oauthRequest({ username: "_token", password: pusher.token, scope, client_id: "containerd-client" });
+    const body = await ok(Promise.resolve(res));
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    assert.equal(body.expires_in, 300);
+    assert.equal(body.refresh_token, undefined, "no refresh tokens are issued");
+    const claims = decodeJwt(body.access_token);
+    assert.equal(claims.sub, pusher.uid);
+    assert.deepEqual(claims.access, await accessOf(apiCreds(pusher), scope.split(" ")));
+    assert.equal(body.scope, `repository:${org}/app:pull,push`, "the scope granted: nothing at the other org");
+    // Distribution verifies it: its API root answers the token's bearer.
+    const root = await fetch(`http://${registry.addr}/v2/`, { headers: { authorization: `Bearer ${body.access_token}` } });
+    assert.equal(root.status, 200, registry.logs());
+    // A workload assumes its identity with its OIDC token as the password, as with Basic.
+    const assumed = await ok(
+      oauthRequest({
+        username: workload,
+        password: issuer.idToken({ sub: WORKLOAD_SUBJECT, aud: AUTH }),
+        scope: `repository:${org}/app:push`,
+      }),
+    );
+    assert.deepEqual(decodeJwt(assumed.access_token).access, [{ type: "repository", name: `${org}/app`, actions: ["push"] }]);
+  });
+
+  test("POST refusals: a refresh-token grant names grant_type, bad credentials are 401 with the challenge, another body type 415", async () => {
+    let body = assertRestError(await oauthRequest({ grant_type: "refresh_token", refresh_token: "x" }), 400, 3, "INVALID_ARGUMENT");
+    assert.equal(fieldViolations(body)[0]!.field, "grant_type");
+    body = assertRestError(await oauthRequest({ grant_type: "" }), 400, 3, "INVALID_ARGUMENT");
+    assert.equal(fieldViolations(body)[0]!.field, "grant_type");
+    const refused: Record<string, string>[] = [{}, { username: "_token", password: "not-a-token" }, { username: "someone", password: "x" }];
+    for (const fields of refused) {
+      const res = await oauthRequest(fields);
+      assertRestError(res, 401, 16, "UNAUTHENTICATED");
+      assert.equal(res.headers.get("www-authenticate"), 'Basic realm="platform-api registry"');
+    }
+    body = assertRestError(
+      await oauthRequest({ username: "_token", password: owner.token, service: "other.service" }),
+      400,
+      3,
+      "INVALID_ARGUMENT",
+    );
+    assert.equal(fieldViolations(body)[0]!.field, "service");
+    const json = await rest(srv.url, "POST", "/registry/token", { grant_type: "password" }, { authorization: "" });
+    body = assertRestError(json, 415, 3, "INVALID_ARGUMENT");
+    assert.deepEqual(fieldViolations(body), [{ field: "Content-Type", description: "must be application/x-www-form-urlencoded" }]);
+    const huge = await oauthRequest({ username: "_token", password: "x".repeat(40 * 1024) });
+    assertRestError(huge, 413, 8, "BODY_TOO_LARGE");
   });
 });
 

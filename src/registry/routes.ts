@@ -6,18 +6,25 @@
  * an identity to assume and password = a workload's OIDC token (the token
  * exchange's rules: sts.ts identityAssumer). The answer is a registry token
  * granting what the caller's role bindings allow (token.ts).
+ *
+ * POST /registry/token: the same, as Distribution's OAuth2 form
+ * (grant_type=password, username, password, service, scope): what containerd
+ * (and so Kubernetes' image pulls) tries first when it has a password. No
+ * refresh tokens are issued, so grant_type=refresh_token is refused (400:
+ * clients then ask with GET).
  */
 import { Code } from "@connectrpc/connect";
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Authorizer } from "../auth/authorizer.js";
 import type { Authenticator, Principal } from "../auth/principal.js";
 import { addressKey, createCallRateLimiter, createFailureLimiter } from "../auth/rate-limit.js";
 import type { Config } from "../config.js";
 import { ApiError, invalidField, PermissionDeniedError, ResourceExhaustedError, UnauthenticatedError } from "../domain/errors.js";
 import { isUidp } from "../domain/uidp.js";
+import { sendError } from "../server/rest/routes.js";
 import type { IdentityRecord, Store } from "../store/store.js";
 import { RegistryKeys } from "./keys.js";
-import { grantedAccess, parseScopes, signRegistryToken } from "./token.js";
+import { grantedAccess, parseScopes, signRegistryToken, type AccessEntry, type RegistryTokenAnswer } from "./token.js";
 
 /** The path registries send clients to (auth.token.realm). */
 export const REGISTRY_TOKEN_PATH = "/registry/token";
@@ -30,6 +37,8 @@ const FAILURES_PER_ADDRESS = 30;
 const FAILURE_WINDOW_MS = 60_000;
 /** The longest Basic credentials read: a uid, a colon and a JWT of a few kilobytes. */
 const MAX_CREDENTIALS_LENGTH = 16 * 1024;
+/** The largest OAuth2 form read: the credentials and the scopes (at most 8 of 512 characters), encoded. */
+const MAX_FORM_BYTES = 32 * 1024;
 
 const BASIC = /^Basic[ ]+([A-Za-z0-9+/]+=*)$/i;
 
@@ -61,7 +70,28 @@ function basicCredentials(header: string | undefined): { user: string; password:
   return { user: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
 }
 
-/** Installs GET /registry/token. */
+/** The credentials of an OAuth2 password grant, or an error naming what is wrong (nothing counts as a failed login but bad credentials). */
+function formCredentials(form: URLSearchParams): { user: string; password: string } {
+  const grant = form.get("grant_type");
+  if (grant !== "password") {
+    throw invalidField(
+      "grant_type",
+      grant === null ? "is required: password" : "must be password: no refresh tokens are issued here; ask with GET for a new token",
+    );
+  }
+  const user = form.get("username") ?? "";
+  const password = form.get("password") ?? "";
+  if (user === "" || password === "") {
+    throw new UnauthenticatedError(
+      "Unauthenticated: send username and password: username _token and an API token, or an identity uid and its OIDC token",
+    );
+  }
+  if (user.length + password.length > MAX_CREDENTIALS_LENGTH)
+    throw new UnauthenticatedError("Unauthenticated: the credentials are too long");
+  return { user, password };
+}
+
+/** Installs GET and POST /registry/token. */
 export function installRegistryToken(app: FastifyInstance, deps: RegistryTokenDeps): void {
   const { config, store, now } = deps;
   const keys = new RegistryKeys(store.keys, () => store.version(["signing_keys"]), now);
@@ -70,8 +100,8 @@ export function installRegistryToken(app: FastifyInstance, deps: RegistryTokenDe
   const calls = perSecond > 0 ? createCallRateLimiter({ perSecond, burst: 2 * perSecond, now: () => performance.now() }) : null;
 
   /** The principal the credentials name; a refused credential is an UnauthenticatedError (401), never a 403. */
-  async function authenticate(req: FastifyRequest): Promise<Principal> {
-    const { user, password } = basicCredentials(req.headers.authorization);
+  async function authenticate(credentials: () => { user: string; password: string }): Promise<Principal> {
+    const { user, password } = credentials();
     if (user === API_TOKEN_USER) return deps.authenticator.authenticate(new Headers({ authorization: `Bearer ${password}` }));
     if (!isUidp(user)) {
       throw new UnauthenticatedError("Unauthenticated: the user must be _token (with an API token) or the uid of an identity to assume");
@@ -87,17 +117,19 @@ export function installRegistryToken(app: FastifyInstance, deps: RegistryTokenDe
     }
   }
 
-  app.get(REGISTRY_TOKEN_PATH, async (req, reply) => {
-    const query = req.query as Record<string, string | string[] | undefined>;
-    const service = query.service;
-    if (service !== config.registry.service) throw invalidField("service", `must be this token service's, ${config.registry.service}`);
-    const scopeValues = query.scope === undefined ? [] : Array.isArray(query.scope) ? query.scope : [query.scope];
-    const scopes = parseScopes(scopeValues);
+  /** A token for the scopes asked, to the caller the credentials name. */
+  async function answer(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    ask: { service: unknown; scopes: readonly string[]; credentials: () => { user: string; password: string } },
+  ): Promise<{ token: RegistryTokenAnswer; access: AccessEntry[] }> {
+    if (ask.service !== config.registry.service) throw invalidField("service", `must be this token service's, ${config.registry.service}`);
+    const scopes = parseScopes(ask.scopes);
     // Other processes' writes (a revoked binding, a rotated key) are seen before anything is decided.
     await store.refresh();
     let principal: Principal;
     try {
-      principal = await authenticate(req);
+      principal = await authenticate(ask.credentials);
     } catch (err) {
       if (!(err instanceof UnauthenticatedError)) throw err;
       // Every login is judged, even from an address past its limit (a shared NAT must not lock everyone out):
@@ -120,11 +152,44 @@ export function installRegistryToken(app: FastifyInstance, deps: RegistryTokenDe
       );
     }
     const access = await grantedAccess(deps, principal, scopes);
-    const answer = await signRegistryToken(
-      keys,
-      { issuer: config.registry.issuer, service: config.registry.service, subject: principal.subject, access },
-      now(),
+    reply.header("cache-control", "no-store");
+    const claims = { issuer: config.registry.issuer, service: config.registry.service, subject: principal.subject, access };
+    return { token: await signRegistryToken(keys, claims, now()), access };
+  }
+
+  app.get(REGISTRY_TOKEN_PATH, async (req, reply) => {
+    const query = req.query as Record<string, string | string[] | undefined>;
+    const scopes = query.scope === undefined ? [] : Array.isArray(query.scope) ? query.scope : [query.scope];
+    const { token } = await answer(req, reply, {
+      service: query.service,
+      scopes,
+      credentials: () => basicCredentials(req.headers.authorization),
+    });
+    return reply.send(token);
+  });
+
+  // The OAuth2 form, in a scope of its own: only this route reads form bodies, and only this small.
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string", bodyLimit: MAX_FORM_BYTES }, (_req, body, done) =>
+      done(null, new URLSearchParams(body as string)),
     );
-    return reply.header("cache-control", "no-store").send(answer);
+    // Another type of body is told which this route reads; every other error is the server's answer (thrown on).
+    scope.setErrorHandler((err: Error & { statusCode?: number }, _req, reply) => {
+      if (err.statusCode !== 415) throw err;
+      return sendError(reply, invalidField("Content-Type", "must be application/x-www-form-urlencoded"), 415);
+    });
+    scope.post(REGISTRY_TOKEN_PATH, { bodyLimit: MAX_FORM_BYTES }, async (req, reply) => {
+      const form = req.body instanceof URLSearchParams ? req.body : new URLSearchParams();
+      // OAuth2's scope is space-delimited; Distribution's clients may also repeat it.
+      const scopes = form.getAll("scope").flatMap((s) => s.split(" ").filter((v) => v !== ""));
+      const { token, access } = await answer(req, reply, {
+        service: form.get("service"),
+        scopes,
+        credentials: () => formCredentials(form),
+      });
+      // As Distribution's OAuth2 answer: the token as access_token, and the scope granted.
+      return reply.send({ ...token, scope: access.map((a) => `${a.type}:${a.name}:${a.actions.join(",")}`).join(" ") });
+    });
   });
 }
