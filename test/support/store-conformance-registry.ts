@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { beforeEach, describe, test } from "node:test";
 import type { HierarchyFilter, RepoFilter, RepoOrder, RepoRecord, Store, TagFilter, TagOrder, TagRecord } from "../../src/store/store.js";
 import { assertAlreadyExists, assertNotFound, assertPrecondition } from "./store-conformance-iam.js";
-import { A, A1, A1X, A2, B, B1, C, hexSegments, hierarchyFixture, query, sorted } from "./store-fixtures.js";
+import { A, A1, A1X, A2, B, B1, C, compareText, hexSegments, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { belowFirstRoot, describePagedWalks, everything } from "./store-paged-walks.js";
 import { buildPagingTree, OWNERS, type WalkFixture } from "./store-walk-fixtures.js";
 
@@ -341,7 +341,7 @@ function registryContracts(getStore: () => Store): void {
         { repoUid: R_A, digest: DIGEST_1, timeUs: US + 7 },
         { repoUid: R_A, digest: DIGEST_2, timeUs: US + 6 },
         { repoUid: R_B1, digest: DIGEST_1, timeUs: US + 5 },
-      ].sort((a, b) => (a.repoUid < b.repoUid ? -1 : a.repoUid > b.repoUid ? 1 : a.digest < b.digest ? -1 : 1));
+      ].sort((a, b) => compareText(a.repoUid, b.repoUid) || compareText(a.digest, b.digest));
       assert.deepEqual(await store.tags.deletedDigests(null, 10), all);
       assert.deepEqual(await store.tags.deletedDigests(null, 2), all.slice(0, 2));
       assert.deepEqual(await store.tags.deletedDigests(all[1]!, 2), all.slice(2));

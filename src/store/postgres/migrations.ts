@@ -378,6 +378,17 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX registry_deleted_digests_time ON registry_deleted_digests (time_us, repo_uid, digest);
   `,
   },
+  // 8: a write of the deleted digests moves the tags' version, as every write
+  // of the tags part does on SQLite: the digests are read through the tags
+  // part, whose cached reads are keyed by the tags' version (a copy restores
+  // deleted digests alone, writing no tag).
+  {
+    name: "deleted digests move the tags' version",
+    sql: `
+  CREATE TRIGGER registry_deleted_digests_version AFTER INSERT OR UPDATE OR DELETE ON registry_deleted_digests
+    FOR EACH STATEMENT EXECUTE FUNCTION bump_tags_version();
+  `,
+  },
 ];
 
 /**

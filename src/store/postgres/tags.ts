@@ -160,9 +160,6 @@ export class PgTagStore implements TagStore {
         if (!(await exists(q, "SELECT 1 FROM repos WHERE uid = ?", [repoUid]))) throw new NotFoundError("repo", repoUid);
         await q.query(REMEMBER_DELETED, [repoUid, digest, timeUs]);
       }
-      // The deleted digests are read through the tags' version (their part's table): a statement on tags moves it
-      // (its statement trigger fires for a statement that changes no row), so a cached read is not served stale.
-      if (memory.deletedDigests.length > 0 && memory.sourceTimes.length === 0) await q.query("UPDATE tags SET uid = uid WHERE false");
     });
   }
 }

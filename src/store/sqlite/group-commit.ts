@@ -87,16 +87,14 @@ export class GroupCommitter {
       let outcomes: Outcome[];
       try {
         this.db.exec("BEGIN IMMEDIATE");
-        const bare = await this.runBare(group);
+        const bare = await this.runWrites(group, false);
         if (bare === null) {
           this.reruns++;
           this.hooks.restore(0);
           this.db.exec("ROLLBACK");
           this.db.exec("BEGIN IMMEDIATE");
-          outcomes = await this.runIsolated(group);
-        } else {
-          outcomes = bare;
         }
+        outcomes = bare ?? (await this.runWrites(group, true))!;
         this.hooks.beforeCommit();
         this.db.exec("COMMIT");
       } catch (err) {
@@ -115,41 +113,29 @@ export class GroupCommitter {
   }
 
   /**
-   * Runs each write with no savepoint. Returns their outcomes, or null when
-   * one threw after changing rows (the group must be run again, isolated).
-   * Throws when SQLite itself ended the transaction (an I/O error): the
-   * group fails.
+   * Runs each write, bare or (isolated) in a savepoint of its own, and
+   * returns their outcomes. A write that throws is rejected alone: isolated,
+   * its savepoint is rolled back; bare, it must have changed nothing, or
+   * null is returned (the group must be run again, isolated). Throws when
+   * SQLite itself ended the transaction (an I/O error): the group fails.
    */
-  private async runBare(group: readonly PendingWrite[]): Promise<Outcome[] | null> {
+  private async runWrites(group: readonly PendingWrite[], isolated: boolean): Promise<Outcome[] | null> {
     const outcomes: Outcome[] = [];
     for (const w of group) {
-      const before = this.totalChanges.get() as number;
+      if (isolated) this.db.exec("SAVEPOINT write");
+      const before = isolated ? 0 : (this.totalChanges.get() as number);
       const mark = this.hooks.save();
       try {
         outcomes.push({ ok: true, value: await w.run() });
+        if (isolated) this.db.exec("RELEASE write");
       } catch (err) {
         if (!this.db.inTransaction) throw err;
-        if ((this.totalChanges.get() as number) !== before) return null;
-        this.hooks.restore(mark);
-        outcomes.push({ ok: false, err });
-      }
-    }
-    return outcomes;
-  }
-
-  /** Runs each write in a savepoint of its own: one that throws is rolled back alone. */
-  private async runIsolated(group: readonly PendingWrite[]): Promise<Outcome[]> {
-    const outcomes: Outcome[] = [];
-    for (const w of group) {
-      this.db.exec("SAVEPOINT write");
-      const mark = this.hooks.save();
-      try {
-        outcomes.push({ ok: true, value: await w.run() });
-        this.db.exec("RELEASE write");
-      } catch (err) {
-        if (!this.db.inTransaction) throw err;
-        this.db.exec("ROLLBACK TO write");
-        this.db.exec("RELEASE write");
+        if (isolated) {
+          this.db.exec("ROLLBACK TO write");
+          this.db.exec("RELEASE write");
+        } else if ((this.totalChanges.get() as number) !== before) {
+          return null;
+        }
         this.hooks.restore(mark);
         outcomes.push({ ok: false, err });
       }

@@ -28,8 +28,7 @@ export function tablesChangedBy(name: PartName): readonly VersionedTable[] {
  * per group replaces one per row.
  */
 export class TableVersionBumps {
-  private readonly marked = new Set<VersionedTable>();
-  /** The marked tables in the order they were first marked, so a failed write's marks can be taken back. */
+  /** The marked tables, each once, in the order they were first marked, so a failed write's marks can be taken back. */
   private readonly order: VersionedTable[] = [];
   private readonly bump: Statement;
 
@@ -52,9 +51,8 @@ export class TableVersionBumps {
   }
 
   private mark(table: VersionedTable): void {
-    if (this.marked.has(table)) return;
-    this.marked.add(table);
-    this.order.push(table);
+    // A handful of tables at most: a scan is cheaper than keeping a set beside the list.
+    if (!this.order.includes(table)) this.order.push(table);
   }
 
   /** Where the marks stand before a write (restore takes back what the write marked, if it is undone). */
@@ -64,7 +62,7 @@ export class TableVersionBumps {
 
   /** The writes since save(at) were undone: the tables only they marked are unmarked. */
   restore(at: number): void {
-    while (this.order.length > at) this.marked.delete(this.order.pop()!);
+    this.order.length = Math.min(this.order.length, at);
   }
 
   /** Inside the transaction, before COMMIT: moves the version of every table marked since the last call. */
@@ -75,7 +73,6 @@ export class TableVersionBumps {
 
   /** The transaction ended without committing: nothing it marked was written. */
   forget(): void {
-    this.marked.clear();
     this.order.length = 0;
   }
 }
