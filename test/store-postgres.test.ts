@@ -17,7 +17,7 @@ import { CLAIM_VERSION_BUCKET, migratePostgres } from "../src/store/postgres/mig
 import { MAX_ATTEMPTS, serializable, type ClientSource } from "../src/store/postgres/tx.js";
 import type { Store } from "../src/store/store.js";
 import { AUTHZ_TABLES, VERSIONED_TABLES } from "../src/store/versions.js";
-import { within } from "./support/assertions.js";
+import { until } from "./support/assertions.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { runStoreConformance } from "./support/store-conformance.js";
 import { A, B, group, invite, role } from "./support/store-fixtures.js";
@@ -163,13 +163,7 @@ if (!pgAvailable()) {
               )
             ).rows[0]!.n,
           );
-        await within(
-          30_000,
-          (async () => {
-            while ((await held()) > 0) await new Promise((r) => setTimeout(r, 20));
-          })(),
-          "the closed connection's bucket lock released",
-        );
+        await until(30_000, async () => (await held()) === 0, "the closed connection's bucket lock released");
         const next = await take();
         assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
       } finally {

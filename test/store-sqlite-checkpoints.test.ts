@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { BackgroundCheckpointer } from "../src/store/sqlite/checkpointer.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
-import { within } from "./support/assertions.js";
+import { until, within } from "./support/assertions.js";
 
 const dirs: string[] = [];
 after(() => {
@@ -58,13 +58,7 @@ test("the thread copies committed pages into the database file; the committing c
     const before = statSync(file).size;
     await Promise.all(Array.from({ length: 300 }, (_, i) => store.groups.create(group(i + 1))));
     // ~300 rows of 500 bytes: far below the committing connection's own threshold, so only the thread copies them.
-    await within(
-      30_000,
-      (async () => {
-        while (statSync(file).size <= before) await new Promise((r) => setTimeout(r, 50));
-      })(),
-      "the database file grew: the thread checkpointed the new rows",
-    );
+    await until(30_000, () => statSync(file).size > before, "the database file grew: the thread checkpointed the new rows", 50);
     assert.deepEqual(errors, []);
     assert.equal((await store.groups.get(group(300).uid))?.name, "g300");
   } finally {

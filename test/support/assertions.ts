@@ -60,3 +60,15 @@ export async function within<T>(ms: number, promise: Promise<T>, what: string): 
     clearTimeout(timer);
   }
 }
+
+/**
+ * Polls check every stepMs until it holds; rejects once ms have passed (a liveness bound, not a timing assertion)
+ * and stops polling then, so a failed wait leaves nothing running.
+ */
+export async function until(ms: number, check: () => boolean | Promise<boolean>, what: string, stepMs = 20): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await check())) {
+    if (performance.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}
