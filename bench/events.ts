@@ -8,11 +8,13 @@
  *   npx tsx bench/events.ts                          # SQLite
  *   BENCH_BACKEND=postgres npx tsx bench/events.ts   # PostgreSQL
  *   BENCH_EVENTS=2000 BENCH_WATCH_SAMPLES=300 …      # sizes
+ *   BENCH_SCALE=off                                  # without the rows at scale (bench/deliveries-scale.ts)
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { performance } from "node:perf_hooks";
 import { createGroup, rest, startTestServer } from "../test/support/server.js";
+import { deliveriesAtScale } from "./deliveries-scale.js";
 
 const BACKEND = process.env.BENCH_BACKEND === "postgres" ? "postgres" : "sqlite";
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 2000);
@@ -122,6 +124,7 @@ async function main(): Promise<void> {
     console.log(
       `  deliveries to one local sink: ${EVENTS} events written in ${(written / 1000).toFixed(2)} s (${Math.round(EVENTS / (written / 1000))} creates/s), all delivered after ${(delivered / 1000).toFixed(2)} s: ${Math.round(EVENTS / (delivered / 1000))} events/s delivered`,
     );
+    if (process.env.BENCH_SCALE !== "off") await deliveriesAtScale(srv, BACKEND);
   } finally {
     await sink.close();
     await srv.close();

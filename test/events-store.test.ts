@@ -56,6 +56,36 @@ describe("the change feed at the store", () => {
     assert.equal((await read(after, 50)).events.length, 0, "nothing after the end");
   });
 
+  test("a scan walks every event in order without data, from the horizon it gives when asked with no position", async () => {
+    const first = await store.events.scan({ txid: 0n, seq: 0n }, 60);
+    assert.equal(first.events.length, 60);
+    assert.deepEqual(first.resume, first.events[59]!.position);
+    assert.equal("data" in first.events[0]!, false, "a scan carries no data");
+    const subjects: string[] = first.events.map((e) => e.subject);
+    let after = first.resume;
+    for (;;) {
+      const page = await store.events.scan(after, 60);
+      subjects.push(...page.events.map((e) => e.subject));
+      after = page.resume;
+      if (page.events.length < 60) break;
+    }
+    assert.deepEqual(
+      subjects,
+      Array.from({ length: 151 }, (_, i) => draft(i).subject),
+    );
+    // Past the end, and from nowhere: nothing, and the horizon, where the next event will be found.
+    const horizon = await store.events.scan(null, 60);
+    assert.deepEqual(horizon.events, []);
+    const end = await store.events.scan(after, 60);
+    assert.deepEqual(end.events, []);
+    await store.transaction(async (tx) => tx.events.append([draft(151)]));
+    const next = await store.events.scan(horizon.resume, 60);
+    assert.deepEqual(
+      next.events.map((e) => e.subject),
+      [draft(151).subject],
+    );
+  });
+
   test("a read whose filter matches nothing still moves past what it examined", async () => {
     const page = await read(null, 50, "api.platform.registry.");
     assert.equal(page.events.length, 0);

@@ -33,7 +33,7 @@ if (!pgAvailable()) {
       assert.equal(copied?.secret, created.secret);
       assert.deepEqual(await target.deliveries.log(created.uid), []);
       // The copy's first read starts after the copied events: nothing from before the copy is delivered again.
-      const [lease] = await target.deliveries.claim("copy-test", Date.now(), Date.now() + 60_000, 10);
+      const [lease] = await target.deliveries.claim("copy-test", [created.uid as string], Date.now(), Date.now() + 60_000);
       assert.equal(lease?.subscription.uid, created.uid);
       assert.equal(lease?.cursor, null);
       const page = await target.events.read({

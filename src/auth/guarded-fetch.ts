@@ -1,7 +1,8 @@
-import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from "node:dns";
 import http, { type IncomingHttpHeaders } from "node:http";
 import https from "node:https";
-import type { LookupFunction } from "node:net";
+import { isIP, type LookupFunction } from "node:net";
+import { canonicalAddress } from "../domain/outbound-address.js";
 
 /** Limits of one guarded exchange (an issuer's document, a delivery to a sink). */
 export interface FetchLimits {
@@ -9,9 +10,24 @@ export interface FetchLimits {
   timeoutMs: number;
   /** Bytes of a 2xx body read at most; the rest is never read (an issuer's document that long is refused). */
   maxBytes: number;
-  /** Whether a connection to this address is allowed; checked on the address actually connected to. */
+  /**
+   * Whether a connection to this address is allowed (outboundAddressAllowed
+   * for a tenant's URL): asked before any socket connects, of an address
+   * literal before the request is made and of a name's addresses in the lookup.
+   */
   addressAllowed(address: string): boolean;
+  /** Resolves a name to all its addresses (default: the system resolver, dns.lookup); tests inject one. */
+  resolve?: Resolver;
 }
+
+/** A resolver of every address of a name, as dns.lookup with all: true. */
+export type Resolver = (
+  hostname: string,
+  options: LookupAllOptions,
+  callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+) => void;
+
+const systemResolver: Resolver = (hostname, options, callback) => dnsLookup(hostname, options, callback);
 
 /**
  * Why a guarded fetch failed (the text is never shown to callers). A
@@ -66,26 +82,47 @@ const transientStatus = (status: number) => status >= 500 || status === 429 || s
 const NO_ALLOWED_ADDRESS = "EACCES";
 
 /**
- * A lookup that resolves as usual, then keeps only the addresses allowed:
- * the check is on what the socket connects to, so a name that resolves to
- * an internal address (or changes its answer between two lookups) gets no
- * connection there.
+ * The one answer to an address the policy refuses, wherever it is caught
+ * (literal, lookup, or the defence-in-depth checks after): before any
+ * connection, so whether anything listens there never shows.
  */
-function filteredLookup(allowed: (address: string) => boolean): LookupFunction {
+const addressRefused = () => new ExchangeFailedError("address not allowed", "policy");
+
+/**
+ * A lookup that resolves as usual, then keeps only the addresses allowed:
+ * the socket connects only to what the lookup returns, so a name that
+ * resolves to an internal address (or changes its answer between two
+ * lookups) gets no connection there.
+ */
+function filteredLookup(allowed: (address: string) => boolean, resolve: Resolver): LookupFunction {
   return ((
     hostname: string,
     options: object,
     callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
   ) => {
-    dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+    resolve(hostname, { ...options, all: true }, (err, addresses) => {
       if (err) return callback(err, []);
-      const kept = (addresses as LookupAddress[]).filter((a) => allowed(a.address));
+      const kept = addresses.filter((a) => allowed(a.address));
       if (kept.length === 0)
         return callback(Object.assign(new Error(`${hostname} resolves to no allowed address`), { code: NO_ALLOWED_ADDRESS }), []);
       if ((options as { all?: boolean }).all) return callback(null, kept);
       callback(null, kept[0]!.address, kept[0]!.family);
     });
   }) as LookupFunction;
+}
+
+/**
+ * Whether a URL's host may be connected to, asked before any socket exists.
+ * net connects to an address literal directly, never through the lookup, so
+ * a literal is asked about here (in its canonical spelling); a name passes
+ * here and each of its addresses is asked about in the lookup. A host net
+ * would take for an address but that we cannot read is refused.
+ */
+function hostAllowed(target: URL, allowed: (address: string) => boolean): boolean {
+  const host = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
+  const address = canonicalAddress(host);
+  if (address !== undefined) return allowed(address);
+  return isIP(host) === 0;
 }
 
 /** One guarded HTTP request. */
@@ -140,17 +177,15 @@ export interface GuardedResponse {
  * Sends one request within limits and resolves with the answer, whatever its
  * status: one timeout for the whole exchange, no redirect followed (a 3xx is
  * an answer like any other), only allowed addresses connected to (address
- * literals are checked here, names by the lookup, and the socket's peer once
- * connected), a 2xx body read up to maxBytes, any other body not read. The
- * connection is never reused, and is closed once the answer is settled.
- * Rejects with ExchangeFailedError.
+ * literals are checked before the request is made, names' addresses by the
+ * lookup, both before any byte is sent), a 2xx body read up to maxBytes, any
+ * other body not read. The connection is never reused, and is closed once
+ * the answer is settled. Rejects with ExchangeFailedError.
  */
 export function requestGuarded(url: string, request: GuardedRequest, limits: FetchLimits): Promise<GuardedResponse> {
   const target = new URL(url);
-  const literal = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
   return new Promise((resolve, reject) => {
-    if (/^[\d.]+$|:/.test(literal) && !limits.addressAllowed(literal))
-      return reject(new ExchangeFailedError("address not allowed", "policy"));
+    if (!hostAllowed(target, limits.addressAllowed)) return reject(addressRefused());
     let settled = false;
     const span = exchangeTracer?.(request.method, target, request.label);
     const settle = (outcome: GuardedResponse | ExchangeFailedError) => {
@@ -168,7 +203,7 @@ export function requestGuarded(url: string, request: GuardedRequest, limits: Fet
     const headers = request.body ? { ...traced, "content-length": String(request.body.length) } : traced;
     const req = client.request(target, {
       method: request.method,
-      lookup: filteredLookup(limits.addressAllowed),
+      lookup: filteredLookup(limits.addressAllowed, limits.resolve ?? systemResolver),
       headers,
       agent: false,
       timeout: limits.timeoutMs,
@@ -176,18 +211,19 @@ export function requestGuarded(url: string, request: GuardedRequest, limits: Fet
     const noAnswer = () => new ExchangeFailedError(`no answer within ${limits.timeoutMs} ms`, "transient");
     const deadline = setTimeout(() => settle(noAnswer()), limits.timeoutMs);
     req.on("socket", (socket) => {
-      // A literal address skips the lookup: check where the socket really went.
+      // Defence in depth: every address was asked about before connecting. Were one ever missed, an open port
+      // (here) and a closed one (the error's address, below) would still get the one policy answer.
       socket.once("connect", () => {
         const peer = socket.remoteAddress;
-        if (peer !== undefined && !limits.addressAllowed(peer))
-          settle(new ExchangeFailedError("connected to a disallowed address", "policy"));
+        if (peer !== undefined && !limits.addressAllowed(peer)) settle(addressRefused());
       });
     });
     req.on("timeout", () => settle(noAnswer()));
-    req.on("error", (err: NodeJS.ErrnoException) => {
+    req.on("error", (err: NodeJS.ErrnoException & { address?: string }) => {
       const code = err.code ?? "";
-      const kind = code === NO_ALLOWED_ADDRESS ? "policy" : TRANSIENT_ERROR_CODES.has(code) ? "transient" : "other";
-      settle(new ExchangeFailedError(kind === "policy" ? "address not allowed" : err.message, kind));
+      if (code === NO_ALLOWED_ADDRESS || (err.address !== undefined && !limits.addressAllowed(err.address)))
+        return settle(addressRefused());
+      settle(new ExchangeFailedError(err.message, TRANSIENT_ERROR_CODES.has(code) ? "transient" : "other"));
     });
     req.on("response", (res) => {
       res.on("error", (err) => settle(new ExchangeFailedError(err.message, "transient")));
@@ -215,8 +251,7 @@ export function requestGuarded(url: string, request: GuardedRequest, limits: Fet
  * GETs url and parses its JSON body, within limits: one timeout for the
  * whole exchange, the body streamed and cut off past maxBytes, no redirect
  * followed (an issuer's documents are served where it says), and only
- * allowed addresses connected to (address literals are checked here, names
- * by the lookup).
+ * allowed addresses connected to (see requestGuarded).
  */
 export async function fetchJsonGuarded(url: string, limits: FetchLimits): Promise<Record<string, unknown>> {
   let res: GuardedResponse;

@@ -8,7 +8,8 @@ import {
   type JWTVerifyGetKey,
 } from "jose";
 import { UnauthenticatedError, UnavailableError, type ApiError } from "../domain/errors.js";
-import { addressAllowed, canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
+import { canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
+import { outboundAddressAllowed } from "../domain/outbound-address.js";
 import { QueryCache } from "../store/query-cache.js";
 import { DEFAULT_FETCH_SLOT_LIMITS, FetchSlots, type FetchSlotLimits, type SlotRequest } from "./fetch-slots.js";
 import { fetchJsonGuarded, FetchRefusedError, type FetchLimits } from "./guarded-fetch.js";
@@ -259,7 +260,8 @@ export class UpstreamVerifier {
     return {
       timeoutMs,
       maxBytes: MAX_DOCUMENT_BYTES,
-      addressAllowed: operator ? () => true : (address) => addressAllowed(address, this.policy),
+      // The operator's issuers (PLATFORM_USER_ISSUERS) may be anywhere; a tenant's only where outbound-address.ts allows.
+      addressAllowed: operator ? () => true : (address) => outboundAddressAllowed(address, this.policy),
     };
   }
 

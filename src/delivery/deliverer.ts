@@ -7,26 +7,32 @@ import type { Store } from "../store/store.js";
 import type { DeliveryLease, DeliveryLogEntry, DeliveryStep, SubscriptionRecord, SubscriptionState } from "../store/subscription-store.js";
 import { nextAttempt, type NextAttempt } from "./backoff.js";
 import { SINK_TIMEOUT_MS } from "./sink.js";
+import { DeliverySchedule, type LoopEnd } from "./schedule.js";
 import { postEvent, readPrefix, subscriptionVisibility, typeMatches, type PostDeps } from "./subscriber.js";
 
 /**
  * The per-process deliverer of subscriptions (docs/events.md, "Delivering").
  *
- * Each subscription is delivered by one process at a time: a process leases
- * it (store.deliveries.claim: FOR UPDATE SKIP LOCKED on PostgreSQL, a
+ * It scans the feed's new events and claims only subscriptions with work (an
+ * event that may concern them past their cursor, or a retry due), fairly
+ * across organizations and longest-waiting first (schedule.ts): a caught-up
+ * subscription costs nothing until the feed moves past it. Each
+ * subscription is delivered by one process at a time: a process leases it
+ * (store.deliveries.claim: FOR UPDATE SKIP LOCKED on PostgreSQL, a
  * conditional UPDATE on SQLite), reads the feed from the subscription's own
- * cursor, posts event after event, and records each outcome with the cursor
- * move in one transaction that also extends the lease. At least once: the
- * cursor passes an event only once its attempt is recorded, so a process
- * killed mid-delivery leaves the cursor before it and its lease to expire,
- * and the next holder posts it again (same webhook-id). A retryable failure
- * stores the event's retry and frees the subscription until it is due; after
- * three days (backoff.ts) or a refusal (4xx) the event is skipped and the
- * subscription marked FAILING until a later delivery succeeds.
+ * cursor, posts event after event for one turn, and records each outcome
+ * with the cursor move in one transaction that also extends the lease. At
+ * least once: the cursor passes an event only once its attempt is recorded,
+ * so a process killed mid-delivery leaves the cursor before it and its lease
+ * to expire, and the next holder posts it again (same webhook-id). A
+ * retryable failure stores the event's retry and frees the subscription
+ * until it is due; after three days (backoff.ts) or a refusal (4xx) the
+ * event is skipped and the subscription marked FAILING until a later
+ * delivery succeeds.
  *
  * Every subscription has its own loop, at most `concurrency` in flight per
- * process, so a slow sink holds one slot, never another subscription's
- * deliveries.
+ * process, each for one turn at a time, so a slow sink holds one slot for one
+ * post, never another subscription's deliveries.
  */
 
 /** How a deliverer runs; everything but the first five has a production default. */
@@ -37,12 +43,21 @@ export interface DelivererOptions extends PostDeps {
   owner?: string;
   /** Subscriptions delivered at once by this process (default 16). */
   concurrency?: number;
+  /** Slots kept for organizations with no delivery running (default: an eighth of concurrency; schedule.ts). */
+  reserve?: number;
   /** How long a lease lasts past its last extension (default 60 s; keep it well above sinkTimeoutMs). */
   leaseMs?: number;
-  /** How often due subscriptions are looked for when nothing woke the deliverer (default 1 s). */
+  /** How often the feed is scanned for other processes' commits and due retries looked for (default 1 s). */
   pollMs?: number;
   /** Events read from the feed at once (default 100). */
   batch?: number;
+  /**
+   * A claim's turn: once it has posted for this long (default 1 s) or a
+   * batch of events, a subscription with more to deliver gives its slot
+   * back and waits behind the work already waiting, so a slow sink's
+   * backlog never holds a slot for long.
+   */
+  turnMs?: number;
   /** When a retryable failure is tried again (default: backoff.ts nextAttempt with Math.random). */
   retry?: (attempts: number, firstAttemptAt: number, now: number) => NextAttempt;
   /** How long stop() waits for posts in flight before leaving their leases to expire (default 10 s). */
@@ -55,7 +70,7 @@ export interface DelivererOptions extends PostDeps {
 
 /** The deliverer of one process. */
 export interface Deliverer {
-  /** Starts looking for due subscriptions (idempotent). */
+  /** Starts looking for subscriptions with work (idempotent). */
   start(): void;
   /** The feed may have new events (this process committed some): look now rather than at the next poll. */
   wake(): void;
@@ -68,10 +83,15 @@ export interface Deliverer {
   stop(): Promise<void>;
   /** Subscriptions this process is delivering now. */
   readonly active: number;
+  /** Each subscription's delivery lag in seconds as this process sees it (DeliverySchedule.lags). */
+  lags(): [uid: string, seconds: number][];
 }
 
 /** The least time between two ticks woken by this process's commits. */
 const WAKE_SPACING_MS = 20;
+
+/** Events scanned from the feed per tick: a burst longer than this is scanned over several ticks, one right after another. */
+const SCAN_LIMIT = 1000;
 
 /** The production retry schedule. */
 const defaultRetry = (attempts: number, firstAttemptAt: number, now: number) => nextAttempt(attempts, firstAttemptAt, now, Math.random());
@@ -85,13 +105,17 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   const leaseMs = opts.leaseMs ?? Math.max(60_000, 3 * sinkTimeoutMs);
   const pollMs = opts.pollMs ?? 1000;
   const batch = opts.batch ?? 100;
+  const turnMs = opts.turnMs ?? 1000;
   const retry = opts.retry ?? defaultRetry;
   const onError = opts.onError ?? (() => {});
+  const schedule = new DeliverySchedule({ concurrency, reserve: opts.reserve });
   const loops = new Map<string, Promise<void>>();
   // Loops that have ended and whose leases the next tick releases. Releasing in the tick, before it claims, keeps a
   // lease this process frees from being claimed again by the same tick while its old loop is still listed (the
   // claim would then be skipped as a duplicate, and the subscription held idle until its lease expired).
   const ended = new Set<string>();
+  // Where this process's scan of the feed has got to (null until the first tick with a subscription).
+  let head: FeedPosition | null = null;
   let running = false;
   let timer: NodeJS.Timeout | undefined;
   let ticking: Promise<void> | null = null;
@@ -102,40 +126,78 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
 
   const leaseUntil = () => opts.now() + leaseMs;
 
-  /** Claims what this process has room for and starts a loop per subscription claimed. */
+  /**
+   * One look: releases ended loops, scans the feed's new events (which
+   * subscriptions they may concern), finds due retries, reads the state of
+   * the subscriptions that may have work, and claims what this process has
+   * room for, fairly (schedule.ts). A caught-up deployment does one scan
+   * that finds nothing and one look for due retries.
+   */
   async function tick(): Promise<void> {
     clearTimeout(timer);
     lastTick = performance.now();
+    let more = false;
     try {
       await releaseEnded();
-      const room = concurrency - loops.size;
-      if (room > 0) {
-        // Grants and subscriptions are read through the caches: bring them up to date with every process's writes.
-        await store.refresh();
-        // A cached read while the subscriptions table is unchanged: a deployment without subscriptions pays
-        // nothing per commit, and one look per poll.
-        idle = !(await store.subscriptions.any());
-      }
-      if (room > 0 && !idle) {
-        const now = opts.now();
-        for (const lease of await store.deliveries.claim(owner, now, now + leaseMs, room)) {
-          const uid = lease.subscription.uid;
-          // Its lease ran out under a post slower than leaseMs and this process took it again: the loop goes on.
-          if (loops.has(uid)) continue;
-          const loop = deliver(lease)
-            .catch(onError)
-            .finally(() => {
-              ended.add(uid);
-              // A slot comes free: release and claim again soon rather than at the next poll.
-              if (running) schedule(0);
-            });
-          loops.set(uid, loop);
-        }
+      // Grants and subscriptions are read through the caches: bring them up to date with every process's writes.
+      await store.refresh();
+      // A cached read while the subscriptions table is unchanged: a deployment without subscriptions pays
+      // nothing per commit, and one look per poll.
+      idle = !(await store.subscriptions.any());
+      if (idle) {
+        head = null;
+        schedule.sync([], { txid: 0n, seq: 0n }, opts.now());
+      } else {
+        more = await look();
       }
     } catch (err) {
       onError(err);
     }
-    if (running) schedule(pollMs);
+    if (running) plan(more ? 0 : nextDelay());
+  }
+
+  /** Scans, reads and claims; true when the scan stopped at its limit (more to scan at once). */
+  async function look(): Promise<boolean> {
+    let now = opts.now();
+    head ??= (await store.events.scan(null, 0)).resume;
+    schedule.sync(await store.subscriptions.targets(), head, now);
+    const scan = await store.events.scan(head, SCAN_LIMIT);
+    schedule.observe(scan.events);
+    head = scan.resume;
+    const room = concurrency - loops.size;
+    if (room > 0) {
+      schedule.apply(await store.deliveries.due(now, room), now);
+      const unsure = schedule.unsure(now);
+      if (unsure.length > 0) schedule.apply(await store.deliveries.states(unsure), now);
+      const chosen = schedule.choose(room, now);
+      now = opts.now();
+      for (const lease of chosen.length > 0 ? await store.deliveries.claim(owner, chosen, now, now + leaseMs) : []) {
+        const uid = lease.subscription.uid;
+        // Its lease ran out under a post slower than leaseMs and this process took it again: the loop goes on.
+        if (loops.has(uid)) continue;
+        schedule.started(uid);
+        const loop = deliver(lease)
+          .catch((err: unknown): LoopEnd => {
+            onError(err);
+            return { kind: "unknown" };
+          })
+          .then((end) => {
+            schedule.ended(uid, end, opts.now());
+            ended.add(uid);
+            // A slot comes free: release and claim again soon rather than at the next poll.
+            if (running) plan(0);
+          });
+        loops.set(uid, loop);
+      }
+    }
+    return scan.events.length >= SCAN_LIMIT;
+  }
+
+  /** The next poll, or sooner when a retry or a lease held elsewhere comes due before it. */
+  function nextDelay(): number {
+    const now = opts.now();
+    const due = schedule.nextDue(now);
+    return due === null ? pollMs : Math.max(0, Math.min(pollMs, due - now));
   }
 
   /**
@@ -157,7 +219,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   }
 
   /** Runs tick after delayMs, one tick at a time (a wake during a tick runs another right after). */
-  function schedule(delayMs: number): void {
+  function plan(delayMs: number): void {
     clearTimeout(timer);
     timer = setTimeout(() => {
       if (ticking) {
@@ -168,20 +230,26 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
         ticking = null;
         if (again && running) {
           again = false;
-          schedule(0);
+          plan(0);
         }
       });
     }, delayMs);
     timer.unref();
   }
 
-  /** Delivers one leased subscription's due events, in feed order, until it is caught up or must wait. */
-  async function deliver(lease: DeliveryLease): Promise<void> {
+  /**
+   * Delivers one leased subscription's due events, in feed order, until it
+   * is caught up, must wait for a retry, or has used its turn (a batch of
+   * events or turnMs of posting).
+   */
+  async function deliver(lease: DeliveryLease): Promise<LoopEnd> {
     const s = lease.subscription;
     const visible = await subscriptionVisibility(opts.authz, s);
     let cursor: FeedPosition | null = lease.cursor;
     let pending = lease.retry;
     const status = { state: s.state, lastError: s.lastError };
+    const turnEnds = performance.now() + turnMs;
+    let posted = 0;
     while (running) {
       const page = await store.events.read({
         after: cursor,
@@ -200,14 +268,17 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
         continue;
       }
       for (const event of page.events) {
-        if (!running) return;
-        if (!typeMatches(s, event.type)) continue;
+        if (!running) return { kind: "unknown" };
+        if (!typeMatches(s.types, event.type)) continue;
+        if (cursor !== null && (posted >= batch || performance.now() >= turnEnds)) return { kind: "yielded", cursor };
+        schedule.delivering(s.uid, event.time);
         const retrying = pending !== null && pending.eventId === event.id ? pending : null;
         const attempt = await postEvent({ ...opts, sinkTimeoutMs }, s, event, (retrying?.attempts ?? 0) + 1);
+        posted++;
         const { step, final } = nextStep(event, attempt, retrying);
-        if (!(await store.deliveries.record(s.uid, owner, final, step, leaseUntil()))) return; // the lease was lost
+        if (!(await store.deliveries.record(s.uid, owner, final, step, leaseUntil()))) return { kind: "unknown" }; // the lease was lost
         opts.onAttempt?.(s, final, event);
-        if (step.kind === "retry") return; // released; claimed again when due
+        if (step.kind === "retry") return { kind: "retry", at: step.retry.nextAttemptAt }; // released; claimed again when due
         cursor = event.position;
         pending = null;
         if (final.outcome === "delivered") await mark(s, status, "active", status.lastError);
@@ -215,11 +286,12 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       }
       const caughtUp = page.events.length < batch;
       if (cursor === null || positionDiffers(cursor, page.resume)) {
-        if (!(await store.deliveries.advance(s.uid, owner, page.resume))) return;
+        if (!(await store.deliveries.advance(s.uid, owner, page.resume))) return { kind: "unknown" };
         cursor = page.resume;
       }
-      if (caughtUp) return;
+      if (caughtUp) return { kind: "caught-up", cursor };
     }
+    return { kind: "unknown" };
   }
 
   /** What an attempt does to the delivery state: pass the event, or wait and retry it. */
@@ -262,15 +334,18 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
     get active() {
       return loops.size - ended.size;
     },
+    lags() {
+      return schedule.lags(opts.now());
+    },
     start() {
       if (running) return;
       running = true;
-      schedule(0);
+      plan(0);
     },
     wake() {
-      // Ticks woken by commits start at most every WAKE_SPACING_MS: under a stream of writes, a claim per spacing
+      // Ticks woken by commits start at most every WAKE_SPACING_MS: under a stream of writes, a scan per spacing
       // rather than one per commit (each event still reaches its sink within the spacing of its commit).
-      if (running && !idle) schedule(Math.max(0, lastTick + WAKE_SPACING_MS - performance.now()));
+      if (running && !idle) plan(Math.max(0, lastTick + WAKE_SPACING_MS - performance.now()));
     },
     async stop() {
       running = false;

@@ -1,21 +1,19 @@
 import { performance } from "node:perf_hooks";
 import { ExchangeFailedError, requestGuarded, type ExchangeLabel } from "../auth/guarded-fetch.js";
-import { addressAllowed, addressLiteral, isInternalAddress, isLoopbackAddress } from "../domain/issuer.js";
+import { outboundAddressAllowed, outboundUrlProblem, type OutboundPolicy } from "../domain/outbound-address.js";
 
 /**
  * Posting one delivery to a subscriber's sink, with the guards of issuer
  * fetches (a sink URL is user input that makes this server connect
  * somewhere): https only, no loopback, private or link-local address
- * (checked on the address actually connected to), one timeout for the whole
+ * (src/domain/outbound-address.ts: checked when the URL is accepted and on
+ * every address before connecting to it), one timeout for the whole
  * exchange, no redirect followed, at most a few KiB of the answer read and
  * then dropped.
  */
 
 /** How sinks are restricted: the issuers' loopback setting (PLATFORM_ALLOW_LOOPBACK_ISSUERS) applies to them too. */
-export interface SinkPolicy {
-  /** http and https on loopback addresses are allowed too (development, tests). */
-  allowLoopback: boolean;
-}
+export type SinkPolicy = OutboundPolicy;
 
 /** The longest one delivery attempt may take, connect to last byte read. */
 export const SINK_TIMEOUT_MS = 10_000;
@@ -64,8 +62,9 @@ export function outcomeOfStatus(status: number): DeliveryOutcome {
 /**
  * What is wrong with a sink URL, or undefined when it is acceptable: an
  * absolute https URL without userinfo or fragment, not an internal address
- * literal; with allowLoopback, http and https on a loopback host too. Names
- * are checked again on the address connected to.
+ * literal or localhost name (outboundUrlProblem); with allowLoopback, http
+ * and https on a loopback host too. Names are checked again on the
+ * addresses they resolve to, before connecting.
  */
 export function sinkUrlProblem(sink: string, policy: SinkPolicy): string | undefined {
   let url: URL;
@@ -78,12 +77,7 @@ export function sinkUrlProblem(sink: string, policy: SinkPolicy): string | undef
   if (url.protocol !== "https:" && url.protocol !== "http:") return "must be an https URL";
   if (url.username !== "" || url.password !== "") return "must not carry a user name or password";
   if (url.hash !== "" || sink.includes("#")) return "must not have a fragment";
-  const literal = addressLiteral(url);
-  const loopbackHost = literal !== undefined ? isLoopbackAddress(literal) : url.hostname === "localhost";
-  if (policy.allowLoopback && loopbackHost) return undefined;
-  if (url.protocol !== "https:") return "must use https";
-  if (loopbackHost || (literal !== undefined && isInternalAddress(literal))) return "must not be a loopback, private or link-local address";
-  return undefined;
+  return outboundUrlProblem(url, policy);
 }
 
 /** Posts request to sink once and says what came of it; never throws for anything the sink or the network does. */
@@ -109,7 +103,7 @@ export async function postToSink(
       {
         timeoutMs: opts.timeoutMs ?? SINK_TIMEOUT_MS,
         maxBytes: opts.maxResponseBytes ?? SINK_RESPONSE_MAX_BYTES,
-        addressAllowed: (address) => addressAllowed(address, opts.policy),
+        addressAllowed: (address) => outboundAddressAllowed(address, opts.policy),
       },
     );
     const outcome = outcomeOfStatus(res.status);

@@ -45,9 +45,9 @@ export async function subscriptionVisibility(authz: Authorizer, s: SubscriptionR
   return visible as EventVisibility;
 }
 
-/** Whether an event's type starts with one of the subscription's prefixes (none: every type). */
-export function typeMatches(s: SubscriptionRecord, type: string): boolean {
-  return s.types.length === 0 || s.types.some((prefix) => type.startsWith(prefix));
+/** Whether an event's type starts with one of the prefixes (none: every type): what a subscription's types select. */
+export function typeMatches(types: readonly string[], type: string): boolean {
+  return types.length === 0 || types.some((prefix) => type.startsWith(prefix));
 }
 
 /** The prefix a feed read can filter on by itself: the one prefix, or "" (then typeMatches filters the page). */

@@ -83,6 +83,11 @@ export interface FeedPosition {
   seq: bigint;
 }
 
+/** Whether a comes before b in the feed. */
+export function positionBefore(a: FeedPosition, b: FeedPosition): boolean {
+  return a.txid < b.txid || (a.txid === b.txid && a.seq < b.seq);
+}
+
 /** Random bytes drawn 10 at a time for event ids, refilled a pool at a time (as randomUUID caches its entropy). */
 const entropy = Buffer.alloc(16 * 1024);
 let entropyAt = entropy.length;

@@ -58,6 +58,8 @@ export function createRegistryClient(opts: RegistryClientOptions): RegistryClien
     const url = new URL(pathAndQuery, `${base}/`);
     // The Link header may name another origin: only ever follow this registry's.
     if (url.origin !== new URL(base).origin) throw new RegistryReadError(`${pathAndQuery}: a next page on another origin`);
+    // Not through the outbound-address guard (src/domain/outbound-address.ts, guarded-fetch.ts): this URL is the
+    // operator's own registry, configured on the command line and usually internal, and no tenant can change it.
     try {
       return await fetch(url, { method, headers, signal: AbortSignal.timeout(opts.timeoutMs), redirect: "error" });
     } catch (err) {

@@ -46,6 +46,16 @@ export interface EventPage {
   expired: boolean;
 }
 
+/** An event as a scan returns it: where it is, what it is about, without its data. */
+export type EventHeader = Omit<EventRecord, "data">;
+
+/** What a scan of the feed returns: every event after its start, in feed order, without data. */
+export interface EventScan {
+  events: EventHeader[];
+  /** Where the next scan resumes: the last event's position when the scan was full, else the feed's horizon. */
+  resume: FeedPosition;
+}
+
 /**
  * The outbox and change feed (docs/events.md), as an engine implements it
  * (Store.events is its Async form). append runs inside the mutation's
@@ -61,6 +71,15 @@ export interface SyncEventStore {
    * resumes after the last one examined.
    */
   read(query: EventQuery): EventPage;
+  /**
+   * Reads at most limit (1–EVENT_SCAN_LIMIT) events after `after`, in feed
+   * order, without their data and whatever their kind or place: the
+   * deliverer's look at what was committed, to wake the subscriptions an
+   * event may concern (it never reaches a client). With after null, returns
+   * no event and the feed's horizon (where a scan starting now resumes).
+   * Never skips an event, as read.
+   */
+  scan(after: FeedPosition | null, limit: number): EventScan;
   /**
    * Deletes at most limit of the oldest events whose time is before `before`
    * (ms), remembering the newest position deleted (reads resuming before it

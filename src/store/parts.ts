@@ -115,12 +115,21 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
   events: {
     table: null,
     cached: false,
-    methods: { append: "write", read: "read", prune: "write" },
+    methods: { append: "write", read: "read", scan: "read", prune: "write" },
   },
   subscriptions: {
     table: "subscriptions",
     cached: true,
-    methods: { create: "write", get: "read", countInTree: "read", any: "read", list: "read", delete: "write", setState: "write" },
+    methods: {
+      create: "write",
+      get: "read",
+      countInTree: "read",
+      any: "read",
+      targets: "read",
+      list: "read",
+      delete: "write",
+      setState: "write",
+    },
   },
   // Delivery state moves with every attempt and is read by its lease holder only: never cached.
   deliveries: {
@@ -128,6 +137,8 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
     cached: false,
     methods: {
       claim: "write",
+      states: "read",
+      due: "read",
       record: "write",
       advance: "write",
       release: "write",

@@ -31,6 +31,14 @@ export interface SubscriptionRecord {
   updateTime: number;
 }
 
+/** What a deliverer needs of a subscription to tell which events concern it. */
+export interface DeliveryTarget {
+  uid: string;
+  groupUid: string;
+  types: string[];
+  createTime: number;
+}
+
 /** Subscription list filters: none besides the hierarchy. */
 export type SubscriptionFilter = Record<string, never>;
 
@@ -47,6 +55,8 @@ export interface SyncSubscriptionStore {
   get(uid: string): SubscriptionRecord | null;
   /** Whether any subscription exists (a deliverer with none has nothing to claim). */
   any(): boolean;
+  /** Every subscription's uid, group, types and creation time, by uid: what a deliverer matches the feed against. */
+  targets(): DeliveryTarget[];
   /** How many subscriptions the group rootUid and every group below it have (the per-organization quota). */
   countInTree(rootUid: string): number;
   /** Returns one page of subscriptions in the requested order. */
@@ -104,6 +114,17 @@ export interface DeliveryLease {
   retry: RetryState | null;
 }
 
+/** Where a subscription's delivery stands, as a deliverer decides whether to claim it. */
+export interface DeliveryState {
+  uid: string;
+  /** Its feed resumes right after this; null before its first read. */
+  cursor: FeedPosition | null;
+  /** When its current lease ends (ms); 0 or past: no one holds it. */
+  leaseUntil: number;
+  /** When its retry is due (ms); 0 when it is not retrying. */
+  nextAttemptAt: number;
+}
+
 /** How a recorded attempt moves a subscription's delivery state. */
 export type DeliveryStep =
   /** The event is done with (delivered, failed or given up): the cursor moves past it. */
@@ -122,13 +143,23 @@ export const DELIVERY_LOG_LIMIT = 100;
  */
 export interface SyncDeliveryStore {
   /**
-   * Leases to owner, until leaseUntil, at most limit subscriptions that no
-   * one holds (no lease, or an expired one) and that are due (no retry
-   * waiting past now), those waiting longest first. PostgreSQL takes them
-   * with FOR UPDATE SKIP LOCKED, so processes claiming at once take
-   * different ones; SQLite with one conditional UPDATE (one writer at a time).
+   * Leases to owner, until leaseUntil, those of uids that no one holds (no
+   * lease, or an expired one) and that are due (no retry waiting past now);
+   * the others are left as they are. Which subscriptions to claim, and in
+   * what order, is the deliverer's choice (src/delivery/schedule.ts).
+   * PostgreSQL takes them with FOR UPDATE SKIP LOCKED, so processes claiming
+   * at once take different ones; SQLite with one conditional UPDATE (one
+   * writer at a time).
    */
-  claim(owner: string, now: number, leaseUntil: number, limit: number): DeliveryLease[];
+  claim(owner: string, uids: readonly string[], now: number, leaseUntil: number): DeliveryLease[];
+  /** The delivery state of each of uids that exists, in no particular order. */
+  states(uids: readonly string[]): DeliveryState[];
+  /**
+   * The delivery states of at most limit subscriptions whose retry is due at
+   * now and that no one holds, the earliest due first: retries recorded by
+   * any process, found without reading every subscription.
+   */
+  due(now: number, limit: number): DeliveryState[];
   /**
    * Records an attempt in the log (keeping the last DELIVERY_LOG_LIMIT) and
    * applies step, extending the lease to leaseUntil, all in one transaction,

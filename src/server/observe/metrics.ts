@@ -112,6 +112,9 @@ export class Metrics {
     this.registry,
   );
 
+  /** Each subscription's delivery lag as this process's deliverer sees it, read at every scrape. */
+  private subscriptionLags: () => Iterable<[uid: string, seconds: number]> = () => [];
+
   /** Each cache's counts, read at every scrape. */
   private readonly caches = new Map<string, () => CacheCounts>();
   private readonly stops: (() => void)[] = [];
@@ -135,6 +138,15 @@ export class Metrics {
       ["cache"],
       this.registry,
       cacheSeries("misses"),
+    );
+    new CollectedSeries(
+      "platform_event_subscription_lag_seconds",
+      "How long each subscription's oldest undelivered event has waited (0 when it is caught up; one series per subscription)",
+      "gauge",
+      ["subscription"],
+      this.registry,
+      () => [...this.subscriptionLags()].map(([uid, seconds]): CollectedValue => [[uid], seconds]),
+      "max",
     );
     this.watchCache("tokens", () => ({ hits: this.tokenCache.value("hit"), misses: this.tokenCache.value("miss") }));
     this.stops.push(sampleEventLoopDelay((seconds) => this.eventLoopDelay.observe(seconds)));
@@ -207,6 +219,11 @@ export class Metrics {
       this.registry,
       () => [[[], pool().max]],
     );
+  }
+
+  /** Reports each subscription's delivery lag, read from read() at each scrape (the deliverer's lags()). */
+  watchSubscriptionLags(read: () => Iterable<[uid: string, seconds: number]>): void {
+    this.subscriptionLags = read;
   }
 
   /** Reports a cache's hits and misses, read from read() at each scrape (counts that only grow). */

@@ -151,6 +151,8 @@ export class CollectedSeries {
     private readonly labelNames: readonly string[],
     registry: Registry,
     private readonly read: () => Iterable<CollectedValue>,
+    /** How the primary combines the workers' series in worker mode (prom-client's aggregators). */
+    private readonly aggregator: "sum" | "max" = "sum",
   ) {
     registry.registerMetric(this as never);
   }
@@ -161,6 +163,6 @@ export class CollectedSeries {
       value,
       labels: Object.fromEntries(this.labelNames.map((n, i) => [n, labelValues[i] ?? ""])),
     }));
-    return { name: this.name, help: this.help, type: this.type, values, aggregator: "sum" };
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator };
   }
 }

@@ -205,7 +205,7 @@ export function createSubscriptionsService(deps: ServiceDeps): ServiceImpl<typeo
           limit: 1,
         }));
       const event = page?.events[0];
-      if (!event || event.id !== req.eventId || !typeMatches(subscription, event.type)) throw new NotFoundError("event", req.eventId);
+      if (!event || event.id !== req.eventId || !typeMatches(subscription.types, event.type)) throw new NotFoundError("event", req.eventId);
       // An outbound post per call, up to the sink timeout each: one at a time per subscription, and a bounded
       // number per process, so no caller can hold more of this process's connections than that.
       if (redelivering.has(uid) || redelivering.size >= MAX_REDELIVERIES) throw redeliveryInFlight(uid);

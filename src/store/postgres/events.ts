@@ -1,6 +1,6 @@
 import type { EventDraft, EventKind, FeedPosition } from "../../domain/events.js";
-import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventStore } from "../event-store.js";
-import { choosePage, draftRow, pageOf, scannedRoots, type EventCandidate } from "../rows/events.js";
+import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventScan, type EventStore } from "../event-store.js";
+import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../rows/events.js";
 import { numbered, type Queryable } from "./list.js";
 import type { Runner } from "./tx.js";
 
@@ -32,14 +32,18 @@ function candidate(r: CandidateRow): EventCandidate {
 }
 
 /** Candidates after `after` and below the horizon's transaction, in feed order, optionally on one root. */
-async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root: string | null): Promise<CandidateRow[]> {
+async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root: string | null, limit = EVENT_SCAN_LIMIT): Promise<CandidateRow[]> {
   const where = root === null ? "" : "root = ? AND ";
   const params: unknown[] = root === null ? [] : [root];
-  params.push(String(after.txid), String(after.seq), String(horizonTxid), EVENT_SCAN_LIMIT);
+  params.push(String(after.txid), String(after.seq), String(horizonTxid), limit);
   const sql = `SELECT ${CANDIDATE_COLUMNS} FROM events
     WHERE ${where}(txid, seq) > (?::xid8, ?::bigint) AND txid < ?::xid8 ORDER BY events.txid, events.seq LIMIT ?`;
   return (await q.query<CandidateRow>(numbered(sql), params)).rows;
 }
+
+/** The feed's horizon (every transaction below it has ended) and where pruning has reached. */
+const HEAD_SQL =
+  "SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin, pruned_txid::text AS pruned_txid, pruned_seq::text AS pruned_seq FROM event_feed";
 
 /** The INSERT of a change's events, its 8 array parameters numbered from first. */
 function eventsInsert(first: number): string {
@@ -120,9 +124,7 @@ export class PgEventStore implements EventStore {
   async read(query: EventQuery): Promise<EventPage> {
     const q = this.run.q;
     // The horizon first: every transaction below it has ended, whatever commits while the scan runs.
-    const head = await q.query<{ xmin: string; pruned_txid: string; pruned_seq: string }>(
-      "SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin, pruned_txid::text AS pruned_txid, pruned_seq::text AS pruned_seq FROM event_feed",
-    );
+    const head = await q.query<{ xmin: string; pruned_txid: string; pruned_seq: string }>(HEAD_SQL);
     const row = head.rows[0]!;
     const horizon: FeedPosition = { txid: BigInt(row.xmin), seq: 0n };
     const pruned: FeedPosition = { txid: BigInt(row.pruned_txid), seq: BigInt(row.pruned_seq) };
@@ -160,6 +162,15 @@ export class PgEventStore implements EventStore {
       for (const r of found.rows) data.set(r.id, r.data);
     }
     return pageOf(chosen, data, resume);
+  }
+
+  async scan(after: FeedPosition | null, limit: number): Promise<EventScan> {
+    const q = this.run.q;
+    const head = await q.query<{ xmin: string }>(HEAD_SQL);
+    const horizon: FeedPosition = { txid: BigInt(head.rows[0]!.xmin), seq: 0n };
+    if (after === null) return scanOf([], limit, horizon, null);
+    const rows = await scan(q, after, horizon.txid, null, Math.min(limit, EVENT_SCAN_LIMIT));
+    return scanOf(rows.map(candidate), limit, horizon, after);
   }
 
   /** The position just before the first event (in feed order) whose time is at or after `time`; the horizon when none is. */

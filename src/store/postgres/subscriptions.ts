@@ -1,16 +1,23 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import type { FeedPosition } from "../../domain/events.js";
 import {
+  DUE_WHERE,
   LEASE_SELECT,
   LOG_SELECT,
+  STATE_SELECT,
   subscriptionColumns,
   TABLE,
+  TARGETS_SQL,
   toLease,
   toLogEntry,
   toRecord,
+  toState,
+  toTarget,
   type LeaseRow,
   type LogRow,
+  type StateRow,
   type SubscriptionRow,
+  type TargetRow,
 } from "../rows/subscriptions.js";
 import type { ListQuery, ListResult } from "../store.js";
 import {
@@ -18,15 +25,17 @@ import {
   DELIVERY_LOG_LIMIT,
   type DeliveryLease,
   type DeliveryLogEntry,
+  type DeliveryState,
   type DeliveryStep,
   type DeliveryStore,
+  type DeliveryTarget,
   type SubscriptionFilter,
   type SubscriptionOrder,
   type SubscriptionRecord,
   type SubscriptionState,
   type SubscriptionStore,
 } from "../subscription-store.js";
-import { exists, insertRow, listRecords, one, type Queryable } from "./list.js";
+import { exists, insertRow, listRecords, numbered, one, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 
 /** SubscriptionStore over PostgreSQL; its delivery state and log go with it (FK cascade). */
@@ -58,6 +67,11 @@ export class PgSubscriptionStore implements SubscriptionStore {
   async any(): Promise<boolean> {
     const { rows } = await this.run.q.query<{ any: boolean }>("SELECT EXISTS (SELECT 1 FROM subscriptions) AS any");
     return rows[0]!.any;
+  }
+
+  async targets(): Promise<DeliveryTarget[]> {
+    const { rows } = await this.run.q.query<TargetRow>(TARGETS_SQL);
+    return rows.map(toTarget);
   }
 
   async countInTree(rootUid: string): Promise<number> {
@@ -96,20 +110,39 @@ export class PgSubscriptionStore implements SubscriptionStore {
 export class PgDeliveryStore implements DeliveryStore {
   constructor(private readonly run: Runner) {}
 
-  async claim(owner: string, now: number, leaseUntil: number, limit: number): Promise<DeliveryLease[]> {
+  async claim(owner: string, uids: readonly string[], now: number, leaseUntil: number): Promise<DeliveryLease[]> {
+    if (uids.length === 0) return [];
     const { rows } = await this.run.q.query<LeaseRow>(
       `WITH due AS (
          SELECT subscription_uid FROM subscription_deliveries
-         WHERE lease_until <= $1 AND next_attempt_at <= $1
-         ORDER BY lease_until, subscription_uid LIMIT $2 FOR UPDATE SKIP LOCKED
+         WHERE subscription_uid = ANY($2::text[]) AND lease_until <= $1 AND next_attempt_at <= $1
+         FOR UPDATE SKIP LOCKED
        ), d AS (
          UPDATE subscription_deliveries t SET lease_owner = $3, lease_until = $4
          FROM due WHERE t.subscription_uid = due.subscription_uid RETURNING t.*
        )
        SELECT ${LEASE_SELECT} FROM subscriptions s JOIN d ON d.subscription_uid = s.uid`,
-      [now, limit, owner, leaseUntil],
+      [now, uids, owner, leaseUntil],
     );
     return rows.map(toLease);
+  }
+
+  async states(uids: readonly string[]): Promise<DeliveryState[]> {
+    if (uids.length === 0) return [];
+    const { rows } = await this.run.q.query<StateRow>(
+      `SELECT ${STATE_SELECT} FROM subscription_deliveries WHERE subscription_uid = ANY($1::text[])`,
+      [uids],
+    );
+    return rows.map(toState);
+  }
+
+  async due(now: number, limit: number): Promise<DeliveryState[]> {
+    const { rows } = await this.run.q.query<StateRow>(numbered(`SELECT ${STATE_SELECT} FROM subscription_deliveries WHERE ${DUE_WHERE}`), [
+      now,
+      now,
+      limit,
+    ]);
+    return rows.map(toState);
   }
 
   record(uid: string, owner: string, attempt: DeliveryLogEntry, step: DeliveryStep, leaseUntil: number): Promise<boolean> {

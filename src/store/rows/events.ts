@@ -1,6 +1,6 @@
-import type { EventDraft, EventKind, EventRecord, FeedPosition } from "../../domain/events.js";
+import { positionBefore, type EventDraft, type EventKind, type EventRecord, type FeedPosition } from "../../domain/events.js";
 import { ancestorsOf, parentOf, rootOf } from "../../domain/uidp.js";
-import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventVisibility } from "../event-store.js";
+import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventHeader, type EventScan, type EventVisibility } from "../event-store.js";
 
 /**
  * The engine-neutral half of the change feed: which events a read returns
@@ -10,7 +10,7 @@ import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventVisibility
  */
 
 /** An event as scanned, without its data (fetched only for the events returned). */
-export type EventCandidate = Omit<EventRecord, "data">;
+export type EventCandidate = EventHeader;
 
 /**
  * The roots whose events a caller may see, or null for every root: the
@@ -98,11 +98,19 @@ export function choosePage(
   if (candidates.length >= EVENT_SCAN_LIMIT || q.endTime !== undefined) {
     return { chosen, resume: last?.position ?? start ?? horizon };
   }
-  return { chosen, resume: start !== null && before(horizon, start) ? start : horizon };
+  return { chosen, resume: start !== null && positionBefore(horizon, start) ? start : horizon };
 }
 
-function before(a: FeedPosition, b: FeedPosition): boolean {
-  return a.txid < b.txid || (a.txid === b.txid && a.seq < b.seq);
+
+/**
+ * A scan's answer from candidates read after `start` (null: none were read,
+ * the scan starts at the horizon): every candidate, and where the next scan
+ * resumes (after the last one when `limit` were read, else the horizon).
+ */
+export function scanOf(candidates: readonly EventCandidate[], limit: number, horizon: FeedPosition, start: FeedPosition | null): EventScan {
+  if (start === null) return { events: [], resume: horizon };
+  if (limit > 0 && candidates.length >= limit) return { events: candidates.slice(0, limit), resume: candidates[limit - 1]!.position };
+  return { events: [...candidates], resume: start !== null && positionBefore(horizon, start) ? start : horizon };
 }
 
 /** A page with its events' data joined in, in the chosen order. */

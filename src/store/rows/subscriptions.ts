@@ -1,6 +1,8 @@
 import {
   cursorOf,
   type DeliveryLease,
+  type DeliveryState,
+  type DeliveryTarget,
   type DeliveryLogEntry,
   type DeliveryLogOutcome,
   type SubscriptionOrder,
@@ -93,6 +95,42 @@ export function toLease(row: LeaseRow): DeliveryLease {
             firstAttemptAt: Number(row.retry_first_at),
             nextAttemptAt: Number(row.next_attempt_at),
           },
+  };
+}
+
+/** The subscriptions columns of a DeliveryTarget, by uid. */
+export const TARGETS_SQL = "SELECT uid, parent_uid, types, create_time FROM subscriptions ORDER BY uid";
+
+export interface TargetRow {
+  uid: string;
+  parent_uid: string;
+  types: string;
+  create_time: number | string;
+}
+
+export function toTarget(row: TargetRow): DeliveryTarget {
+  return { uid: row.uid, groupUid: row.parent_uid, types: JSON.parse(row.types) as string[], createTime: Number(row.create_time) };
+}
+
+/** The subscription_deliveries columns of a DeliveryState. */
+export const STATE_SELECT = "subscription_uid, cursor, lease_until, CASE WHEN retry_event_id IS NULL THEN 0 ELSE next_attempt_at END AS next_attempt_at";
+
+/** The due retries no one holds, earliest first (parameters: now, now, limit). */
+export const DUE_WHERE = "retry_event_id IS NOT NULL AND next_attempt_at <= ? AND lease_until <= ? ORDER BY next_attempt_at, subscription_uid LIMIT ?";
+
+export interface StateRow {
+  subscription_uid: string;
+  cursor: string | null;
+  lease_until: number | string;
+  next_attempt_at: number | string;
+}
+
+export function toState(row: StateRow): DeliveryState {
+  return {
+    uid: row.subscription_uid,
+    cursor: cursorOf(row.cursor),
+    leaseUntil: Number(row.lease_until),
+    nextAttemptAt: Number(row.next_attempt_at),
   };
 }
 

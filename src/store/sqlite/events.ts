@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import type { EventDraft, EventKind, FeedPosition } from "../../domain/events.js";
-import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type SyncEventStore } from "../event-store.js";
-import { choosePage, draftRow, pageOf, scannedRoots, type EventCandidate } from "../rows/events.js";
+import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventScan, type SyncEventStore } from "../event-store.js";
+import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../rows/events.js";
 
 interface CandidateRow {
   seq: number;
@@ -95,6 +95,13 @@ export class SqliteEventStore implements SyncEventStore {
     const data = new Map<string, string>();
     for (const c of chosen) data.set(c.id, (this.dataStmt.get(Number(c.position.seq)) as { data: string }).data);
     return pageOf(chosen, data, resume);
+  }
+
+  scan(after: FeedPosition | null, limit: number): EventScan {
+    const horizon: FeedPosition = { txid: 0n, seq: BigInt(this.maxSeqStmt.get() as number) };
+    if (after === null) return scanOf([], limit, horizon, null);
+    const rows = this.scanAllStmt.all(Number(after.seq), Number(horizon.seq), Math.min(limit, EVENT_SCAN_LIMIT)) as CandidateRow[];
+    return scanOf(rows.map(candidate), limit, horizon, after);
   }
 
   prune(before: number, limit: number): number {

@@ -2,15 +2,22 @@ import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import type { FeedPosition } from "../../domain/events.js";
 import {
+  DUE_WHERE,
   LEASE_SELECT,
   LOG_SELECT,
+  STATE_SELECT,
   subscriptionColumns,
   TABLE,
+  TARGETS_SQL,
   toLease,
   toLogEntry,
   toRecord,
+  toState,
+  toTarget,
   type LeaseRow,
   type LogRow,
+  type StateRow,
+  type TargetRow,
 } from "../rows/subscriptions.js";
 import type { ListQuery, ListResult } from "../store.js";
 import {
@@ -18,7 +25,9 @@ import {
   DELIVERY_LOG_LIMIT,
   type DeliveryLease,
   type DeliveryLogEntry,
+  type DeliveryState,
   type DeliveryStep,
+  type DeliveryTarget,
   type SubscriptionFilter,
   type SubscriptionOrder,
   type SubscriptionRecord,
@@ -38,6 +47,7 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
   private readonly setStateStmt: Statement;
   private readonly countInTreeStmt: Statement;
   private readonly anyStmt: Statement;
+  private readonly targetsStmt: Statement;
 
   constructor(
     db: Database,
@@ -53,6 +63,7 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
     this.deleteStmt = db.prepare("DELETE FROM subscriptions WHERE uid = ?");
     // A uid is hex and slashes: no LIKE wildcard can hide in it.
     this.anyStmt = db.prepare("SELECT EXISTS (SELECT 1 FROM subscriptions)").pluck();
+    this.targetsStmt = db.prepare(TARGETS_SQL);
     this.countInTreeStmt = db.prepare("SELECT count(*) FROM subscriptions WHERE parent_uid = ? OR parent_uid LIKE ? || '/%'").pluck();
     this.setStateStmt = db.prepare(
       `UPDATE subscriptions SET state = ?, last_error = ?, update_time = ?
@@ -74,6 +85,10 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
 
   any(): boolean {
     return this.anyStmt.get() === 1;
+  }
+
+  targets(): DeliveryTarget[] {
+    return (this.targetsStmt.all() as TargetRow[]).map(toTarget);
   }
 
   countInTree(rootUid: string): number {
@@ -101,6 +116,8 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
  */
 export class SqliteDeliveryStore implements SyncDeliveryStore {
   private readonly claimStmt: Statement;
+  private readonly statesStmt: Statement;
+  private readonly dueStmt: Statement;
   private readonly leaseStmt: Statement;
   private readonly advanceStmt: Statement;
   private readonly retryStmt: Statement;
@@ -115,11 +132,13 @@ export class SqliteDeliveryStore implements SyncDeliveryStore {
   constructor(private readonly db: Database) {
     this.claimStmt = db.prepare(
       `UPDATE subscription_deliveries SET lease_owner = @owner, lease_until = @leaseUntil
-       WHERE subscription_uid IN (
-         SELECT subscription_uid FROM subscription_deliveries
-         WHERE lease_until <= @now AND next_attempt_at <= @now ORDER BY lease_until, subscription_uid LIMIT @limit
-       ) RETURNING subscription_uid`,
+       WHERE subscription_uid IN (SELECT value FROM json_each(@uids)) AND lease_until <= @now AND next_attempt_at <= @now
+       RETURNING subscription_uid`,
     );
+    this.statesStmt = db.prepare(
+      `SELECT ${STATE_SELECT} FROM subscription_deliveries WHERE subscription_uid IN (SELECT value FROM json_each(?))`,
+    );
+    this.dueStmt = db.prepare(`SELECT ${STATE_SELECT} FROM subscription_deliveries WHERE ${DUE_WHERE}`);
     this.leaseStmt = db.prepare(
       `SELECT ${LEASE_SELECT} FROM subscriptions s JOIN subscription_deliveries d ON d.subscription_uid = s.uid WHERE s.uid = ?`,
     );
@@ -150,9 +169,19 @@ export class SqliteDeliveryStore implements SyncDeliveryStore {
     this.positionStmt = db.prepare("SELECT seq FROM events WHERE id = ?").pluck();
   }
 
-  claim(owner: string, now: number, leaseUntil: number, limit: number): DeliveryLease[] {
-    const uids = this.claimStmt.all({ owner, now, leaseUntil, limit }) as { subscription_uid: string }[];
-    return uids.map((u) => toLease(this.leaseStmt.get(u.subscription_uid) as LeaseRow));
+  claim(owner: string, uids: readonly string[], now: number, leaseUntil: number): DeliveryLease[] {
+    if (uids.length === 0) return [];
+    const claimed = this.claimStmt.all({ owner, uids: JSON.stringify(uids), now, leaseUntil }) as { subscription_uid: string }[];
+    return claimed.map((u) => toLease(this.leaseStmt.get(u.subscription_uid) as LeaseRow));
+  }
+
+  states(uids: readonly string[]): DeliveryState[] {
+    if (uids.length === 0) return [];
+    return (this.statesStmt.all(JSON.stringify(uids)) as StateRow[]).map(toState);
+  }
+
+  due(now: number, limit: number): DeliveryState[] {
+    return (this.dueStmt.all(now, now, limit) as StateRow[]).map(toState);
   }
 
   record(uid: string, owner: string, attempt: DeliveryLogEntry, step: DeliveryStep, leaseUntil: number): boolean {
