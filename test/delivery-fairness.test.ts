@@ -12,10 +12,11 @@
  * counts, never time.
  */
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { after, before, describe, mock, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { FeedPosition } from "../src/domain/events.js";
 import { DeliverySchedule } from "../src/delivery/schedule.js";
+import { createTicker } from "../src/delivery/ticker.js";
+import type { FeedPosition } from "../src/domain/events.js";
 import type { EventHeader } from "../src/store/event-store.js";
 import type { Store } from "../src/store/store.js";
 import type { DeliveryTarget } from "../src/store/subscription-store.js";
@@ -135,6 +136,52 @@ describe("the schedule's choices", () => {
   });
 });
 
+test("the ticker: a wake planned while a run is under way is never pushed back by the run's own re-arm", async () => {
+  mock.timers.enable({ apis: ["setTimeout"] });
+  try {
+    let clock = 0;
+    const runs: number[] = [];
+    let finish: () => void = () => {};
+    const ticker = createTicker(
+      () => {
+        runs.push(clock);
+        return new Promise<void>((resolve) => {
+          finish = resolve;
+        });
+      },
+      () => clock,
+    );
+    const advance = async (ms: number) => {
+      clock += ms;
+      mock.timers.tick(ms);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    };
+    ticker.plan(0);
+    await advance(0);
+    assert.deepEqual(runs, [0]);
+    // A commit wakes it 18 ms from now while the run goes on; the run ends and re-arms the poll an hour away.
+    ticker.plan(18);
+    await advance(2);
+    finish();
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    ticker.plan(3_600_000);
+    await advance(16);
+    assert.deepEqual(runs, [0, 18], "the wake ran at its time, not at the poll");
+    // A wake that fires during a run runs another right after it.
+    ticker.plan(0);
+    await advance(0);
+    assert.deepEqual(runs, [0, 18], "one run at a time");
+    finish();
+    await advance(0);
+    await advance(0);
+    assert.deepEqual(runs, [0, 18, 18]);
+    finish();
+    await ticker.stop();
+  } finally {
+    mock.timers.reset();
+  }
+});
+
 describe("deliverers end to end", () => {
   let srv: TestServer;
   let receiver: EventReceiver;
@@ -251,6 +298,29 @@ describe("deliverers end to end", () => {
     } finally {
       for (const sink of slow) sink.behave({ status: 204 });
       receiver.releaseHangs();
+      await d?.stop();
+    }
+  });
+
+  test("a subscription that gives its slot back after every event goes on at once: its own lease is never taken for another's", async () => {
+    const org = (await createGroup(srv.url, null, "turns")).uid;
+    const sink = receiver.sink("turns");
+    await subscribe(org, sink);
+    for (let i = 0; i < 60; i++) await createGroup(srv.url, org, `turn-${i}`);
+    let d: TestDeliverer | undefined;
+    try {
+      // A turn of one event, and a lease of an hour: a loop's end read as another process's lease would stall it for the hour.
+      // Its ticks made slow, so loops end while a tick is reading states (the window where the race lay).
+      d = await startTestDeliverer(srv, { concurrency: 2, pollMs: 20, batch: 1, turnMs: 0, leaseMs: 3_600_000 }, (store) => {
+        const due = store.deliveries.due.bind(store.deliveries);
+        store.deliveries.due = async (now, limit) => {
+          await sleep(30);
+          return due(now, limit);
+        };
+      });
+      const got = await sink.waitForDeliveries(60, WAIT);
+      assert.equal(new Set(got.map((x) => x.headers["ce-id"])).size, 60);
+    } finally {
       await d?.stop();
     }
   });

@@ -6,9 +6,10 @@ import type { EventRecord, FeedPosition } from "../domain/events.js";
 import type { Store } from "../store/store.js";
 import type { DeliveryLease, DeliveryLogEntry, DeliveryStep, SubscriptionRecord, SubscriptionState } from "../store/subscription-store.js";
 import { nextAttempt, type NextAttempt } from "./backoff.js";
-import { SINK_TIMEOUT_MS } from "./sink.js";
 import { DeliverySchedule, type LoopEnd } from "./schedule.js";
+import { SINK_TIMEOUT_MS } from "./sink.js";
 import { postEvent, readPrefix, subscriptionVisibility, typeMatches, type PostDeps } from "./subscriber.js";
+import { createTicker } from "./ticker.js";
 
 /**
  * The per-process deliverer of subscriptions (docs/events.md, "Delivering").
@@ -113,13 +114,14 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   // Loops that have ended and whose leases the next tick releases. Releasing in the tick, before it claims, keeps a
   // lease this process frees from being claimed again by the same tick while its old loop is still listed (the
   // claim would then be skipped as a duplicate, and the subscription held idle until its lease expired).
-  const ended = new Set<string>();
+  // How each ended; the schedule hears of it once the lease is released, so it never reads its own unreleased lease
+  // as another process's.
+  const ended = new Map<string, LoopEnd>();
   // Where this process's scan of the feed has got to (null until the first tick with a subscription).
   let head: FeedPosition | null = null;
   let running = false;
-  let timer: NodeJS.Timeout | undefined;
-  let ticking: Promise<void> | null = null;
-  let again = false;
+  const ticker = createTicker(tick);
+  const plan = (delayMs: number) => ticker.plan(delayMs);
   // No subscription existed at the last look: this process's commits wake nothing until the next poll finds one.
   let idle = false;
   let lastTick = 0;
@@ -134,7 +136,6 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
    * that finds nothing and one look for due retries.
    */
   async function tick(): Promise<void> {
-    clearTimeout(timer);
     lastTick = performance.now();
     let more = false;
     try {
@@ -182,8 +183,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
             return { kind: "unknown" };
           })
           .then((end) => {
-            schedule.ended(uid, end, opts.now());
-            ended.add(uid);
+            ended.set(uid, end);
             // A slot comes free: release and claim again soon rather than at the next poll.
             if (running) plan(0);
           });
@@ -206,7 +206,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
    * later tick; its lease never outlives this process by more than leaseMs.
    */
   async function releaseEnded(): Promise<void> {
-    for (const uid of [...ended]) {
+    for (const [uid, end] of [...ended]) {
       try {
         await store.deliveries.release(uid, owner);
       } catch (err) {
@@ -215,26 +215,8 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       }
       ended.delete(uid);
       loops.delete(uid);
+      schedule.ended(uid, end, opts.now());
     }
-  }
-
-  /** Runs tick after delayMs, one tick at a time (a wake during a tick runs another right after). */
-  function plan(delayMs: number): void {
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      if (ticking) {
-        again = true;
-        return;
-      }
-      ticking = tick().finally(() => {
-        ticking = null;
-        if (again && running) {
-          again = false;
-          plan(0);
-        }
-      });
-    }, delayMs);
-    timer.unref();
   }
 
   /**
@@ -270,7 +252,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       for (const event of page.events) {
         if (!running) return { kind: "unknown" };
         if (!typeMatches(s.types, event.type)) continue;
-        if (cursor !== null && (posted >= batch || performance.now() >= turnEnds)) return { kind: "yielded", cursor };
+        if (cursor !== null && posted > 0 && (posted >= batch || performance.now() >= turnEnds)) return { kind: "yielded", cursor };
         schedule.delivering(s.uid, event.time);
         const retrying = pending !== null && pending.eventId === event.id ? pending : null;
         const attempt = await postEvent({ ...opts, sinkTimeoutMs }, s, event, (retrying?.attempts ?? 0) + 1);
@@ -349,8 +331,7 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
     },
     async stop() {
       running = false;
-      clearTimeout(timer);
-      await ticking;
+      await ticker.stop();
       let waited: NodeJS.Timeout | undefined;
       // Not unref'd: a process closing keeps running until its posts are done or this bound has passed.
       const bound = new Promise<void>((resolve) => {

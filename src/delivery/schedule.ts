@@ -117,7 +117,8 @@ export class DeliverySchedule {
       if (list) list.push(entry);
       else this.byGroup.set(target.groupUid, [entry]);
     }
-    if (seen.size !== this.entries.size) for (const entry of [...this.entries.values()]) if (!seen.has(entry.target.uid)) this.remove(entry);
+    if (seen.size !== this.entries.size)
+      for (const entry of [...this.entries.values()]) if (!seen.has(entry.target.uid)) this.remove(entry);
   }
 
   /** Events committed since the last scan: every subscription each may concern has work since its commit. */
@@ -150,8 +151,7 @@ export class DeliverySchedule {
   unsure(now: number): string[] {
     const out: string[] = [];
     for (const entry of this.entries.values()) {
-      if (!entry.running && entry.waitingSince !== null && entry.waitingSince <= now && entry.heldUntil <= now)
-        out.push(entry.target.uid);
+      if (!entry.running && entry.waitingSince !== null && entry.waitingSince <= now && entry.heldUntil <= now) out.push(entry.target.uid);
     }
     return out;
   }
