@@ -101,6 +101,8 @@ describe("the server's own deliverer", () => {
       "three deliveries counted",
     );
     assert.match(metrics, /platform_event_delivery_lag_seconds_count 3/);
+    // Each subscription's lag, caught up: 0.
+    assert.match(metrics, new RegExp(`platform_event_subscription_lag_seconds\\{subscription="${created.uid}"\\} 0\n`));
     // srv (PLATFORM_DELIVERIES=off) has a subscription and events, and delivers none of them.
     const quiet = receiver.sink("quiet");
     const other = (await createGroup(srv.url, null, "quiet")).uid;
