@@ -111,10 +111,16 @@ export interface Config {
    * cursor) after maxStreamMs (PLATFORM_EVENT_WATCH_MAX_MS, 1 h); a caught-up
    * stream reads the feed for other processes' commits every pollMs
    * (PLATFORM_EVENT_WATCH_POLL_MS, 1 s; this process's own commits wake it at
-   * once); perIdentity streams per identity (PLATFORM_EVENT_WATCHES_PER_IDENTITY,
-   * 8) and total streams (PLATFORM_EVENT_WATCHES, 1,000) per process.
+   * once); a stream that sent nothing for heartbeatMs sends a heartbeat
+   * (PLATFORM_EVENT_WATCH_HEARTBEAT_MS, 15 s: below every shipped proxy's and
+   * common balancers' 60 s idle timeout, four chances before it); perIdentity
+   * streams per identity (PLATFORM_EVENT_WATCHES_PER_IDENTITY, 8),
+   * perOrganization per organization, all its identities together
+   * (PLATFORM_EVENT_WATCHES_PER_ORG, 100: a tenth of the process, so one
+   * organization never takes it all), and total streams
+   * (PLATFORM_EVENT_WATCHES, 1,000) per process.
    */
-  eventWatch: { maxStreamMs: number; pollMs: number; perIdentity: number; total: number };
+  eventWatch: { maxStreamMs: number; pollMs: number; heartbeatMs: number; perIdentity: number; perOrganization: number; total: number };
   /**
    * Subscription deliveries (src/delivery/deliverer.ts): whether this process
    * delivers at all (PLATFORM_DELIVERIES, on; off leaves delivering to the
@@ -296,7 +302,17 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_EVENT_RETENTION", default: "30d", meaning: "how long the change feed keeps events (d, h, m or s)" },
   { name: "PLATFORM_EVENT_WATCH_MAX_MS", default: "3600000", meaning: "a WatchEvents stream ends (OK) after this long; clients resume" },
   { name: "PLATFORM_EVENT_WATCH_POLL_MS", default: "1000", meaning: "how often a caught-up watch looks for other processes' events" },
+  {
+    name: "PLATFORM_EVENT_WATCH_HEARTBEAT_MS",
+    default: "15000",
+    meaning: "a WatchEvents stream with nothing to send sends a heartbeat this often (below proxies' idle timeouts)",
+  },
   { name: "PLATFORM_EVENT_WATCHES_PER_IDENTITY", default: "8", meaning: "WatchEvents streams one identity may hold open per process" },
+  {
+    name: "PLATFORM_EVENT_WATCHES_PER_ORG",
+    default: "100",
+    meaning: "WatchEvents streams the identities of one organization may hold open per process, together",
+  },
   { name: "PLATFORM_EVENT_WATCHES", default: "1000", meaning: "WatchEvents streams one process serves at once" },
   { name: "PLATFORM_DELIVERIES", default: "on", meaning: "whether this process delivers subscriptions' events (off: other processes do)" },
   { name: "PLATFORM_DELIVERY_CONCURRENCY", default: "16", meaning: "subscriptions one process delivers at once (one slow sink holds one)" },
@@ -584,7 +600,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     eventWatch: {
       maxStreamMs: integer(env, "PLATFORM_EVENT_WATCH_MAX_MS", 3_600_000, 100, 86_400_000, problems),
       pollMs: integer(env, "PLATFORM_EVENT_WATCH_POLL_MS", 1000, 10, 60_000, problems),
+      heartbeatMs: integer(env, "PLATFORM_EVENT_WATCH_HEARTBEAT_MS", 15_000, 100, 3_600_000, problems),
       perIdentity: integer(env, "PLATFORM_EVENT_WATCHES_PER_IDENTITY", 8, 1, 10_000, problems),
+      perOrganization: integer(env, "PLATFORM_EVENT_WATCHES_PER_ORG", 100, 1, 100_000, problems),
       total: integer(env, "PLATFORM_EVENT_WATCHES", 1000, 1, 100_000, problems),
     },
     deliveries: {

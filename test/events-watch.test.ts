@@ -1,257 +1,28 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import http2 from "node:http2";
 import { after, before, describe, test } from "node:test";
-import { create, createRegistry, fromBinary, toJson } from "@bufbuild/protobuf";
-import { anyUnpack, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { ConnectError, createClient } from "@connectrpc/connect";
+import { createRegistry } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { ErrorInfoSchema, file_google_rpc_error_details } from "../gen/google/rpc/error_details_pb.js";
-import { StatusSchema } from "../gen/google/rpc/status_pb.js";
-import { EventSchema, EventsService, WatchEventsRequestSchema, type Event } from "../gen/platformapi/events/v1/events_pb.js";
-import { eventType, type EventRecord } from "../src/domain/events.js";
+import { EventSchema, EventsService, type Event } from "../gen/platformapi/events/v1/events_pb.js";
+import { eventType, type EventRecord, type FeedPosition } from "../src/domain/events.js";
 import { responseJson } from "../src/server/codec/json.js";
 import { methodDefinition } from "../src/server/grpc/adapter.js";
 import { EVENT_CURSOR_EXPIRED, eventMessage } from "../src/services/events/events.js";
 import { WATCH_LIMIT } from "../src/services/events/watch.js";
 import { CONTRACT_FILES } from "../src/services/index.js";
-import type { EventPage, EventQuery, EventStore } from "../src/store/event-store.js";
+import type { EventPage, EventQuery, EventScan, EventStore } from "../src/store/event-store.js";
 import type { Store } from "../src/store/store.js";
 import { within } from "./support/assertions.js";
-import { testTransport, type TransportKind } from "./support/connect.js";
 import { builtinRole, createCaller, ok, type Caller } from "./support/principals.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
+import { openWatch, WATCH_PROTOCOLS, watchRequest } from "./support/watch-clients.js";
 
 /**
  * WatchEvents end to end on every protocol the one port speaks: grpc-js,
  * connect-node's Connect, gRPC-Web and gRPC over HTTP/1.1 and h2c, and REST
- * (NDJSON) over HTTP/1.1 and h2c. The clients below put every protocol
- * behind one shape: each event as it arrives, and how the stream ended (a
- * code and an ErrorInfo reason).
+ * (NDJSON) over HTTP/1.1 and h2c, through the clients of
+ * test/support/watch-clients.ts (heartbeats are kept apart from events).
  */
-
-/** The protocols WatchEvents is served on. */
-const WATCH_PROTOCOLS = ["grpc-js", "connect-h1", "grpc-web-h1", "connect-h2c", "grpc-web-h2c", "grpc-h2c", "rest-h1", "rest-h2c"] as const;
-type WatchProtocol = (typeof WATCH_PROTOCOLS)[number];
-
-/** What a test sees of one event. */
-interface SeenEvent {
-  id: string;
-  type: string;
-  subject: string;
-  group: string;
-  cursor: string;
-  /** The event's REST JSON (the same codec as ListEvents'), or toJson of the message. */
-  json: Record<string, unknown>;
-}
-
-/** How a stream ended: code 0 for OK. */
-interface StreamEnd {
-  code: number;
-  reason: string;
-  /** REST only: the HTTP status, and whether the error came as the body's last {"error": …} line. */
-  httpStatus?: number;
-  errorLine?: boolean;
-}
-
-/** An open watch: events as they arrive, then its end. */
-interface Watch {
-  /** Resolves with the next n events (rejects if the stream ends first). */
-  take(n: number): Promise<SeenEvent[]>;
-  /** Resolves once the stream has ended, with every event not yet taken. */
-  end(): Promise<{ rest: SeenEvent[]; end: StreamEnd }>;
-  /** Hangs up. */
-  cancel(): void;
-}
-
-interface WatchRequestInit {
-  cursor?: string;
-  startTimeMs?: number;
-  typePrefix?: string;
-  descendantsOf?: string;
-}
-
-const registry = createRegistry(file_google_rpc_error_details);
-
-/** Opens a watch on protocol to the server at baseUrl, as token. */
-function openWatch(protocol: WatchProtocol, baseUrl: string, token: string, init: WatchRequestInit = {}): Watch {
-  const queue = new EventQueue();
-  if (protocol === "grpc-js") grpcJsWatch(baseUrl, token, init, queue);
-  else if (protocol === "rest-h1") restH1Watch(baseUrl, token, init, queue);
-  else if (protocol === "rest-h2c") restH2Watch(baseUrl, token, init, queue);
-  else connectWatch(protocol, baseUrl, token, init, queue);
-  return queue;
-}
-
-function request(init: WatchRequestInit) {
-  return create(WatchEventsRequestSchema, {
-    cursor: init.cursor ?? "",
-    typePrefix: init.typePrefix ?? "",
-    startTime: init.startTimeMs === undefined ? undefined : timestampFromMs(init.startTimeMs),
-    uidp: init.descendantsOf ? { descendantsOf: init.descendantsOf } : undefined,
-  });
-}
-
-function restQuery(init: WatchRequestInit): string {
-  const q = new URLSearchParams();
-  if (init.cursor) q.set("cursor", init.cursor);
-  if (init.startTimeMs !== undefined) q.set("start_time", new Date(init.startTimeMs).toISOString());
-  if (init.typePrefix) q.set("type_prefix", init.typePrefix);
-  if (init.descendantsOf) q.set("uidp.descendants_of", init.descendantsOf);
-  return `/events/v1/events:watch?${q}`;
-}
-
-function fromMessage(e: Event): SeenEvent {
-  return { id: e.id, type: e.type, subject: e.subject, group: e.group, cursor: e.cursor, json: toJson(EventSchema, e) as never };
-}
-
-function fromJson(json: Record<string, unknown>): SeenEvent {
-  const s = (k: string) => String(json[k]);
-  return { id: s("id"), type: s("type"), subject: s("subject"), group: s("group"), cursor: s("cursor"), json };
-}
-
-function reasonOf(details: { "@type"?: string; reason?: string }[]): string {
-  return details.find((d) => d["@type"] === "type.googleapis.com/google.rpc.ErrorInfo")?.reason ?? "";
-}
-
-class EventQueue implements Watch {
-  private readonly events: SeenEvent[] = [];
-  private ended: StreamEnd | undefined;
-  private readonly waiters = new Set<() => void>();
-  cancel: () => void = () => {};
-
-  push(e: SeenEvent): void {
-    this.events.push(e);
-    this.wake();
-  }
-
-  finish(end: StreamEnd): void {
-    this.ended ??= end;
-    this.wake();
-  }
-
-  private wake(): void {
-    for (const waiter of this.waiters) waiter();
-    this.waiters.clear();
-  }
-
-  private async until(ready: () => boolean): Promise<void> {
-    while (!ready()) await new Promise<void>((resolve) => this.waiters.add(resolve));
-  }
-
-  async take(n: number): Promise<SeenEvent[]> {
-    await this.until(() => this.events.length >= n || this.ended !== undefined);
-    if (this.events.length < n) throw new Error(`stream ended after ${this.events.length} of ${n} events: ${JSON.stringify(this.ended)}`);
-    return this.events.splice(0, n);
-  }
-
-  async end(): Promise<{ rest: SeenEvent[]; end: StreamEnd }> {
-    await this.until(() => this.ended !== undefined);
-    return { rest: this.events.splice(0), end: this.ended! };
-  }
-}
-
-const method = EventsService.method.watchEvents;
-
-function grpcJsWatch(baseUrl: string, token: string, init: WatchRequestInit, queue: EventQueue): void {
-  const Ctor = grpc.makeGenericClientConstructor({ watchEvents: methodDefinition(EventsService, method) }, EventsService.typeName);
-  const client = new Ctor(new URL(baseUrl).host, grpc.credentials.createInsecure());
-  const md = new grpc.Metadata();
-  if (token) md.set("authorization", `Bearer ${token}`);
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watchEvents(request(init), md) as grpc.ClientReadableStream<Event>;
-  call.on("data", (e: Event) => queue.push(fromMessage(e)));
-  call.on("error", () => {});
-  call.on("status", (status: grpc.StatusObject) => {
-    const bin = status.metadata.get("grpc-status-details-bin")[0];
-    const details = bin instanceof Buffer ? fromBinary(StatusSchema, bin).details.map((d) => anyUnpack(d, registry)) : [];
-    const info = details.find((d) => d?.$typeName === ErrorInfoSchema.typeName) as { reason: string } | undefined;
-    queue.finish({ code: status.code, reason: info?.reason ?? "" });
-    client.close();
-  });
-  queue.cancel = () => call.cancel();
-}
-
-function connectWatch(protocol: TransportKind, baseUrl: string, token: string, init: WatchRequestInit, queue: EventQueue): void {
-  const t = testTransport(protocol, baseUrl, token);
-  const abort = new AbortController();
-  queue.cancel = () => abort.abort();
-  void (async () => {
-    try {
-      for await (const e of createClient(EventsService, t.transport).watchEvents(request(init), { signal: abort.signal }))
-        queue.push(fromMessage(e));
-      queue.finish({ code: 0, reason: "" });
-    } catch (err) {
-      const e = ConnectError.from(err);
-      queue.finish({ code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason ?? "" });
-    } finally {
-      t.close();
-    }
-  })();
-}
-
-/** Reads NDJSON lines: {"result": …} per event, a last {"error": …} on failure. */
-function readLines(status: number, chunks: AsyncIterable<Uint8Array | string>, queue: EventQueue): Promise<void> {
-  return (async () => {
-    let text = "";
-    let body = "";
-    for await (const chunk of chunks) {
-      text += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8");
-      if (status !== 200) continue;
-      for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n")) {
-        const line = JSON.parse(text.slice(0, nl)) as { result?: Record<string, unknown>; error?: { code: number; details: [] } };
-        text = text.slice(nl + 1);
-        if (line.result) queue.push(fromJson(line.result));
-        else if (line.error)
-          queue.finish({ code: line.error.code, reason: reasonOf(line.error.details), httpStatus: status, errorLine: true });
-        else throw new Error(`neither result nor error: ${JSON.stringify(line)}`);
-      }
-      body = text;
-    }
-    if (status !== 200) {
-      const error = JSON.parse(text) as { code: number; details: [] };
-      return queue.finish({ code: error.code, reason: reasonOf(error.details), httpStatus: status, errorLine: false });
-    }
-    assert.equal(body, "", "the body ends with a complete line");
-    queue.finish({ code: 0, reason: "", httpStatus: status });
-  })().catch((err: unknown) => queue.finish({ code: -1, reason: String(err) }));
-}
-
-/** The NDJSON Content-Type of a 200, checked before its lines are read. */
-function checkType(status: number, contentType: string | undefined | null): void {
-  if (status === 200) assert.equal(contentType, "application/x-ndjson");
-}
-
-function restH1Watch(baseUrl: string, token: string, init: WatchRequestInit, queue: EventQueue): void {
-  const abort = new AbortController();
-  queue.cancel = () => abort.abort();
-  void (async () => {
-    try {
-      const res = await fetch(`${baseUrl}${restQuery(init)}`, { headers: { authorization: `Bearer ${token}` }, signal: abort.signal });
-      checkType(res.status, res.headers.get("content-type"));
-      await readLines(res.status, res.body!, queue);
-    } catch (err) {
-      queue.finish({ code: 1, reason: String(err) });
-    }
-  })();
-}
-
-function restH2Watch(baseUrl: string, token: string, init: WatchRequestInit, queue: EventQueue): void {
-  const session = http2.connect(baseUrl);
-  session.on("error", () => {});
-  const req = session.request({ ":method": "GET", ":path": restQuery(init), authorization: `Bearer ${token}` });
-  req.on("error", () => {});
-  queue.cancel = () => {
-    req.close(http2.constants.NGHTTP2_CANCEL);
-    session.close();
-  };
-  req.once("response", (headers) => {
-    const status = Number(headers[":status"]);
-    checkType(status, headers["content-type"]);
-    void readLines(status, req, queue).finally(() => session.close());
-  });
-  req.once("close", () => queue.finish({ code: 1, reason: "stream closed" }));
-}
 
 // ---------------------------------------------------------------------------
 // The streaming plumbing, over a feed held in memory (an EventStore injected
@@ -297,6 +68,13 @@ class MemoryFeed implements EventStore {
 
   async prune(): Promise<number> {
     return 0;
+  }
+
+  async scan(after: FeedPosition | null, limit: number): Promise<EventScan> {
+    const horizon = { txid: 0n, seq: BigInt(this.records.length) };
+    if (after === null) return { events: [], resume: horizon };
+    const events = this.records.filter((r) => r.position.seq > after.seq).slice(0, limit);
+    return { events, resume: events.length === limit ? events[limit - 1]!.position : horizon };
   }
 
   async read(q: EventQuery): Promise<EventPage> {
@@ -471,12 +249,15 @@ describe("WatchEvents plumbing (a memory feed behind the real server)", () => {
     // A second server over the big feed: its reads count only this stream.
     const server = await startTestServer({ env: { PLATFORM_EVENT_WATCH_POLL_MS: "20" }, decorateStore: (store) => withFeed(store, big) });
     try {
-      const Ctor = grpc.makeGenericClientConstructor({ watchEvents: methodDefinition(EventsService, method) }, EventsService.typeName);
+      const Ctor = grpc.makeGenericClientConstructor(
+        { watchEvents: methodDefinition(EventsService, EventsService.method.watchEvents) },
+        EventsService.typeName,
+      );
       const client = new Ctor(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
       const md = new grpc.Metadata();
       md.set("authorization", `Bearer ${server.adminToken}`);
       // eslint-disable-next-line @typescript-eslint/no-explicit-any
-      const call = (client as any).watchEvents(request({ startTimeMs: 0 }), md) as grpc.ClientReadableStream<Event>;
+      const call = (client as any).watchEvents(watchRequest({ startTimeMs: 0 }), md) as grpc.ClientReadableStream<Event>;
       call.on("error", () => {});
       const first = await within(30_000, new Promise<Event>((resolve) => call.once("data", resolve)), "the first event");
       call.pause();

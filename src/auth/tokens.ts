@@ -83,11 +83,18 @@ class UnknownKeyError extends Error {
   }
 }
 
+/**
+ * The refusal of an expired token: what verify() throws for one, and what ends
+ * a call that outlives its token (a WatchEvents stream, at its exp).
+ */
+export function tokenExpired(detail: string): TokenRejectedError {
+  return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
+}
+
 /** The client's message for a jose verification failure, and the exact reason for the log. */
 function rejection(err: unknown): TokenRejectedError {
   const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  if (err instanceof errors.JWTExpired)
-    return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
+  if (err instanceof errors.JWTExpired) return tokenExpired(detail);
   // The likely cause of each, for an operator who minted a token with another environment: nothing secret.
   if (err instanceof errors.JWTClaimValidationFailed && err.claim === "aud") {
     return new TokenRejectedError(

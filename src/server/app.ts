@@ -170,6 +170,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       if (!(err instanceof UnavailableError)) app.log.error({ err }, "subscription delivery failed; retried shortly");
     },
   });
+  metrics.watchSubscriptionLags(() => deliverer.lags());
   const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
   const deps = {
     store,
@@ -204,7 +205,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         notifier: feedNotifier,
         pollMs: config.eventWatch.pollMs,
         maxStreamMs: config.eventWatch.maxStreamMs,
+        heartbeatMs: config.eventWatch.heartbeatMs,
         maxPerIdentity: config.eventWatch.perIdentity,
+        maxPerOrganization: config.eventWatch.perOrganization,
         maxTotal: config.eventWatch.total,
       },
     },

@@ -23,10 +23,16 @@ export interface WatchOptions {
   pollMs?: number;
   /** A stream ends with OK after this long (default 1 h): its client resumes with its last cursor. */
   maxStreamMs?: number;
-  /** How long a stream's visibility (the caller's grants) is used before it is computed again (default 30 s). */
-  visibilityMs?: number;
+  /**
+   * A stream that has sent nothing for this long sends a heartbeat (default
+   * 15 s, below every shipped proxy's idle timeout): a message, so that every
+   * proxy and balancer on the way sees the stream active.
+   */
+  heartbeatMs?: number;
   /** Streams one identity may have open in this process (default 8; the administrator is exempt). */
   maxPerIdentity?: number;
+  /** Streams the identities of one organization may have open in this process, together (default 100). */
+  maxPerOrganization?: number;
   /** Streams this process serves at once (default 1,000). */
   maxTotal?: number;
 }

@@ -4,14 +4,15 @@ import { Code } from "@connectrpc/connect";
 import { EventSchema, type Event } from "../../../gen/platformapi/events/v1/events_pb.js";
 import type { Principal } from "../../auth/principal.js";
 import { ApiError, invalidField } from "../../domain/errors.js";
-import { CLOUDEVENTS_SPEC_VERSION, EVENT_KINDS, type EventKind, type EventRecord } from "../../domain/events.js";
+import { CLOUDEVENTS_SPEC_VERSION, EVENT_KINDS, type EventKind, type EventRecord, type FeedPosition } from "../../domain/events.js";
 import type { EventVisibility } from "../../store/event-store.js";
 import type { ServiceDeps } from "../context.js";
 import type { FeedCursors } from "./feed-cursor.js";
 
 /*
  * What ListEvents and WatchEvents share: cursors, the expired-cursor error,
- * the caller's visibility per kind, and the API form of an event.
+ * the caller's visibility per kind, and the API form of an event (and of a
+ * watch's heartbeat).
  */
 
 /** ErrorInfo reason of a cursor older than the retention period: the client restarts from a time. */
@@ -50,6 +51,28 @@ export function eventMessage(view: { source: string; cursors: FeedCursors }, e: 
     dataContentType: "application/json",
     data: JSON.parse(e.data) as JsonObject,
     cursor: view.cursors.encode(e.position),
+  });
+}
+
+/**
+ * The type of a WatchEvents heartbeat (Kubernetes' watch BOOKMARK is the
+ * precedent): no change, only the stream's place in the feed. Never stored,
+ * so never listed, delivered or counted as an event.
+ */
+export const WATCH_HEARTBEAT_TYPE = "api.platform.events.heartbeat.v1";
+
+/**
+ * A heartbeat at position: its cursor resumes exactly where the stream stands
+ * (nothing before it unsent, nothing after it sent), with the time, source and
+ * spec version; no id, subject, group or data.
+ */
+export function heartbeatMessage(view: { source: string; cursors: FeedCursors }, position: FeedPosition, time: number): Event {
+  return create(EventSchema, {
+    source: view.source,
+    specVersion: CLOUDEVENTS_SPEC_VERSION,
+    type: WATCH_HEARTBEAT_TYPE,
+    time: timestampFromMs(time),
+    cursor: view.cursors.encode(position),
   });
 }
 

@@ -32,7 +32,13 @@ function candidate(r: CandidateRow): EventCandidate {
 }
 
 /** Candidates after `after` and below the horizon's transaction, in feed order, optionally on one root. */
-async function scan(q: Queryable, after: FeedPosition, horizonTxid: bigint, root: string | null, limit = EVENT_SCAN_LIMIT): Promise<CandidateRow[]> {
+async function scan(
+  q: Queryable,
+  after: FeedPosition,
+  horizonTxid: bigint,
+  root: string | null,
+  limit = EVENT_SCAN_LIMIT,
+): Promise<CandidateRow[]> {
   const where = root === null ? "" : "root = ? AND ";
   const params: unknown[] = root === null ? [] : [root];
   params.push(String(after.txid), String(after.seq), String(horizonTxid), limit);

@@ -1,6 +1,13 @@
 import { positionBefore, type EventDraft, type EventKind, type EventRecord, type FeedPosition } from "../../domain/events.js";
 import { ancestorsOf, parentOf, rootOf } from "../../domain/uidp.js";
-import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventHeader, type EventScan, type EventVisibility } from "../event-store.js";
+import {
+  EVENT_SCAN_LIMIT,
+  type EventHeader,
+  type EventPage,
+  type EventQuery,
+  type EventScan,
+  type EventVisibility,
+} from "../event-store.js";
 
 /**
  * The engine-neutral half of the change feed: which events a read returns
@@ -100,7 +107,6 @@ export function choosePage(
   }
   return { chosen, resume: start !== null && positionBefore(horizon, start) ? start : horizon };
 }
-
 
 /**
  * A scan's answer from candidates read after `start` (null: none were read,

@@ -1,10 +1,10 @@
 import {
   cursorOf,
   type DeliveryLease,
-  type DeliveryState,
-  type DeliveryTarget,
   type DeliveryLogEntry,
   type DeliveryLogOutcome,
+  type DeliveryState,
+  type DeliveryTarget,
   type SubscriptionOrder,
   type SubscriptionRecord,
   type SubscriptionState,
@@ -113,10 +113,12 @@ export function toTarget(row: TargetRow): DeliveryTarget {
 }
 
 /** The subscription_deliveries columns of a DeliveryState. */
-export const STATE_SELECT = "subscription_uid, cursor, lease_until, CASE WHEN retry_event_id IS NULL THEN 0 ELSE next_attempt_at END AS next_attempt_at";
+export const STATE_SELECT =
+  "subscription_uid, cursor, lease_until, CASE WHEN retry_event_id IS NULL THEN 0 ELSE next_attempt_at END AS next_attempt_at";
 
 /** The due retries no one holds, earliest first (parameters: now, now, limit). */
-export const DUE_WHERE = "retry_event_id IS NOT NULL AND next_attempt_at <= ? AND lease_until <= ? ORDER BY next_attempt_at, subscription_uid LIMIT ?";
+export const DUE_WHERE =
+  "retry_event_id IS NOT NULL AND next_attempt_at <= ? AND lease_until <= ? ORDER BY next_attempt_at, subscription_uid LIMIT ?";
 
 export interface StateRow {
   subscription_uid: string;

@@ -95,7 +95,8 @@ export type Event = Message<"platformapi.events.v1.Event"> & {
 
   /**
    * This event's place in the feed: a ListEvents page_token (or a
-   * WatchEvents cursor) that resumes right after it.
+   * WatchEvents cursor) that resumes right after it. On a WatchEvents
+   * heartbeat, the place the stream has read up to.
    *
    * @generated from field: string cursor = 10;
    */
@@ -268,11 +269,31 @@ export const EventsService: GenService<{
    * Streams events in commit order as they are committed, from a cursor, a
    * time, or now. Over REST the stream is newline-delimited JSON
    * (application/x-ndjson), as grpc-gateway renders server streams: one
-   * {"result": <Event>} line per event and, when the stream fails after its
-   * first event, a last {"error": <Status>} line; an error before the first
-   * event is an ordinary error response. A stream ends with OK after at most
-   * an hour (PLATFORM_EVENT_WATCH_MAX_MS): resume with the cursor of the last
-   * event received, losing and repeating nothing.
+   * {"result": <Event>} line per message and, when the stream fails after its
+   * first message, a last {"error": <Status>} line; an error before it (a bad
+   * cursor, WATCH_LIMIT, an invalid token) is an ordinary error response.
+   *
+   * Heartbeats. The first message comes as soon as the stream is admitted, so
+   * every protocol sends its response headers then: the first event, or a
+   * heartbeat when none is waiting. After that the server sends a heartbeat
+   * whenever it has sent nothing for PLATFORM_EVENT_WATCH_HEARTBEAT_MS (15 s),
+   * so that proxies and load balancers see the stream active. A heartbeat is
+   * an Event of type "api.platform.events.heartbeat.v1" with only cursor,
+   * time, source and spec_version set (no id, subject, group or data),
+   * whatever type_prefix asks for. It is no change: skip it, but its cursor is
+   * where the stream stands, and resuming from it loses and repeats nothing.
+   * Heartbeats exist only on watches: never stored, listed or delivered.
+   *
+   * A stream ends with OK after at most an hour (PLATFORM_EVENT_WATCH_MAX_MS),
+   * and when the caller may see less than when it began (a role binding
+   * deleted): resume with the cursor of the last message received, losing and
+   * repeating nothing; the new stream shows what the caller may see then. It
+   * ends with UNAUTHENTICATED when its token expires, when the key that signed
+   * the token is retired, or when its identity is deleted. Open streams are
+   * bounded per identity (8), per organization (100, every identity whose uid
+   * lies in its tree; people at the root count per identity only) and per
+   * server process (1,000): past a bound the call is RESOURCE_EXHAUSTED with
+   * reason WATCH_LIMIT and metadata scope identity, organization or process.
    *
    * @generated from rpc platformapi.events.v1.EventsService.WatchEvents
    */
