@@ -190,6 +190,14 @@ if (!pgAvailable()) {
       assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups")).status, 200);
       // New logins refused first, then the server's connections ended: every reconnection is refused.
       await admin(cluster, "ALTER ROLE app NOLOGIN", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'");
+      // Until the pool has let go of the ended connections, a call could meet one of them (57P01, administrator
+      // command) before any login is tried: wait for the pool to hold none (read from its counts, no query).
+      await eventually("the pool let go of its ended connections", async () => {
+        const text = await (await fetch(`${srv.url}/metrics`)).text();
+        return (
+          /platform_database_connections\{state="idle"\} 0\n/.test(text) && /platform_database_connections\{state="in_use"\} 0\n/.test(text)
+        );
+      });
       for (let i = 0; i < 5; i++) assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups")).status, 503);
       await eventually("the outage is logged", () => warns(lines).length > 0);
       await admin(cluster, "ALTER ROLE app LOGIN");
