@@ -27,6 +27,9 @@ const VICTIM_SAMPLES = Number(process.env.BENCH_VICTIM_SAMPLES ?? 100);
 interface Arrival {
   path: string;
   lagMs: number;
+  /** The event's subject (ce-subject) and when it arrived (ms since the epoch). */
+  subject: string;
+  at: number;
 }
 
 /** Sinks on one loopback server, one path each: fast (204 at once) unless told to be slow. */
@@ -43,7 +46,8 @@ class Sinks {
       req.on("end", () => {
         const answer = () => {
           const time = Date.parse(String(req.headers["ce-time"] ?? ""));
-          this.arrivals.push({ path: req.url ?? "", lagMs: Date.now() - time });
+          const at = Date.now();
+          this.arrivals.push({ path: req.url ?? "", lagMs: at - time, subject: String(req.headers["ce-subject"] ?? ""), at });
           res.writeHead(204).end();
           for (const wake of this.waiters) wake();
         };
@@ -181,19 +185,26 @@ export async function deliveriesAtScale(srv: TestServer, label: string): Promise
 async function victimCases(srv: TestServer, sinks: Sinks): Promise<void> {
   const victimOrg = (await createGroup(srv.url, null, "victim")).uid;
   await subscribe(srv, victimOrg, `${sinks.base}/victim`);
-  const victimLag = async (n: number): Promise<number[]> => {
+  /** Lags of n changes 50 ms apart: from their commit (the event's time), and from the create's answer. */
+  const victimLag = async (n: number): Promise<{ commit: number[]; answer: number[]; create: number[] }> => {
     const start = sinks.count("/victim");
-    const at = sinks.arrivals.length;
+    const answered = new Map<string, number>();
+    const create: number[] = [];
     for (let i = 0; i < n; i++) {
-      await createGroup(srv.url, victimOrg, `v-${Math.random()}`);
+      const asked = performance.now();
+      const { uid } = await createGroup(srv.url, victimOrg, `v-${Math.random()}`);
+      create.push(performance.now() - asked);
+      answered.set(uid, Date.now());
       await sleep(50);
     }
     await sinks.until(() => sinks.count("/victim") - start >= n);
-    return sinks.arrivals
-      .slice(at)
-      .filter((a) => a.path === "/victim")
-      .map((a) => a.lagMs)
-      .sort((a, b) => a - b);
+    const got = sinks.arrivals.filter((a) => a.path === "/victim" && answered.has(a.subject));
+    const sorted = (x: number[]) => x.sort((a, b) => a - b);
+    return {
+      commit: sorted(got.map((a) => a.lagMs)),
+      answer: sorted(got.map((a) => Math.max(0, a.at - answered.get(a.subject)!))),
+      create: sorted(create),
+    };
   };
   const alone = await victimLag(VICTIM_SAMPLES);
 
@@ -224,12 +235,15 @@ async function victimCases(srv: TestServer, sinks: Sinks): Promise<void> {
   await once(noise, "exit");
 
   const p99 = (x: number[]) => percentile(x, 99);
-  const ratio = (x: number[]) => (Number.isNaN(p99(x)) ? "n/a" : `${(p99(x) / Math.max(1, p99(alone))).toFixed(2)}×`);
-  console.log(`  a victim's p99 lag: alone ${fmt(p99(alone))}`);
+  const ratio = (x: number[], base: number[]) => (Number.isNaN(p99(x)) ? "n/a" : `${(p99(x) / Math.max(1, p99(base))).toFixed(2)}×`);
+  const row = (lags: { commit: number[]; answer: number[]; create: number[] }) =>
+    `${fmt(p99(lags.commit))} (${ratio(lags.commit, alone.commit)}); from the create's answer ${fmt(p99(lags.answer))} (${ratio(lags.answer, alone.answer)}); its creates' own p99 ${fmt(p99(lags.create))} (${ratio(lags.create, alone.create)})` +
+    (lags.commit.length < VICTIM_SAMPLES ? `; ${lags.commit.length} of ${VICTIM_SAMPLES} delivered` : "");
   console.log(
-    `    beside 16 slow sinks (2 s each, backlog 5): ${fmt(p99(besideSlow))} (${ratio(besideSlow)}${besideSlow.length < VICTIM_SAMPLES ? `, ${besideSlow.length} of ${VICTIM_SAMPLES} delivered` : ""})`,
+    `  a victim's p99 lag from commit: alone ${fmt(p99(alone.commit))}; from the create's answer ${fmt(p99(alone.answer))}; its creates' own p99 ${fmt(p99(alone.create))}`,
   );
+  console.log(`    beside 16 slow sinks (2 s each, backlog 5): ${row(besideSlow)}`);
   console.log(
-    `    beside a noisy tenant (25 subscriptions, 16 writers in another process; ${noisyDelivered} of its deliveries meanwhile): ${fmt(p99(besideNoisy))} (${ratio(besideNoisy)}${besideNoisy.length < VICTIM_SAMPLES ? `, ${besideNoisy.length} of ${VICTIM_SAMPLES} delivered` : ""})`,
+    `    beside a noisy tenant (25 subscriptions, 16 writers in another process; ${noisyDelivered} of its deliveries meanwhile): ${row(besideNoisy)}`,
   );
 }

@@ -9,6 +9,7 @@
  *   BENCH_BACKEND=postgres npx tsx bench/events.ts   # PostgreSQL
  *   BENCH_EVENTS=2000 BENCH_WATCH_SAMPLES=300 …      # sizes
  *   BENCH_SCALE=off                                  # without the rows at scale (bench/deliveries-scale.ts)
+ *   BENCH_POOL=40                                    # PLATFORM_DATABASE_POOL_SIZE of the server (PostgreSQL)
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -96,7 +97,14 @@ async function watchLatency(url: string, token: string, org: string): Promise<nu
 }
 
 async function main(): Promise<void> {
-  const srv = await startTestServer({ backend: BACKEND, env: { PLATFORM_DELIVERY_POLL_MS: "1000", PLATFORM_CALLS_PER_IDENTITY: "0" } });
+  const srv = await startTestServer({
+    backend: BACKEND,
+    env: {
+      PLATFORM_DELIVERY_POLL_MS: "1000",
+      PLATFORM_CALLS_PER_IDENTITY: "0",
+      ...(process.env.BENCH_POOL ? { PLATFORM_DATABASE_POOL_SIZE: process.env.BENCH_POOL } : {}),
+    },
+  });
   const sink = await countingSink();
   try {
     const watched = (await createGroup(srv.url, null, "watched")).uid;
