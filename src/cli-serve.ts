@@ -24,7 +24,7 @@ export const serveCommand: Command = {
   summary: "start the server (the default command)",
   help: `${USAGE}
 
-Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully: /readyz and gRPC health answer NOT_SERVING for PLATFORM_DRAIN_MS while calls are still served, then the listener closes and calls in flight have PLATFORM_SHUTDOWN_GRACE_MS to finish; a second signal skips the rest of the drain. With PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE the port serves TLS, and SIGHUP (or a change to either file) re-reads them. It creates the database on first start. Start-up problems (an invalid setting, a port in use, an unusable data directory or database) print one line and exit 2.
+Starts the server on PORT, serving REST, gRPC, Connect and gRPC-Web; with PLATFORM_WORKERS=N, N worker processes share the port. SIGTERM or SIGINT stops it gracefully: /readyz and gRPC health answer NOT_SERVING for PLATFORM_DRAIN_MS while calls are still served, then the listener closes and calls in flight have PLATFORM_SHUTDOWN_GRACE_MS to finish; a second signal skips the rest of the drain. With PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE the port serves TLS, and SIGHUP (or a change to either file) re-reads them; SIGHUP never stops the server (without TLS it logs that there is nothing to re-read). It creates the database on first start. Start-up problems (an invalid setting, a port in use, an unusable data directory or database) print one line and exit 2.
 
 environment (name=default):
 ${environmentHelp()}`,
@@ -44,7 +44,6 @@ ${environmentHelp()}`,
       // Checked once here, or each worker would print the same start-up error.
       if (cfg.tls) (await import("./server/http/tls.js")).checkTlsFiles(cfg.tls);
       return runPrimary(cfg.workers, {
-        reloadOnSighup: cfg.tls !== undefined,
         metrics: { addr: cfg.metricsAddr, token: cfg.metricsToken },
       });
     }
@@ -73,8 +72,12 @@ ${environmentHelp()}`,
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
     if (isWorker()) onCloseNow(() => void server.close());
-    // SIGHUP re-reads the certificate (from the primary, in a worker); without TLS it keeps its default meaning.
-    if (cfg.tls) process.on("SIGHUP", () => server.reloadTls("SIGHUP"));
+    // SIGHUP (systemctl reload; from the primary, in a worker) re-reads what can be re-read, the TLS certificate, and
+    // never stops the server: Node's default for it is to exit at once, with no drain and no line.
+    process.on("SIGHUP", () => {
+      if (cfg.tls) server.reloadTls("SIGHUP");
+      else server.app.log.info({ signal: "SIGHUP" }, "reload: nothing to re-read (TLS is off); still serving");
+    });
     return new Promise<number>(() => {});
   },
 };

@@ -31,13 +31,14 @@ export interface PrimaryMetricsOptions {
  * once every worker has drained and shut down gracefully; a second signal
  * tells them to skip the rest of the drain. A worker that fails to start with
  * exit code 2 (a start-up error, already printed) stops them all with code 2.
- * With opts.reloadOnSighup (TLS on), SIGHUP is passed on to every worker.
+ * SIGHUP (systemctl reload) is passed on to every worker, which re-reads
+ * what it can; it never stops the primary.
  * The primary answers every worker's /metrics with the whole cluster's
  * numbers (metrics-cluster.ts), and with opts.metrics.addr serves them on that
  * address itself (a bind failure rejects with StartupError before any worker
  * starts). Resolves with the exit code.
  */
-export async function runPrimary(count: number, opts: { reloadOnSighup?: boolean; metrics?: PrimaryMetricsOptions } = {}): Promise<number> {
+export async function runPrimary(count: number, opts: { metrics?: PrimaryMetricsOptions } = {}): Promise<number> {
   // Loaded here, not with the command line: only the primary of a worker cluster needs them.
   const [{ ClusterMetrics }, { listenForScrapes }, { Registry }] = await Promise.all([
     import("./server/observe/metrics-cluster.js"),
@@ -55,13 +56,13 @@ export async function runPrimary(count: number, opts: { reloadOnSighup?: boolean
       exposition: () => metrics.exposition(),
     }));
   if (listener) note("info", `metrics on ${listener.url}`, { metrics: listener.url });
-  const code = await superviseWorkers(count, live, metrics, opts.reloadOnSighup ?? false);
+  const code = await superviseWorkers(count, live, metrics);
   await listener?.close();
   return code;
 }
 
 /** runPrimary's workers: started, restarted, stopped; resolves with the exit code. */
-function superviseWorkers(count: number, live: Map<Worker, number>, metrics: ClusterMetrics, reloadOnSighup: boolean): Promise<number> {
+function superviseWorkers(count: number, live: Map<Worker, number>, metrics: ClusterMetrics): Promise<number> {
   return new Promise<number>((done) => {
     let stopping = false;
     let failures = 0;
@@ -122,8 +123,11 @@ function superviseWorkers(count: number, live: Map<Worker, number>, metrics: Clu
     const onSignal = (signal: NodeJS.Signals) => (stopping ? closeNow(signal) : stop(signal));
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
-    // Each worker re-reads the TLS certificate itself.
-    if (reloadOnSighup) process.on("SIGHUP", () => live.forEach((_slot, worker) => worker.process.kill("SIGHUP")));
+    // Each worker re-reads what it can (the TLS certificate) and logs it; the primary only passes the signal on.
+    process.on("SIGHUP", () => {
+      note("info", "reload: SIGHUP passed on to the workers", { signal: "SIGHUP", workers: live.size });
+      live.forEach((_slot, worker) => worker.process.kill("SIGHUP"));
+    });
   });
 }
 

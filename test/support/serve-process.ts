@@ -8,6 +8,8 @@ const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** `platform-api serve` running as a child process, as an operator starts it. */
 export interface ServeProcess {
   port: number;
+  /** The server's process id (the primary's, with PLATFORM_WORKERS). */
+  pid: number;
   /** What the server printed so far (stdout and stderr), for failure messages. */
   output(): string;
   /** SIGTERM, then SIGKILL after 10 s; resolves once the process is gone. Safe to call twice. */
@@ -69,7 +71,7 @@ async function tryServe(port: number, env: Record<string, string>, deadline: num
         (res) => res.ok,
         () => false,
       );
-      if (ready) return { port, output: () => output, stop };
+      if (ready) return { port, pid: child.pid!, output: () => output, stop };
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   } catch (err) {
