@@ -257,8 +257,11 @@ describe("GroupsService over native gRPC (grpc-js, h2c)", () => {
         bad?.fieldViolations.map((v) => v.field),
         ["name"],
       );
-      // A missing name says it is required; a malformed one gives the pattern.
-      assert.match(bad!.fieldViolations[0]!.description, label === "missing" ? /^is required$/ : /\^\[a-z0-9 \._-\]/);
+      // A missing name says it is required and gives the pattern (the spec); a malformed one gives the pattern.
+      assert.match(
+        bad!.fieldViolations[0]!.description,
+        label === "missing" ? /^is required: must match \^\[a-z0-9 \._-\]/ : /^must match \^\[a-z0-9 \._-\]/,
+      );
     });
   }
 

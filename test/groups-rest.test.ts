@@ -51,9 +51,9 @@ describe("create", () => {
   });
 
   for (const [label, body, description] of [
-    ["no name", { description: "x" }, "is required"],
-    ["empty name", { name: "" }, "is required"],
-    ["empty body", undefined, "is required"],
+    ["no name", { description: "x" }, "is required: must match ^[a-z0-9 ._-]{1,}$ and be 3 to 63 characters long"],
+    ["empty name", { name: "" }, "is required: must match ^[a-z0-9 ._-]{1,}$ and be 3 to 63 characters long"],
+    ["empty body", undefined, "is required: must match ^[a-z0-9 ._-]{1,}$ and be 3 to 63 characters long"],
     ["upper case", { name: "Acme" }, "must match ^[a-z0-9 ._-]{1,}$ and be 3 to 63 characters long"],
     ["punctuation", { name: "acme!" }, "must match ^[a-z0-9 ._-]{1,}$ and be 3 to 63 characters long"],
   ] as const) {

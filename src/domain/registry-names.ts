@@ -1,4 +1,5 @@
 import type { FieldViolation } from "./errors.js";
+import { requiredBy } from "./names.js";
 
 /**
  * An OCI repository path (distribution spec): lowercase alphanumeric
@@ -22,13 +23,8 @@ export const LIST_MAX = 100;
 /** Violations of the repo name rule. */
 export function checkRepoName(field: string, name: string): FieldViolation[] {
   if (name.length >= 1 && name.length <= REPO_NAME_MAX && REPO_NAME_PATTERN.test(name)) return [];
-  if (name === "") return [{ field, description: "is required" }];
-  return [
-    {
-      field,
-      description: `must be 1 to ${REPO_NAME_MAX} characters matching ${REPO_NAME_PATTERN.source} (an OCI repository path)`,
-    },
-  ];
+  const rule = `must be 1 to ${REPO_NAME_MAX} characters matching ${REPO_NAME_PATTERN.source} (an OCI repository path)`;
+  return [{ field, description: name === "" ? requiredBy(rule) : rule }];
 }
 
 /** Violations of the OCI tag rule, for one tag name. */
