@@ -31,6 +31,10 @@ ${environmentHelp()}`,
   async run(args) {
     parseCommandArgs(args, USAGE);
     const cfg = commandConfig();
+    // SIGHUP (systemctl reload) never stops the server, whenever it comes: Node's default for it is to exit at once,
+    // with no drain and no line. Until the server is up there is nothing to re-read (it is reading everything now).
+    let reload = () => {};
+    process.on("SIGHUP", () => reload());
     // Imported here, not at the top: `serve --help` and the other commands never load the server.
     const { prepareStore, startServer } = await import("./server/app.js");
     if (cfg.workers > 1 && !isWorker()) {
@@ -72,12 +76,11 @@ ${environmentHelp()}`,
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
     if (isWorker()) onCloseNow(() => void server.close());
-    // SIGHUP (systemctl reload; from the primary, in a worker) re-reads what can be re-read, the TLS certificate, and
-    // never stops the server: Node's default for it is to exit at once, with no drain and no line.
-    process.on("SIGHUP", () => {
+    // SIGHUP (systemctl reload; from the primary, in a worker) re-reads what can be re-read: the TLS certificate.
+    reload = () => {
       if (cfg.tls) server.reloadTls("SIGHUP");
       else server.app.log.info({ signal: "SIGHUP" }, "reload: nothing to re-read (TLS is off); still serving");
-    });
+    };
     return new Promise<number>(() => {});
   },
 };

@@ -66,6 +66,8 @@ function superviseWorkers(count: number, live: Map<Worker, number>, metrics: Clu
   return new Promise<number>((done) => {
     let stopping = false;
     let failures = 0;
+    // Workers that have started listening (and so handle SIGHUP).
+    const listening = new Set<Worker>();
     let exitCode = 0;
     const startedAt = Date.now();
     let stopAt = 0;
@@ -81,6 +83,7 @@ function superviseWorkers(count: number, live: Map<Worker, number>, metrics: Clu
       let listened = false;
       worker.on("exit", (code, signal) => {
         live.delete(worker);
+        listening.delete(worker);
         const restarting = !stopping && !(code === START_UP_FAILED && !listened);
         metrics.retire(worker, restarting);
         if (stopping) {
@@ -102,6 +105,7 @@ function superviseWorkers(count: number, live: Map<Worker, number>, metrics: Clu
       });
       worker.on("listening", () => {
         listened = true;
+        listening.add(worker);
         failures = 0;
       });
     };
@@ -124,9 +128,11 @@ function superviseWorkers(count: number, live: Map<Worker, number>, metrics: Clu
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
     // Each worker re-reads what it can (the TLS certificate) and logs it; the primary only passes the signal on.
+    // Only to workers that are listening: one still starting reads everything anyway, and until its handler is on,
+    // SIGHUP would end it.
     process.on("SIGHUP", () => {
-      note("info", "reload: SIGHUP passed on to the workers", { signal: "SIGHUP", workers: live.size });
-      live.forEach((_slot, worker) => worker.process.kill("SIGHUP"));
+      note("info", "reload: SIGHUP passed on to the workers", { signal: "SIGHUP", workers: listening.size });
+      for (const worker of listening) worker.process.kill("SIGHUP");
     });
   });
 }

@@ -35,14 +35,16 @@ function execReload(pid: number): string[] {
     .map((word) => word.replace("$MAINPID", String(pid)));
 }
 
-/** The JSON log lines printed so far whose message starts with "reload". */
-function reloadLines(output: string): { msg: string; pid: number }[] {
+/** The JSON log lines printed so far. */
+function logLines(output: string): { msg: string; pid: number }[] {
   return output
     .split("\n")
     .filter((l) => l.startsWith("{"))
-    .map((l) => JSON.parse(l) as { msg: string; pid: number })
-    .filter((l) => l.msg.startsWith("reload"));
+    .map((l) => JSON.parse(l) as { msg: string; pid: number });
 }
+
+/** The log lines whose message starts with "reload". */
+const reloadLines = (output: string) => logLines(output).filter((l) => l.msg.startsWith("reload"));
 
 for (const workers of [1, 2]) {
   test(`the unit's reload (SIGHUP) without TLS keeps ${workers === 1 ? "the server" : "the primary and its workers"} serving, and says so`, async () => {
@@ -52,14 +54,26 @@ for (const workers of [1, 2]) {
       LOG_LEVEL: "info",
     });
     try {
+      // /readyz answers once one worker listens: wait for every worker's start-up line first.
+      const deadline = Date.now() + 30_000;
+      while (
+        new Set(
+          logLines(server.output())
+            .filter((l) => l.msg.includes(" listening on "))
+            .map((l) => l.pid),
+        ).size < workers
+      ) {
+        assert.ok(Date.now() < deadline, `every worker listening within the liveness bound:\n${server.output()}`);
+        await sleep(50);
+      }
       const [command, ...args] = execReload(server.pid);
       for (let reload = 1; reload <= 2; reload++) {
         await promisify(execFile)(command!, args);
         // One line per process that received it: the server, or the primary and each worker.
         const expected = workers === 1 ? reload : reload * (workers + 1);
-        const deadline = Date.now() + 30_000;
+        const bound = Date.now() + 30_000;
         while (reloadLines(server.output()).length < expected) {
-          assert.ok(Date.now() < deadline, `reload lines within the liveness bound:\n${server.output()}`);
+          assert.ok(Date.now() < bound, `reload lines within the liveness bound:\n${server.output()}`);
           await sleep(50);
         }
         const res = await fetch(`http://127.0.0.1:${server.port}/healthz`);
