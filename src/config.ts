@@ -448,26 +448,30 @@ function autoInteger(env: NodeJS.ProcessEnv, name: string, fallback: number, min
   return (env[name] ?? "auto") === "auto" ? fallback : integer(env, name, fallback, min, max, problems);
 }
 
-function boolean(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
-  const raw = env[name];
-  if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
-  if (raw === "true" || raw === "1") return true;
-  problems.push(`${name}=${raw}: must be true or false`);
-  return false;
-}
+/** The spellings every on/off setting accepts, whichever its documented default is written as (any case). */
+const FLAG_VALUES: Readonly<Record<string, boolean>> = {
+  on: true,
+  off: false,
+  true: true,
+  false: false,
+  yes: true,
+  no: false,
+  "1": true,
+  "0": false,
+};
 
-function onOffDefault(env: NodeJS.ProcessEnv, name: string, fallback: boolean, problems: string[]): boolean {
+/**
+ * One parser for every on/off setting: on/off, true/false, yes/no or 1/0, in
+ * any case; unset or empty is the fallback. Anything else is a start-up
+ * problem naming the setting (not a silent default).
+ */
+function flag(env: NodeJS.ProcessEnv, name: string, fallback: boolean, problems: string[]): boolean {
   const raw = env[name];
-  if (raw === undefined || raw === "") return fallback;
-  return onOff(env, name, problems);
-}
-
-function onOff(env: NodeJS.ProcessEnv, name: string, problems: string[]): boolean {
-  const raw = env[name];
-  if (raw === undefined || raw === "" || raw === "off") return false;
-  if (raw === "on") return true;
-  problems.push(`${name}=${raw}: must be on or off`);
-  return false;
+  if (raw === undefined || raw.trim() === "") return fallback;
+  const value = FLAG_VALUES[raw.trim().toLowerCase()];
+  if (value !== undefined) return value;
+  problems.push(`${name}=${raw}: must be on or off (true/false, yes/no and 1/0 are read alike)`);
+  return fallback;
 }
 
 /** PLATFORM_FORWARDED_HEADER: which forwarding header is read. */
@@ -593,7 +597,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       integer(env, "PLATFORM_MAX_ANONYMOUS_MESSAGE_BYTES", 64 * 1024, 1024, 64 * 1024 * 1024, problems),
     ),
     requestBodyTimeoutMs: integer(env, "PLATFORM_REQUEST_BODY_TIMEOUT_MS", 30_000, 100, 3_600_000, problems),
-    allowLoopbackIssuers: boolean(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", problems),
+    allowLoopbackIssuers: flag(env, "PLATFORM_ALLOW_LOOPBACK_ISSUERS", false, problems),
     issuerFetches,
     maxOrgsPerIdentity: integer(env, "PLATFORM_MAX_ORGS_PER_IDENTITY", 100, 1, 1_000_000, problems),
     callsPerIdentity: integer(env, "PLATFORM_CALLS_PER_IDENTITY", 1000, 0, 1_000_000, problems),
@@ -606,7 +610,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       total: integer(env, "PLATFORM_EVENT_WATCHES", 1000, 1, 100_000, problems),
     },
     deliveries: {
-      enabled: onOffDefault(env, "PLATFORM_DELIVERIES", true, problems),
+      enabled: flag(env, "PLATFORM_DELIVERIES", true, problems),
       concurrency: integer(env, "PLATFORM_DELIVERY_CONCURRENCY", 16, 1, 1000, problems),
       // Above the 10 s a sink may take (src/delivery/sink.ts), or a slow post would lose its lease.
       leaseMs: integer(env, "PLATFORM_DELIVERY_LEASE_MS", 60_000, 30_000, 3_600_000, problems),
@@ -622,7 +626,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     registryNotifySecret: notifySecret(env, problems),
     metricsAddr: metricsAddress(env, problems),
     databasePoolSize: integer(env, "PLATFORM_DATABASE_POOL_SIZE", 10, 1, 1000, problems),
-    skipPermissionCheck: boolean(env, "PLATFORM_SKIP_PERMISSION_CHECK", problems),
+    skipPermissionCheck: flag(env, "PLATFORM_SKIP_PERMISSION_CHECK", false, problems),
     keepAliveTimeoutMs: integer(env, "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", 65_000, 1_000, 3_600_000, problems),
     http2IdleTimeoutMs: integer(env, "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", 300_000, 1_000, 86_400_000, problems),
     workers: env.PLATFORM_WORKERS === "auto" ? availableParallelism() : integer(env, "PLATFORM_WORKERS", 1, 1, 256, problems),
@@ -639,7 +643,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       problems,
     ),
     trustedProxies,
-    proxyProtocol: onOff(env, "PLATFORM_PROXY_PROTOCOL", problems),
+    proxyProtocol: flag(env, "PLATFORM_PROXY_PROTOCOL", false, problems),
     forwardedHeader: forwardingHeader(env, problems),
     cacheBytes: integer(env, "PLATFORM_CACHE_BYTES", 16 * 1024 * 1024, 0, 4 * 1024 * 1024 * 1024, problems),
     healthWatchMaxMs: integer(env, "PLATFORM_HEALTH_WATCH_MAX_MS", 1_800_000, 100, 86_400_000, problems),
