@@ -123,7 +123,11 @@ describe("create and get", () => {
     test(`${label} is INVALID_ARGUMENT on ${fields.join(", ")}, and nothing is created`, async () => {
       const before = (await ok(call("GET", `${PATH}?uidp.children_of=${org.uid}`))).totalCount;
       const err = assertViolations(await call("POST", `${PATH}/${org.uid}`, body), fields);
-      if (fields[0] === "name") assert.match(fieldViolations(err)[0]!.description, label === "no name" ? /^is required: must be 1 to 256 characters matching / : /256/);
+      if (fields[0] === "name")
+        assert.match(
+          fieldViolations(err)[0]!.description,
+          label === "no name" ? /^is required: must be 1 to 256 characters matching / : /256/,
+        );
       if (label.startsWith("a bundle")) assert.match(fieldViolations(err)[0]!.description, /"gold".*application, base/);
       assert.equal((await ok(call("GET", `${PATH}?uidp.children_of=${org.uid}`))).totalCount, before);
     });
