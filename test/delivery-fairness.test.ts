@@ -53,27 +53,37 @@ describe("the schedule's choices", () => {
 
   test("caught-up subscriptions are not looked at again until an event may concern them", () => {
     const s = caughtUp(16, ["a/1", "a/2", "b/1"]);
-    assert.deepEqual(s.unsure(10), []);
+    assert.deepEqual(s.unsure(10, 1000), []);
     assert.deepEqual(s.choose(16, 10), []);
     // An event in b's subtree concerns b/1 only (its group is b); one in a/1's concerns a/1 alone.
     s.observe([event(1, "b/child"), event(2, "a")]);
-    assert.deepEqual(s.unsure(10).sort(), ["a/1", "a/2", "b/1"]);
+    assert.deepEqual(s.unsure(10, 1000).sort(), ["a/1", "a/2", "b/1"]);
     const s2 = caughtUp(16, ["a/1", "a/2", "b/1"]);
     s2.observe([event(1, "b/child")]);
-    assert.deepEqual(s2.unsure(10), ["b/1"]);
+    assert.deepEqual(s2.unsure(10, 1000), ["b/1"]);
   });
 
   test("a subscription whose cursor already passed its work (delivered elsewhere) is dropped without a claim", () => {
     const s = caughtUp(16, ["a/1"]);
     s.observe([event(5, "a/x")]);
-    assert.deepEqual(s.unsure(10), ["a/1"]);
+    assert.deepEqual(s.unsure(10, 1000), ["a/1"]);
     s.apply([{ uid: "a/1", cursor: at(5), leaseUntil: 0, nextAttemptAt: 0 }], 10);
-    assert.deepEqual(s.unsure(10), []);
+    assert.deepEqual(s.unsure(10, 1000), []);
     // Held by another process: not read again until its lease ends.
     s.observe([event(6, "a/x")]);
     s.apply([{ uid: "a/1", cursor: at(5), leaseUntil: 100, nextAttemptAt: 0 }], 10);
-    assert.deepEqual(s.unsure(50), []);
-    assert.deepEqual(s.unsure(100), ["a/1"]);
+    assert.deepEqual(s.unsure(50, 1000), []);
+    assert.deepEqual(s.unsure(100, 1000), ["a/1"]);
+  });
+
+  test("a tick reads the state of a bounded number of subscriptions, taken in turn across organizations", () => {
+    const many = Array.from({ length: 300 }, (_, i) => `big/${String(i).padStart(3, "0")}`);
+    const s = caughtUp(16, [...many, "small1/1", "small2/1"]);
+    s.observe([...many, "small1/1", "small2/1"].map((uid, i) => event(i + 1, `${uid}/x`, i + 1)));
+    const read = s.unsure(1000, 10);
+    assert.equal(read.length, 10);
+    assert.ok(read.includes("small1/1") && read.includes("small2/1"), "the small organizations' work is read with the big one's");
+    assert.equal(s.unsure(1000, 303).length, 302);
   });
 
   test("past the slots, every subscription with work is served in turn: none starves whatever its uid", () => {
@@ -83,7 +93,7 @@ describe("the schedule's choices", () => {
     const served = new Set<string>();
     for (let round = 0; round < 3; round++) {
       s.apply(
-        s.unsure(100).map((uid) => ({ uid, cursor: at(0), leaseUntil: 0, nextAttemptAt: 0 })),
+        s.unsure(100, 1000).map((uid) => ({ uid, cursor: at(0), leaseUntil: 0, nextAttemptAt: 0 })),
         100,
       );
       const chosen = s.choose(16, 100);

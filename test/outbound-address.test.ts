@@ -209,9 +209,9 @@ const loopbackResolver: Resolver = (hostname, _options, callback) => {
   callback(Object.assign(new Error(`${hostname} not found`), { code: "ENOTFOUND" }), []);
 };
 
-/** The limits a tenant's fetch gets (as postToSink and the upstream verifier build them). */
+/** The limits a tenant's fetch gets (as postToSink and the upstream verifier build them; the timeout a liveness bound). */
 const tenantLimits = (extra: Partial<FetchLimits> = {}): FetchLimits => ({
-  timeoutMs: 2_000,
+  timeoutMs: 30_000,
   maxBytes: 4096,
   addressAllowed: (address) => outboundAddressAllowed(address, PRODUCTION),
   resolve: loopbackResolver,
@@ -342,7 +342,7 @@ describe("before any byte: the guarded request", () => {
         const { outcome, status, error } = await postToSink(
           `https://${host}:${port}/hook`,
           { headers: {}, body: "{}" },
-          { policy: PRODUCTION, timeoutMs: 2_000 },
+          { policy: PRODUCTION, timeoutMs: 30_000 },
         );
         return { outcome, status, error };
       };

@@ -4,7 +4,14 @@ import { performance } from "node:perf_hooks";
 import type { Authorizer } from "../auth/authorizer.js";
 import type { EventRecord, FeedPosition } from "../domain/events.js";
 import type { Store } from "../store/store.js";
-import type { DeliveryLease, DeliveryLogEntry, DeliveryStep, SubscriptionRecord, SubscriptionState } from "../store/subscription-store.js";
+import type {
+  DeliveryLease,
+  DeliveryLogEntry,
+  DeliveryStep,
+  DeliveryTarget,
+  SubscriptionRecord,
+  SubscriptionState,
+} from "../store/subscription-store.js";
 import { nextAttempt, type NextAttempt } from "./backoff.js";
 import { DeliverySchedule, type LoopEnd } from "./schedule.js";
 import { SINK_TIMEOUT_MS } from "./sink.js";
@@ -94,6 +101,9 @@ const WAKE_SPACING_MS = 20;
 /** Events scanned from the feed per tick: a burst longer than this is scanned over several ticks, one right after another. */
 const SCAN_LIMIT = 1000;
 
+/** Delivery states read per tick at most (of the subscriptions that may have work, taken in turn across organizations). */
+const STATES_PER_TICK = 256;
+
 /** The production retry schedule. */
 const defaultRetry = (attempts: number, firstAttemptAt: number, now: number) => nextAttempt(attempts, firstAttemptAt, now, Math.random());
 
@@ -121,7 +131,9 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
   let head: FeedPosition | null = null;
   let running = false;
   const ticker = createTicker(tick);
-  const plan = (delayMs: number) => ticker.plan(delayMs);
+  const plan = ticker.plan;
+  // When retries recorded by any process were last looked for: once a poll, not at every tick a commit wakes.
+  let dueLookedAt = -Infinity;
   // No subscription existed at the last look: this process's commits wake nothing until the next poll finds one.
   let idle = false;
   let lastTick = 0;
@@ -144,12 +156,14 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
       await store.refresh();
       // A cached read while the subscriptions table is unchanged: a deployment without subscriptions pays
       // nothing per commit, and one look per poll.
-      idle = !(await store.subscriptions.any());
+      const targets = await store.subscriptions.targets();
+      idle = targets.length === 0;
       if (idle) {
+        // Every subscription is gone: forget them all (and their lag series), scan from the horizon when one comes.
         head = null;
-        schedule.sync([], { txid: 0n, seq: 0n }, opts.now());
+        schedule.sync(targets, { txid: 0n, seq: 0n }, opts.now());
       } else {
-        more = await look();
+        more = await look(targets);
       }
     } catch (err) {
       onError(err);
@@ -157,18 +171,21 @@ export function createDeliverer(opts: DelivererOptions): Deliverer {
     if (running) plan(more ? 0 : nextDelay());
   }
 
-  /** Scans, reads and claims; true when the scan stopped at its limit (more to scan at once). */
-  async function look(): Promise<boolean> {
+  /** Scans, reads and claims for targets (every subscription); true when the scan stopped at its limit (more to scan at once). */
+  async function look(targets: readonly DeliveryTarget[]): Promise<boolean> {
     let now = opts.now();
     head ??= (await store.events.scan(null, 0)).resume;
-    schedule.sync(await store.subscriptions.targets(), head, now);
+    schedule.sync(targets, head, now);
     const scan = await store.events.scan(head, SCAN_LIMIT);
     schedule.observe(scan.events);
     head = scan.resume;
     const room = concurrency - loops.size;
     if (room > 0) {
-      schedule.apply(await store.deliveries.due(now, room), now);
-      const unsure = schedule.unsure(now);
+      if (performance.now() - dueLookedAt >= pollMs) {
+        dueLookedAt = performance.now();
+        schedule.apply(await store.deliveries.due(now, room), now);
+      }
+      const unsure = schedule.unsure(now, STATES_PER_TICK);
       if (unsure.length > 0) schedule.apply(await store.deliveries.states(unsure), now);
       const chosen = schedule.choose(room, now);
       now = opts.now();

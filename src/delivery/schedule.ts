@@ -26,8 +26,6 @@ interface Entry {
   target: DeliveryTarget;
   /** The organization whose share its deliveries count against (the root of its group). */
   org: string;
-  /** Its cursor as last read (null: none yet, or not read). */
-  cursor: FeedPosition | null;
   /** The newest position at or before which events may concern it: past its cursor, it has work. */
   pending: FeedPosition;
   /** Since when its oldest work has waited (ms); null when it has none known. */
@@ -68,6 +66,14 @@ export interface ScheduleOptions {
 
 export class DeliverySchedule {
   private readonly entries = new Map<string, Entry>();
+  /**
+   * The entries whose waitingSince is set: what unsure, choose and nextDue
+   * look through, so a tick costs in proportion to the work waiting, not to
+   * the number of subscriptions.
+   */
+  private readonly waiting = new Set<Entry>();
+  /** The targets last synced (a cached answer is the same frozen array while the table is unchanged). */
+  private synced: readonly DeliveryTarget[] | undefined;
   /** Entries by group uid, for the ancestors of each event's subject. */
   private readonly byGroup = new Map<string, Entry[]>();
   private readonly runningByOrg = new Map<string, number>();
@@ -91,6 +97,8 @@ export class DeliverySchedule {
    * head (caught up in another process) is never claimed for nothing.
    */
   sync(targets: readonly DeliveryTarget[], head: FeedPosition, now: number): void {
+    if (targets === this.synced) return;
+    this.synced = targets;
     const seen = new Set<string>();
     for (const target of targets) {
       seen.add(target.uid);
@@ -104,15 +112,15 @@ export class DeliverySchedule {
       const entry: Entry = {
         target,
         org: rootOf(target.groupUid),
-        cursor: null,
         pending: head,
-        waitingSince: now,
+        waitingSince: null,
         retryAt: 0,
         heldUntil: 0,
         running: false,
         delivering: null,
       };
       this.entries.set(target.uid, entry);
+      this.wait(entry, now);
       const list = this.byGroup.get(target.groupUid);
       if (list) list.push(entry);
       else this.byGroup.set(target.groupUid, [entry]);
@@ -138,20 +146,34 @@ export class DeliverySchedule {
     for (const state of states) {
       const entry = this.entries.get(state.uid);
       if (entry === undefined || entry.running) continue;
-      entry.cursor = state.cursor;
       entry.retryAt = state.nextAttemptAt;
       entry.heldUntil = state.leaseUntil > now ? state.leaseUntil : 0;
-      if (state.nextAttemptAt > 0) entry.waitingSince = state.nextAttemptAt;
-      else if (state.cursor !== null && !positionBefore(state.cursor, entry.pending)) entry.waitingSince = null;
-      else entry.waitingSince ??= now;
+      if (state.nextAttemptAt > 0) this.wait(entry, state.nextAttemptAt);
+      else if (state.cursor !== null && !positionBefore(state.cursor, entry.pending)) this.wait(entry, null);
+      else this.wait(entry, entry.waitingSince ?? now);
     }
   }
 
-  /** Subscriptions that may have work now and are neither running here nor known to be held elsewhere: read their state. */
-  unsure(now: number): string[] {
+  /**
+   * At most limit subscriptions that may have work now and are neither
+   * running here nor known to be held elsewhere, whose state to read: taken
+   * in turn from each organization, its longest-waiting first, so however
+   * many subscriptions wait (one tenant may have thousands), a tick reads a
+   * bounded number and every organization's are among them.
+   */
+  unsure(now: number, limit: number): string[] {
+    const byOrg = this.waitingByOrg(now, (entry) => entry.heldUntil <= now);
     const out: string[] = [];
-    for (const entry of this.entries.values()) {
-      if (!entry.running && entry.waitingSince !== null && entry.waitingSince <= now && entry.heldUntil <= now) out.push(entry.target.uid);
+    for (let round = 0; out.length < limit; round++) {
+      let any = false;
+      for (const list of byOrg.values()) {
+        const entry = list[round];
+        if (entry === undefined) continue;
+        any = true;
+        out.push(entry.target.uid);
+        if (out.length === limit) break;
+      }
+      if (!any) break;
     }
     return out;
   }
@@ -165,16 +187,9 @@ export class DeliverySchedule {
    * another waits, and one already running gets none of the reserved slots.
    */
   choose(free: number, now: number): string[] {
-    const waiting = new Map<string, Entry[]>();
-    for (const entry of this.entries.values()) {
-      if (entry.running || entry.waitingSince === null || entry.waitingSince > now || entry.heldUntil > now) continue;
-      if (entry.retryAt > now) continue;
-      const list = waiting.get(entry.org);
-      if (list) list.push(entry);
-      else waiting.set(entry.org, [entry]);
-    }
-    if (waiting.size === 0 || free <= 0) return [];
-    for (const list of waiting.values()) list.sort(byWaiting);
+    if (free <= 0) return [];
+    const waiting = this.waitingByOrg(now, (entry) => entry.heldUntil <= now && entry.retryAt <= now);
+    if (waiting.size === 0) return [];
     const active = new Set([...waiting.keys(), ...this.runningByOrg.keys()]);
     const share = Math.max(1, Math.ceil(this.concurrency / active.size));
     let busy = this.concurrency - free;
@@ -209,7 +224,7 @@ export class DeliverySchedule {
     if (entry === undefined || entry.running) return;
     entry.running = true;
     // What the loop reads covers the work waiting now; events observed while it runs wait anew.
-    entry.waitingSince = null;
+    this.wait(entry, null);
     entry.retryAt = 0;
     entry.heldUntil = 0;
     this.runningByOrg.set(entry.org, (this.runningByOrg.get(entry.org) ?? 0) + 1);
@@ -225,28 +240,19 @@ export class DeliverySchedule {
   ended(uid: string, end: LoopEnd, now: number): void {
     const entry = this.entries.get(uid);
     if (entry === undefined || !entry.running) return;
-    entry.running = false;
-    entry.delivering = null;
-    const left = (this.runningByOrg.get(entry.org) ?? 1) - 1;
-    if (left === 0) this.runningByOrg.delete(entry.org);
-    else this.runningByOrg.set(entry.org, left);
+    this.stopRunning(entry);
     switch (end.kind) {
       case "caught-up":
-        entry.cursor = end.cursor;
         // An event observed while it ran that its last read did not reach keeps its waiting time.
-        if (!positionBefore(end.cursor, entry.pending)) entry.waitingSince = null;
-        else entry.waitingSince ??= now;
-        break;
-      case "yielded":
-        entry.cursor = end.cursor;
-        entry.waitingSince = now;
+        this.wait(entry, positionBefore(end.cursor, entry.pending) ? (entry.waitingSince ?? now) : null);
         break;
       case "retry":
         entry.retryAt = end.at;
-        entry.waitingSince = end.at;
+        this.wait(entry, end.at);
         break;
+      case "yielded":
       case "unknown":
-        entry.waitingSince = now;
+        this.wait(entry, now);
         break;
     }
   }
@@ -254,9 +260,9 @@ export class DeliverySchedule {
   /** The earliest time (ms) a subscription not ready now becomes ready (a retry, a lease held elsewhere), or null. */
   nextDue(now: number): number | null {
     let next: number | null = null;
-    for (const entry of this.entries.values()) {
-      if (entry.running || entry.waitingSince === null) continue;
-      const at = Math.max(entry.waitingSince, entry.heldUntil);
+    for (const entry of this.waiting) {
+      if (entry.running) continue;
+      const at = Math.max(entry.waitingSince!, entry.heldUntil);
       if (at > now && (next === null || at < next)) next = at;
     }
     return next;
@@ -283,23 +289,49 @@ export class DeliverySchedule {
     for (const entry of list) {
       if (!typeMatches(entry.target.types, e.type)) continue;
       if (positionBefore(entry.pending, e.position)) entry.pending = e.position;
-      if (entry.waitingSince === null || e.time < entry.waitingSince) entry.waitingSince = entry.retryAt > 0 ? entry.retryAt : e.time;
+      if (entry.waitingSince === null || e.time < entry.waitingSince) this.wait(entry, entry.retryAt > 0 ? entry.retryAt : e.time);
     }
+  }
+
+  /** Sets since when entry's work has waited (null: it has none), keeping the waiting set in step. */
+  private wait(entry: Entry, since: number | null): void {
+    entry.waitingSince = since;
+    if (since === null) this.waiting.delete(entry);
+    else this.waiting.add(entry);
+  }
+
+  /** The waiting entries ready at now (not running, work due, and pass), by organization, longest-waiting first. */
+  private waitingByOrg(now: number, pass: (entry: Entry) => boolean): Map<string, Entry[]> {
+    const byOrg = new Map<string, Entry[]>();
+    for (const entry of this.waiting) {
+      if (entry.running || entry.waitingSince! > now || !pass(entry)) continue;
+      const list = byOrg.get(entry.org);
+      if (list) list.push(entry);
+      else byOrg.set(entry.org, [entry]);
+    }
+    for (const list of byOrg.values()) list.sort(byWaiting);
+    return byOrg;
+  }
+
+  /** entry no longer runs here: its organization's count goes down. */
+  private stopRunning(entry: Entry): void {
+    entry.running = false;
+    entry.delivering = null;
+    const left = (this.runningByOrg.get(entry.org) ?? 1) - 1;
+    if (left === 0) this.runningByOrg.delete(entry.org);
+    else this.runningByOrg.set(entry.org, left);
   }
 
   private remove(entry: Entry): void {
     this.entries.delete(entry.target.uid);
+    this.waiting.delete(entry);
     const list = this.byGroup.get(entry.target.groupUid);
     if (list) {
       const i = list.indexOf(entry);
       if (i >= 0) list.splice(i, 1);
       if (list.length === 0) this.byGroup.delete(entry.target.groupUid);
     }
-    if (entry.running) {
-      const left = (this.runningByOrg.get(entry.org) ?? 1) - 1;
-      if (left === 0) this.runningByOrg.delete(entry.org);
-      else this.runningByOrg.set(entry.org, left);
-    }
+    if (entry.running) this.stopRunning(entry);
   }
 }
 

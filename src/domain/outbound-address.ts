@@ -35,7 +35,7 @@ function ipv4Number(part: string): number | undefined {
 }
 
 /** An IPv4 address in any inet_aton spelling (1 to 4 parts, the last filling the rest; one trailing dot), or undefined. */
-export function parseIpv4(text: string): number | undefined {
+function parseIpv4(text: string): number | undefined {
   const parts = text.split(".");
   if (parts.length > 1 && parts.at(-1) === "") parts.pop();
   if (parts.length > 4 || parts.some((p) => p === "")) return undefined;
@@ -70,7 +70,7 @@ function ipv6Groups(side: string, last: boolean): number[] | undefined {
 }
 
 /** An IPv6 address (brackets, a zone id after "%" and any case allowed), as eight groups, or undefined. */
-export function parseIpv6(text: string): number[] | undefined {
+function parseIpv6(text: string): number[] | undefined {
   let s = text.startsWith("[") && text.endsWith("]") ? text.slice(1, -1) : text;
   const zone = s.indexOf("%");
   if (zone >= 0) s = s.slice(0, zone);
@@ -94,7 +94,7 @@ export function parseAddress(text: string): IpAddress | undefined {
 }
 
 /** The canonical text of an address: a dotted quad, or RFC 5952 IPv6 (lowercase, longest zero run as "::", no zone), as URL prints it. */
-export function formatAddress(address: IpAddress): string {
+function formatAddress(address: IpAddress): string {
   if (address.family === 4) return [24, 16, 8, 0].map((shift) => (address.value >>> shift) & 0xff).join(".");
   const g = address.groups;
   let [best, bestLength] = [-1, 1];
@@ -180,7 +180,7 @@ const ipv4Of = (high: number, low: number) => ((high << 16) >>> 0) + low;
  * address; bits 16–47 of 6to4; a Teredo address's server (bits 32–63) and
  * client (the last 32 bits, inverted).
  */
-export function embeddedIpv4(groups: readonly number[]): number[] | undefined {
+function embeddedIpv4(groups: readonly number[]): number[] | undefined {
   const g = groups;
   if (IPV6_EMBEDDING_LAST_32.some((inRange) => inRange(g))) return [ipv4Of(g[6]!, g[7]!)];
   if (IPV6_6TO4(g)) return [ipv4Of(g[1]!, g[2]!)];
@@ -222,7 +222,7 @@ export function isLoopbackAddress(text: string): boolean {
 }
 
 /** True for localhost and names under it (RFC 6761), in any case, with or without the root's trailing dot. */
-export function isLoopbackName(hostname: string): boolean {
+function isLoopbackName(hostname: string): boolean {
   const name = hostname.toLowerCase().replace(/\.$/, "");
   return name === "localhost" || name.endsWith(".localhost");
 }

@@ -124,7 +124,6 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<SyncStoreP
       create: "write",
       get: "read",
       countInTree: "read",
-      any: "read",
       targets: "read",
       list: "read",
       delete: "write",

@@ -53,9 +53,10 @@ export interface SyncSubscriptionStore {
   create(subscription: SubscriptionRecord, startTime: number): void;
   /** Returns the subscription, or null when absent. */
   get(uid: string): SubscriptionRecord | null;
-  /** Whether any subscription exists (a deliverer with none has nothing to claim). */
-  any(): boolean;
-  /** Every subscription's uid, group, types and creation time, by uid: what a deliverer matches the feed against. */
+  /**
+   * Every subscription's uid, group, types and creation time, by uid: what a
+   * deliverer matches the feed against (none: it has nothing to claim).
+   */
   targets(): DeliveryTarget[];
   /** How many subscriptions the group rootUid and every group below it have (the per-organization quota). */
   countInTree(rootUid: string): number;

@@ -64,11 +64,6 @@ export class PgSubscriptionStore implements SubscriptionStore {
     return row && toRecord(row);
   }
 
-  async any(): Promise<boolean> {
-    const { rows } = await this.run.q.query<{ any: boolean }>("SELECT EXISTS (SELECT 1 FROM subscriptions) AS any");
-    return rows[0]!.any;
-  }
-
   async targets(): Promise<DeliveryTarget[]> {
     const { rows } = await this.run.q.query<TargetRow>(TARGETS_SQL);
     return rows.map(toTarget);

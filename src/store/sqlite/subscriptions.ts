@@ -46,7 +46,6 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
   private readonly deleteStmt: Statement;
   private readonly setStateStmt: Statement;
   private readonly countInTreeStmt: Statement;
-  private readonly anyStmt: Statement;
   private readonly targetsStmt: Statement;
 
   constructor(
@@ -62,7 +61,6 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
     this.groupExistsStmt = db.prepare("SELECT 1 FROM groups WHERE uid = ?");
     this.deleteStmt = db.prepare("DELETE FROM subscriptions WHERE uid = ?");
     // A uid is hex and slashes: no LIKE wildcard can hide in it.
-    this.anyStmt = db.prepare("SELECT EXISTS (SELECT 1 FROM subscriptions)").pluck();
     this.targetsStmt = db.prepare(TARGETS_SQL);
     this.countInTreeStmt = db.prepare("SELECT count(*) FROM subscriptions WHERE parent_uid = ? OR parent_uid LIKE ? || '/%'").pluck();
     this.setStateStmt = db.prepare(
@@ -81,10 +79,6 @@ export class SqliteSubscriptionStore implements SyncSubscriptionStore {
 
   get(uid: string): SubscriptionRecord | null {
     return this.lists.one(this.getStmt, uid, toRecord);
-  }
-
-  any(): boolean {
-    return this.anyStmt.get() === 1;
   }
 
   targets(): DeliveryTarget[] {
