@@ -11,6 +11,9 @@ import { adminSubject } from "../src/auth/authenticator.js";
 import { TokenService } from "../src/auth/tokens.js";
 import { openStore } from "../src/store/open.js";
 
+/** The bench servers keep /metrics private as a deployment should; okCount reads it with this token. */
+const BENCH_METRICS_TOKEN = "bench-metrics-token";
+
 /** A running server: its process, port and the file its stdout (its log) goes to. */
 export interface ServerTarget {
   child: ChildProcess;
@@ -48,6 +51,7 @@ export async function startServer(opts: {
     PLATFORM_WORKERS: String(opts.workers),
     PLATFORM_BASE_URL: "http://bench.local",
     PLATFORM_AUTH_URL: "http://bench.local",
+    PLATFORM_METRICS_TOKEN: BENCH_METRICS_TOKEN,
     LOG_LEVEL: opts.logLevel,
   };
   const stdout = openSync(opts.logFile, "a");
@@ -82,7 +86,9 @@ export async function stopServer(server: ServerTarget): Promise<void> {
 
 /** platform_requests_total of OK GetGroup calls over `protocol`, from the server's /metrics. */
 export async function okCount(port: number, protocol: string): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const text = await (
+    await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${BENCH_METRICS_TOKEN}` } })
+  ).text();
   const line = text
     .split("\n")
     .find(

@@ -2,22 +2,24 @@
 # Assembles a base image for deploy/Dockerfile without pulling from any image registry: Debian 12 from Debian's
 # mirror (debootstrap), with this machine's Node.js (node, npm and node's headers) laid out where the official
 # node images have them (/usr/local). For machines that reach Debian's mirror and the npm registry but no image
-# registry. Needs root, debootstrap and buildah, and node 20.19 or later on PATH.
+# registry. Needs root, debootstrap and buildah, and node 24 or later on PATH (the Dockerfile's default base is
+# node:24-bookworm-slim).
 #
-#   deploy/local-base-image.sh [image]      # default localhost/node20-bookworm:local
-#   buildah bud --build-arg NODE_IMAGE=localhost/node20-bookworm:local -f deploy/Dockerfile …
+#   deploy/local-base-image.sh [image]      # default localhost/node24-bookworm:local
+#   buildah bud --build-arg NODE_IMAGE=localhost/node24-bookworm:local -f deploy/Dockerfile …
 #
 # The machine's extra certificate authorities (/usr/local/share/ca-certificates/*.crt, e.g. a TLS-inspecting
 # proxy's) are added to the image's trust store, and npm is told to use it, so apt and npm inside the build
 # reach what this machine reaches.
 set -euo pipefail
 
-IMAGE="${1:-localhost/node20-bookworm:local}"
+IMAGE="${1:-localhost/node24-bookworm:local}"
+NODE_MAJOR=24
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 node_bin="$(readlink -f "$(command -v node)")"
-node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' ||
-  { echo "node $(node --version) is older than 20.19" >&2; exit 2; }
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= Number(process.argv[1]) ? 0 : 1)' "$NODE_MAJOR" ||
+  { echo "node $(node --version) is older than $NODE_MAJOR" >&2; exit 2; }
 node_prefix="$(dirname "$(dirname "$node_bin")")"
 npm_dir="$(npm root -g)/npm"
 headers="$node_prefix/include/node"

@@ -24,7 +24,7 @@ Writes a consistent copy of the SQLite database in PLATFORM_DATA_DIR to <file> w
 
 To restore: stop every server using the data directory, put the copy into a new directory as its platform.db (mkdir -m 700 <new dir> && install -m 600 <file> <new dir>/platform.db), and start the server with PLATFORM_DATA_DIR=<new dir> and the same PLATFORM_BASE_URL and PLATFORM_AUTH_URL as before: tokens issued before the backup keep verifying. Never copy a backup over a platform.db that still has its platform.db-wal beside it.
 
-With PLATFORM_DATABASE_URL set, back up PostgreSQL with pg_dump -Fc and restore with pg_restore instead (see README, Backups); this command refuses.
+With PLATFORM_DATABASE_URL set, back up PostgreSQL with pg_dump -Fc and restore with pg_restore instead (see docs/operations.md, Backups, restore and upgrades); this command refuses.
 
 Prints the file, its size and schema version. Exits 0 when the copy is written, 2 when nothing was written: a usage error, no database in PLATFORM_DATA_DIR, PLATFORM_DATABASE_URL set, an existing file without --force, or a file that cannot be written.`,
   async run(args) {
@@ -33,7 +33,7 @@ Prints the file, its size and schema version. Exits 0 when the copy is written, 
     const cfg = commandConfig();
     if (cfg.databaseUrl !== "") {
       throw new StartupError(
-        "PLATFORM_DATABASE_URL is set: back up PostgreSQL with pg_dump -Fc and restore with pg_restore (README: Backups); backup copies the SQLite database of PLATFORM_DATA_DIR",
+        "PLATFORM_DATABASE_URL is set: back up PostgreSQL with pg_dump -Fc and restore with pg_restore (docs/operations.md: Backups, restore and upgrades); backup copies the SQLite database of PLATFORM_DATA_DIR",
       );
     }
     const done = backupDatabase(cfg.dataDir, positionals[0]!, values.force === true);

@@ -47,9 +47,7 @@ ${environmentHelp()}`,
       }
       // Checked once here, or each worker would print the same start-up error.
       if (cfg.tls) (await import("./server/http/tls.js")).checkTlsFiles(cfg.tls);
-      return runPrimary(cfg.workers, {
-        metrics: { addr: cfg.metricsAddr, token: cfg.metricsToken },
-      });
+      return runPrimary(cfg.workers, cfg);
     }
     const store = await openCommandStore(cfg, true);
     const server = await startServer({ config: cfg, store }).catch(async (err: unknown) => {

@@ -4,9 +4,11 @@
  * `sign-jwt` and `admin-token` start without loading the server
  * (bench/cli-start.ts measures them).
  */
+import { BUILD_COMMIT } from "./build-info.js";
 import { UsageError } from "./cli-args.js";
 import { PACKAGE_VERSION } from "./package-root.js";
 import { StartupError } from "./startup-error.js";
+import { CURRENT_SCHEMA } from "./store/schema-releases.js";
 
 /** One command: what `--help` says of it, and its run, which resolves with the exit code. */
 export interface Command {
@@ -75,14 +77,24 @@ const COMMANDS: Record<string, CommandEntry> = {
 function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return `usage: platform-api [command] [--help]\n\ncommands:\n${lines.join("\n")}\n\nplatform-api --version prints the version.\n`;
+  return `usage: platform-api [command] [--help]\n\ncommands:\n${lines.join("\n")}\n\nplatform-api --version prints the version, the commit it was built from and the schema versions it migrates to.\n`;
+}
+
+/**
+ * What `--version` prints: the version, the commit (builds between two versions say the same version) and the
+ * schema of each engine (what a rollback to this binary needs), e.g.
+ * `platform-api 0.3.0 (commit 1339023; schema SQLite 13, PostgreSQL 8)`.
+ */
+function versionLine(): string {
+  const schema = `schema SQLite ${CURRENT_SCHEMA.sqlite}, PostgreSQL ${CURRENT_SCHEMA.postgres}`;
+  return `platform-api ${PACKAGE_VERSION} (commit ${BUILD_COMMIT ?? "unknown"}; ${schema})\n`;
 }
 
 /** Runs the command line; returns the exit code. */
 export async function runCli(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === "--version" || first === "-v") {
-    process.stdout.write(`${PACKAGE_VERSION}\n`);
+    process.stdout.write(versionLine());
     return 0;
   }
   if (first === "--help" || first === "-h" || first === "help") {

@@ -140,8 +140,18 @@ export interface Config {
    * delivery capacity every other tenant shares.
    */
   maxSubscriptionsPerOrg: number;
-  /** When set, GET /metrics requires Authorization: Bearer <this> (PLATFORM_METRICS_TOKEN). */
+  /**
+   * When set, GET /metrics requires Authorization: Bearer <this>, on the
+   * public port and on PLATFORM_METRICS_ADDR alike (PLATFORM_METRICS_TOKEN).
+   */
   metricsToken: string;
+  /**
+   * Serve /metrics on the public port to anyone, without a token
+   * (PLATFORM_METRICS_PUBLIC; default off: with neither a token nor
+   * PLATFORM_METRICS_ADDR, the public port refuses every scrape). See
+   * src/server/observe/metrics-access.ts.
+   */
+  metricsPublic: boolean;
   /**
    * The registry token service (docs/registry.md): the `service` a registry
    * names in its token requests and our tokens' audience
@@ -157,8 +167,10 @@ export interface Config {
   registryNotifySecret: string;
   /**
    * Where /metrics is served instead of the public port (PLATFORM_METRICS_ADDR,
-   * host:port; default none: on the public port). With workers, the primary
-   * process listens there and serves the whole cluster's view.
+   * host:port; default none: on the public port, if the token or
+   * PLATFORM_METRICS_PUBLIC allows). Anonymous there unless
+   * PLATFORM_METRICS_TOKEN is set. With workers, the primary process listens
+   * there and serves the whole cluster's view.
    */
   metricsAddr?: { host: string; port: number };
   /** PostgreSQL connections each process keeps at most (PLATFORM_DATABASE_POOL_SIZE; default 10). */
@@ -249,7 +261,7 @@ export interface Config {
   http2MaxConnectionAgeMs: number;
 }
 
-/** Every environment variable the server reads, with its default: `serve --help` prints them (README has the same table). */
+/** Every environment variable the server reads, with its default: `serve --help` prints them (docs/configuration.md has the same table, checked by test/docs-reference.test.ts). */
 export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; meaning: string }[] = [
   { name: "PORT", default: "8080", meaning: "the one TCP port for every protocol (0 picks a free one)" },
   { name: "HOST", default: "::", meaning: "address to listen on; :: is every IPv6 and IPv4 address (0.0.0.0: IPv4 only)" },
@@ -319,7 +331,21 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   { name: "PLATFORM_DELIVERY_LEASE_MS", default: "60000", meaning: "a delivering process's claim outlives its last sign of life by this" },
   { name: "PLATFORM_DELIVERY_POLL_MS", default: "1000", meaning: "how often due subscriptions are looked for between commits" },
   { name: "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", default: "25", meaning: "event subscriptions one organization's tree may have" },
-  { name: "PLATFORM_METRICS_TOKEN", default: "none", meaning: "when set, GET /metrics requires Authorization: Bearer <it>" },
+  {
+    name: "PLATFORM_METRICS_TOKEN",
+    default: "none",
+    meaning: "GET /metrics (public port and metrics address alike) requires Authorization: Bearer <it>",
+  },
+  {
+    name: "PLATFORM_METRICS_PUBLIC",
+    default: "off",
+    meaning: "on: /metrics on the public port for anyone, no token; off, without a token or address: refused (403)",
+  },
+  {
+    name: "PLATFORM_METRICS_ADDR",
+    default: "none",
+    meaning: "host:port serving /metrics instead of the public port (anonymous there unless a token is set)",
+  },
   {
     name: "PLATFORM_REGISTRY_SERVICE",
     default: "platform-registry",
@@ -331,7 +357,6 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     default: "none",
     meaning: "bearer secret of the registry's notifications; unset: POST /registry/notifications answers 404",
   },
-  { name: "PLATFORM_METRICS_ADDR", default: "none", meaning: "host:port to serve /metrics on instead of the public port" },
   { name: "PLATFORM_DATABASE_POOL_SIZE", default: "10", meaning: "PostgreSQL connections each process keeps at most" },
   { name: "PLATFORM_KEEP_ALIVE_TIMEOUT_MS", default: "65000", meaning: "idle HTTP/1.1 keep-alive timeout (above your load balancer's)" },
   { name: "PLATFORM_HTTP2_IDLE_TIMEOUT_MS", default: "300000", meaning: "an HTTP/2 connection with no open stream is closed after this" },
@@ -510,6 +535,23 @@ function metricsAddress(env: NodeJS.ProcessEnv, problems: string[]): Config["met
   return { host: m[1] ?? m[2]!, port };
 }
 
+/**
+ * PLATFORM_METRICS_PUBLIC: on serves /metrics to anyone on the public port,
+ * which contradicts a token (wanted from every scraper) and a metrics address
+ * (the public port then has no /metrics): either pair is a start-up problem,
+ * not a silent choice of one.
+ */
+function metricsPublic(env: NodeJS.ProcessEnv, problems: string[]): boolean {
+  const on = flag(env, "PLATFORM_METRICS_PUBLIC", false, problems);
+  if (on && (env.PLATFORM_METRICS_TOKEN ?? "") !== "")
+    problems.push("PLATFORM_METRICS_PUBLIC=on serves /metrics without a token, but PLATFORM_METRICS_TOKEN is set: set one of them");
+  if (on && (env.PLATFORM_METRICS_ADDR ?? "") !== "")
+    problems.push(
+      "PLATFORM_METRICS_PUBLIC=on serves /metrics on the public port, but PLATFORM_METRICS_ADDR moves it to its own address: set one of them",
+    );
+  return on;
+}
+
 /** A comma-separated list, blanks dropped. */
 function list(raw: string | undefined): string[] {
   return (raw ?? "")
@@ -619,6 +661,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxSubscriptionsPerOrg: integer(env, "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", 25, 1, 100_000, problems),
     eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
+    metricsPublic: metricsPublic(env, problems),
     registry: {
       service: registryText(env, "PLATFORM_REGISTRY_SERVICE", "platform-registry", problems),
       issuer: registryText(env, "PLATFORM_REGISTRY_ISSUER", authUrl, problems),

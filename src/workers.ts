@@ -1,4 +1,5 @@
 import cluster, { type Worker } from "node:cluster";
+import type { MetricsSettings } from "./server/observe/metrics-access.js";
 import type { ClusterMetrics } from "./server/observe/metrics-cluster.js";
 
 /** The exit code of a start-up error the operator must fix (the command line's, for configuration too). */
@@ -18,12 +19,6 @@ function note(level: "info" | "warn" | "error", msg: string, fields: Record<stri
   );
 }
 
-/** How the primary serves metrics: on their own address (PLATFORM_METRICS_ADDR), behind a token or not. */
-export interface PrimaryMetricsOptions {
-  addr?: { host: string; port: number };
-  token: string;
-}
-
 /**
  * Runs `count` worker processes of this same command on the one port
  * (node:cluster hands each incoming connection to one of them), restarts a
@@ -34,28 +29,32 @@ export interface PrimaryMetricsOptions {
  * SIGHUP (systemctl reload) is passed on to every worker, which re-reads
  * what it can; it never stops the primary.
  * The primary answers every worker's /metrics with the whole cluster's
- * numbers (metrics-cluster.ts), and with opts.metrics.addr serves them on that
- * address itself (a bind failure rejects with StartupError before any worker
- * starts). Resolves with the exit code.
+ * numbers (metrics-cluster.ts), and with PLATFORM_METRICS_ADDR serves them on
+ * that address itself (a bind failure rejects with StartupError before any
+ * worker starts); it says once where they can be scraped (the workers serve
+ * the public port's /metrics to whom the same settings allow). Resolves with
+ * the exit code.
  */
-export async function runPrimary(count: number, opts: { metrics?: PrimaryMetricsOptions } = {}): Promise<number> {
+export async function runPrimary(count: number, settings: MetricsSettings): Promise<number> {
   // Loaded here, not with the command line: only the primary of a worker cluster needs them.
-  const [{ ClusterMetrics }, { listenForScrapes }, { Registry }] = await Promise.all([
+  const [{ ClusterMetrics }, { listenForScrapes }, { metricsStartupNote }, { Registry }] = await Promise.all([
     import("./server/observe/metrics-cluster.js"),
     import("./server/observe/metrics-endpoint.js"),
+    import("./server/observe/metrics-access.js"),
     import("prom-client"),
   ]);
   // Each live worker and its slot (1..count): a replacement takes the slot of the worker it replaces.
   const live = new Map<Worker, number>();
   const metrics = new ClusterMetrics(() => live);
-  const addr = opts.metrics?.addr;
+  const addr = settings.metricsAddr;
   const listener =
     addr &&
-    (await listenForScrapes(addr, opts.metrics?.token ?? "", {
+    (await listenForScrapes(addr, settings.metricsToken, {
       contentType: Registry.PROMETHEUS_CONTENT_TYPE,
       exposition: () => metrics.exposition(),
     }));
-  if (listener) note("info", `metrics on ${listener.url}`, { metrics: listener.url });
+  const where = metricsStartupNote(settings, listener?.url);
+  note("info", where.msg, where.fields);
   const code = await superviseWorkers(count, live, metrics);
   await listener?.close();
   return code;

@@ -1,7 +1,7 @@
 /**
  * Backups and restores as an operator runs them, on both engines: `platform-api backup` of a server's SQLite
  * database while it takes writes, and `pg_dump -Fc` / `pg_restore` of its PostgreSQL database; each restored
- * where the README says, served by a new process with the same PLATFORM_BASE_URL: the same data (a consistent
+ * where docs/operations.md says, served by a new process with the same PLATFORM_BASE_URL: the same data (a consistent
  * snapshot: exactly the writes before some point, in order), the same event feed, and a token minted before the
  * backup still accepted (and refused under another base URL). backup's refusals are one line and exit code 2.
  */
@@ -222,7 +222,7 @@ function pgTool(name: string, args: string[]): void {
   assert.equal(res.status, 0, `${name} ${args.join(" ")}: ${res.stderr}`);
 }
 
-/** README (Backups): moves a cluster's transaction ids past the restored events' newest, one committed transaction each. */
+/** docs/operations.md (Backups): moves a cluster's transaction ids past the restored events' newest, one committed transaction each. */
 const ADVANCE_TRANSACTION_IDS = `DO $$ BEGIN
   WHILE pg_snapshot_xmax(pg_current_snapshot()) <= (SELECT max(txid) FROM events) LOOP
     PERFORM pg_current_xact_id(); COMMIT;
@@ -259,7 +259,7 @@ test("SQLite: backup while the server takes writes; restored into a new director
     "no partial file left beside the backup",
   );
 
-  // The README's restore: a new directory (0700) with the backup as its platform.db (0600).
+  // docs/operations.md's restore: a new directory (0700) with the backup as its platform.db (0600).
   const restored = { dataDir: freshDir("restored"), databaseUrl: "" };
   copyFileSync(file, join(restored.dataDir, "platform.db"));
   chmodSync(join(restored.dataDir, "platform.db"), 0o600);
@@ -321,7 +321,7 @@ describe("PostgreSQL", { skip: !pgAvailable() && "PostgreSQL is not installed (a
     const dump = `${freshPath("platform")}.dump`;
     const before = await backUpWhileWriting(live, async () => pgTool("pg_dump", ["-Fc", "-f", dump, live.databaseUrl]));
 
-    // The README's restore into a new database of the same cluster.
+    // docs/operations.md's restore into a new database of the same cluster.
     const sameCluster = { dataDir: live.dataDir, databaseUrl: await freshPgDatabase() };
     pgTool("pg_restore", ["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", sameCluster.databaseUrl, dump]);
     await checkRestored(sameCluster, before, (m) => t.diagnostic(`same cluster: ${m}`));

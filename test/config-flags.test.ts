@@ -13,6 +13,7 @@ const FLAGS: [name: string, read: (c: Config) => boolean, fallback: boolean][] =
   ["PLATFORM_DELIVERIES", (c) => c.deliveries.enabled, true],
   ["PLATFORM_ALLOW_LOOPBACK_ISSUERS", (c) => c.allowLoopbackIssuers, false],
   ["PLATFORM_SKIP_PERMISSION_CHECK", (c) => c.skipPermissionCheck, false],
+  ["PLATFORM_METRICS_PUBLIC", (c) => c.metricsPublic, false],
 ];
 
 const load = (env: Record<string, string>) => loadConfig({ PLATFORM_DATA_DIR: "/tmp/platform-config-flags", ...env });

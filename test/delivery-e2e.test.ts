@@ -12,6 +12,7 @@ import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { spawnDeliveryWorker, startTestDeliverer } from "./support/deliverers.js";
 import { startEventReceiver, type EventReceiver, type ReceivedDelivery, type Sink } from "./support/event-receiver.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { ok } from "./support/principals.js";
 import { createGroup, rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -71,7 +72,7 @@ describe("the server's own deliverer", () => {
   let own: TestServer;
   let ownReceiver: EventReceiver;
   before(async () => {
-    own = await startTestServer({ env: { PLATFORM_DELIVERY_POLL_MS: "50" } });
+    own = await startTestServer({ env: { PLATFORM_DELIVERY_POLL_MS: "50", ...METRICS_ENV } });
     ownReceiver = await startEventReceiver({ jwksUrl: `${own.url}/.well-known/jwks.json`, issuer: own.server.tokens.issuer });
   });
   after(async () => {
@@ -96,7 +97,7 @@ describe("the server's own deliverer", () => {
     );
     // Counted once each attempt is recorded, just after the sink answered.
     const metrics: string = await eventually(
-      async () => (await fetch(`${own.url}/metrics`)).text(),
+      () => scrapeMetrics(own.url),
       (m) => /platform_event_delivery_attempts_total\{outcome="delivered"\} 3/.test(m),
       "three deliveries counted",
     );

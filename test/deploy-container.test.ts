@@ -24,7 +24,7 @@ import { fileURLToPath } from "node:url";
 import { freePort } from "./support/serve-process.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const BASE = "localhost/node20-bookworm:local";
+const BASE = "localhost/node24-bookworm:local";
 const IMAGE = "localhost/platform-api:test";
 const TAG = `platform-api-test-${process.pid}`;
 const TOOLS = ["buildah", "podman", "runc", "debootstrap"];

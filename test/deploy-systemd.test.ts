@@ -54,6 +54,23 @@ function run(file: string, args: string[]): Promise<{ code: number; output: stri
   });
 }
 
+test("the unit's pointers lead somewhere: its Documentation file and the install section its header names exist", () => {
+  const unit = readFileSync(UNIT, "utf8");
+  const doc = /^Documentation=file:\/\/(\S+)$/m.exec(unit)?.[1] ?? "";
+  assert.ok(doc.startsWith(`${INSTALLED_AT}/`), "Documentation names a file under the install path");
+  const docFile = join(ROOT, doc.slice(INSTALLED_AT.length + 1));
+  assert.ok(existsSync(docFile), `${docFile} exists`);
+  const named = /Install \(([^,]+), "([^"]+)"\)/.exec(unit);
+  assert.ok(named, "the header names where the install steps are");
+  const headings = readFileSync(join(ROOT, named[1]!), "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("#"));
+  assert.ok(
+    headings.some((h) => h.replace(/^#+\s*/, "") === named[2]),
+    `${named[1]} has a section "${named[2]}"`,
+  );
+});
+
 test("systemd-analyze verify accepts the unit", async () => {
   const res = await run("systemd-analyze", ["verify", "--man=no", UNIT]);
   assert.deepEqual(res, { code: 0, output: "" });

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { assertRestError, fieldViolations } from "./support/assertions.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { as, builtinRole, createCaller, ok, type Caller } from "./support/principals.js";
 import { createGroup, rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -32,7 +33,7 @@ describe("every mutation emits its events, and only committed ones", () => {
   let cursor = "";
   let adminSubject = "";
   before(async () => {
-    srv = await startTestServer();
+    srv = await startTestServer({ env: METRICS_ENV });
     adminSubject = (await ok(rest(srv.url, "GET", "/auth/v1/ok"))).subject as string;
   });
   after(() => srv.close());
@@ -204,7 +205,7 @@ describe("every mutation emits its events, and only committed ones", () => {
     r = await emitted(() => ok(rest(srv.url, "DELETE", `/registry/v2beta1/repos/${repo}`)));
     assert.deepEqual(r.rows, [[`${P}repo.deleted.v1`, repo, org.uid]]);
     // Counted once each as committed: the tag's created, updated and deleted.
-    const metrics = await (await fetch(`${srv.url}/metrics`)).text();
+    const metrics = await scrapeMetrics(srv.url);
     assert.match(metrics, /^platform_events_written_total\{kind="tag"\} 3$/m);
   });
 

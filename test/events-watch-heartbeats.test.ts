@@ -11,6 +11,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { within } from "./support/assertions.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { ok } from "./support/principals.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 import { HEARTBEAT_TYPE, openWatch, WATCH_PROTOCOLS, type SeenEvent, type Watch } from "./support/watch-clients.js";
@@ -62,7 +63,7 @@ describe("a quiet watch sends heartbeats (PLATFORM_EVENT_WATCH_HEARTBEAT_MS)", (
   let srv: TestServer;
   let org: string;
   before(async () => {
-    srv = await startTestServer({ env: { PLATFORM_EVENT_WATCH_HEARTBEAT_MS: "200" } });
+    srv = await startTestServer({ env: { PLATFORM_EVENT_WATCH_HEARTBEAT_MS: "200", ...METRICS_ENV } });
     org = await createGroup(srv, "heartbeats");
   });
   after(() => srv.close());
@@ -105,7 +106,7 @@ describe("a quiet watch sends heartbeats (PLATFORM_EVENT_WATCH_HEARTBEAT_MS)", (
     for (const e of listed.events as { type: string }[]) assert.notEqual(e.type, HEARTBEAT_TYPE);
     const typed = await ok(rest(srv.url, "GET", `/events/v1/events?start_time=1970-01-01T00:00:00Z&type_prefix=${HEARTBEAT_TYPE}`));
     assert.deepEqual(typed.events, []);
-    const metrics = await (await fetch(`${srv.url}/metrics`)).text();
+    const metrics = await scrapeMetrics(srv.url);
     assert.match(metrics, /platform_events_written_total\{kind="group"\}/);
     assert.doesNotMatch(metrics, /heartbeat/);
   });

@@ -3,15 +3,18 @@
  * (openapi-typescript for the types, openapi-fetch for the calls), checked by
  * tsc without skipLibCheck or casts, then run against the server: it reaches
  * a grandchild group and a tag below it, although openapi-fetch
- * percent-encodes the slashes of their uids.
+ * percent-encodes the slashes of their uids. And the README's example project
+ * (examples/typescript), run as the README says in a copy of the checkout:
+ * it works, and leaves the checkout as git has it.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
+import { scratchCheckout } from "./support/scratch-checkout.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const run = promisify(execFile);
@@ -142,4 +145,73 @@ test("openapi-typescript + openapi-fetch: the client type-checks and does Create
   });
   assert.deepEqual(out.tagAfter, { status: 404, reason: "NOT_FOUND" });
   assert.deepEqual(out.groupAfter, { status: 404, reason: "NOT_FOUND" });
+});
+
+/**
+ * The README's commands for examples/typescript after `npm install` (which the test does not run: it needs the
+ * registry; the checkout's node_modules stands in, with the same versions): everything they write stays in
+ * examples/typescript, which its .gitignore keeps out of git status.
+ */
+const TS_EXAMPLE = [
+  "cd examples/typescript",
+  "npx openapi-typescript http://localhost:8080/openapi.json -o platform-api.d.ts",
+  "npx tsx client.ts",
+  "npx tsc",
+];
+
+test("examples/typescript: pins the versions this repository tests with", () => {
+  type Manifest = { dependencies?: Record<string, string>; devDependencies?: Record<string, string> };
+  const read = (path: string) => JSON.parse(readFileSync(join(ROOT, path), "utf8")) as Manifest;
+  const ours = read("package.json");
+  const example = read("examples/typescript/package.json");
+  const pinned = { ...ours.dependencies, ...ours.devDependencies };
+  for (const [name, version] of Object.entries({ ...example.dependencies, ...example.devDependencies })) {
+    assert.equal(version, pinned[name], `${name} in examples/typescript/package.json`);
+  }
+});
+
+test("examples/typescript, run as the README says: it creates, updates and lists groups, and leaves the checkout clean", async () => {
+  const scratch = scratchCheckout(["examples/typescript"]);
+  try {
+    const example = join(scratch.root, "examples", "typescript");
+    symlinkSync(join(ROOT, "node_modules"), join(example, "node_modules"));
+    // npm's own cache (~/.npm, its logs) is npm's, not the example's: a temporary one here.
+    const env = {
+      ...scratch.env,
+      npm_config_cache: join(scratch.env.TMPDIR!, "npm-cache"),
+      npm_config_update_notifier: "false",
+      TOKEN: srv.adminToken,
+      PLATFORM_URL: srv.url,
+    };
+    const outputs: string[] = [];
+    for (const command of TS_EXAMPLE.slice(1)) {
+      const script = `${TS_EXAMPLE[0]} && ${command.replaceAll("localhost:8080", `127.0.0.1:${srv.port}`)}`;
+      outputs.push((await run("bash", ["-c", script], { cwd: scratch.root, env })).stdout);
+    }
+    const [, printed, typecheck] = outputs;
+    const listed = JSON.parse(printed!) as { groups: { name: string; description: string }[] };
+    assert.deepEqual(
+      listed.groups.map((g) => ({ name: g.name, description: g.description })),
+      [{ name: "eng", description: "the team" }],
+    );
+    assert.equal(typecheck, "", "tsc finds nothing");
+    assert.equal(scratch.status(), "", "git status --porcelain");
+    assert.deepEqual(scratch.writtenOutside(), []);
+  } finally {
+    scratch.remove();
+  }
+});
+
+test("the docs give the commands this test runs (README.md or a page of docs/)", () => {
+  const pages = [
+    "README.md",
+    ...readdirSync(join(ROOT, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => join("docs", f)),
+  ];
+  const giving = pages.filter((page) => {
+    const text = readFileSync(join(ROOT, page), "utf8");
+    return TS_EXAMPLE.every((command) => text.includes(`\n${command}`));
+  });
+  assert.notDeepEqual(giving, [], `a page runs, line for line:\n${TS_EXAMPLE.join("\n")}`);
 });

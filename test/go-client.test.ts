@@ -6,17 +6,18 @@
  * docs/go-client.md says, builds them and test/go/client.go offline (GOPATH
  * mode over /usr/share/gocode, GOPROXY=off), and runs the client against a
  * real server: Create and Get a group, decode a rich error, be refused without
- * a token.
+ * a token. The commands run in a copy of the checkout and leave it as git has
+ * it, writing only in a temporary directory.
  */
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { DescFile } from "@bufbuild/protobuf";
 import { CONTRACT_FILES } from "../src/services/index.js";
+import { scratchCheckout, type ScratchCheckout } from "./support/scratch-checkout.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -129,14 +130,31 @@ describe("language options of proto/", () => {
   });
 });
 
-function run(file: string, args: string[], env: Record<string, string> = {}): Promise<string> {
+function run(file: string, args: string[], env: Record<string, string> = {}, cwd = ROOT): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd: ROOT, timeout: 300_000, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
+    execFile(file, args, { cwd, timeout: 300_000, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
       if (err) reject(new Error(`${file} ${args.join(" ")} failed: ${err.message}\n${stderr}`));
       else resolve(stdout);
     });
   });
 }
+
+/**
+ * docs/go-client.md's offline build and run, line for line: the stubs, Go's build cache and the client all go to
+ * $work, a temporary directory, so nothing is left in the checkout (a `go build -o` there left an untracked
+ * binary) or in the home directory (GOPATH and the build cache were under it).
+ */
+const GO_EXAMPLE = [
+  "work=$(mktemp -d)   # the stubs, Go's build cache and the client: nothing lands in the checkout or in your home",
+  "export GO111MODULE=off GOPROXY=off GOPATH=$work:/usr/share/gocode GOCACHE=$work/cache",
+  "mkdir -p $work/src",
+  "protoc -I proto -I third_party --go_out=$work/src --go-grpc_out=$work/src \\",
+  "  $(cd proto && find platformapi -name '*.proto')",
+  "go build -o $work/platform-go-client ./test/go/client.go",
+  "$work/platform-go-client localhost:8080   # with the bearer token in PLATFORM_TOKEN",
+];
+/** Printed after the commands, before the directory they built in. */
+const WORK_MARK = "@@work ";
 
 interface GoGroup {
   uid: string;
@@ -165,6 +183,7 @@ interface GoResult {
 
 describe("grpc-go client from stubs generated from proto/ without M mappings", { skip: process.env.CI ? false : REASON || false }, () => {
   let srv: TestServer;
+  let scratch: ScratchCheckout;
   let work: string;
   let result: GoResult;
   let goEnv: Record<string, string>;
@@ -172,8 +191,19 @@ describe("grpc-go client from stubs generated from proto/ without M mappings", {
   before(async () => {
     // CI installs the packages: a missing one there is a failure, not a skip.
     if (REASON) assert.fail(REASON);
-    work = mkdtempSync(join(tmpdir(), "platform-go-"));
-    // Offline: GOPATH mode over Debian's Go sources, no module proxy, a cache of our own.
+    srv = await startTestServer({ now: () => START });
+    // docs/go-client.md's commands, from the root of a copy of the checkout, with the server's port.
+    scratch = scratchCheckout(["proto", "third_party", "test/go"]);
+    const script = [
+      "set -euo pipefail",
+      GO_EXAMPLE.join("\n").replaceAll("localhost:8080", `127.0.0.1:${srv.port}`),
+      `printf '\\n${WORK_MARK}%s\\n' "$work"`,
+    ].join("\n");
+    const stdout = await run("bash", ["-c", script], { ...scratch.env, PLATFORM_TOKEN: srv.adminToken }, scratch.root);
+    const at = stdout.lastIndexOf(`\n${WORK_MARK}`);
+    work = stdout.slice(at + WORK_MARK.length + 1).trim();
+    result = JSON.parse(stdout.slice(0, at)) as GoResult;
+    // For the checks below: GOPATH mode over the stubs the commands wrote, no module proxy; every stub package builds.
     goEnv = {
       GO111MODULE: "off",
       GOPATH: `${work}:/usr/share/gocode`,
@@ -182,19 +212,22 @@ describe("grpc-go client from stubs generated from proto/ without M mappings", {
       GOENV: "off",
       GOCACHE: join(work, "cache"),
     };
-    const src = join(work, "src");
-    mkdirSync(src);
-    const protos = ourProtos();
-    await run("protoc", ["-I", "proto", "-I", "third_party", `--go_out=${src}`, `--go-grpc_out=${src}`, ...protos]);
-    await run("go", ["build", `${GO_STUBS_MODULE}/...`], goEnv);
-    await run("go", ["build", "-o", join(work, "client"), "./test/go/client.go"], goEnv);
-    srv = await startTestServer({ now: () => START });
-    const stdout = await run(join(work, "client"), [`127.0.0.1:${srv.port}`], { PLATFORM_TOKEN: srv.adminToken });
-    result = JSON.parse(stdout) as GoResult;
+    await run("go", ["build", `${GO_STUBS_MODULE}/...`], goEnv, scratch.root);
   });
   after(async () => {
-    if (work) rmSync(work, { recursive: true, force: true });
+    scratch?.remove();
     await srv?.close();
+  });
+
+  test("the commands leave the checkout as git has it and write nothing in the home directory or beside the checkout", () => {
+    assert.ok(work.startsWith(scratch.env.TMPDIR!), `the build is in a temporary directory: ${work}`);
+    assert.equal(scratch.status(), "", "git status --porcelain");
+    assert.deepEqual(scratch.writtenOutside(), []);
+  });
+
+  test("docs/go-client.md gives the commands this test runs", () => {
+    const doc = readFileSync(join(ROOT, "docs", "go-client.md"), "utf8");
+    assert.ok(doc.includes(GO_EXAMPLE.join("\n")), `docs/go-client.md has, line for line:\n${GO_EXAMPLE.join("\n")}`);
   });
 
   test("protoc writes each file's stubs at its go_package path, and every stub package builds", async () => {

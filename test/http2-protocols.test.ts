@@ -26,6 +26,7 @@ import { connectError, within } from "./support/assertions.js";
 import { testTransport } from "./support/connect.js";
 import { frame, parseFrames } from "./support/grpc-web-frames.js";
 import { grpcClient, grpcStatus } from "./support/grpc.js";
+import { METRICS_AUTH, METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const KiB = 1024;
@@ -40,7 +41,7 @@ let srv: TestServer;
 const serverSockets = new Map<number, net.Socket>();
 
 before(async () => {
-  srv = await startTestServer();
+  srv = await startTestServer({ env: METRICS_ENV });
   srv.server.app.server.on("connection", (socket: net.Socket) => serverSockets.set(socket.remotePort!, socket));
 });
 after(async () => {
@@ -149,7 +150,7 @@ describe("REST and the plain routes over h2c", () => {
       assert.deepEqual(json(await h2Request(session, { ":path": "/healthz" })), { status: "ok" });
       assert.deepEqual(json(await h2Request(session, { ":path": "/readyz" })), { status: "ready" });
       // Compressed on the fly (installResponseCompression), as over HTTP/1.1.
-      const metrics = await h2Request(session, { ":path": "/metrics", "accept-encoding": "gzip" });
+      const metrics = await h2Request(session, { ":path": "/metrics", "accept-encoding": "gzip", ...METRICS_AUTH });
       assert.equal(metrics.status, 200);
       assert.equal(metrics.headers["content-encoding"], "gzip");
       assert.match(gunzipSync(metrics.body).toString(), /platform_/);
@@ -398,7 +399,11 @@ test("one h2c connection carries gRPC and REST streams at once", async () => {
 test("REST bodies on HTTP/2 count against the per-address unfinished-bytes budget, as gRPC messages do", async () => {
   // One 60 KiB body held open takes most of a 64 KiB + 5 budget per address; a second one is refused.
   const small = await startTestServer({
-    env: { PLATFORM_MAX_MESSAGE_BYTES: String(64 * KiB), PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(64 * KiB + 5) },
+    env: {
+      PLATFORM_MAX_MESSAGE_BYTES: String(64 * KiB),
+      PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(64 * KiB + 5),
+      ...METRICS_ENV,
+    },
   });
   const session = http2.connect(small.url);
   session.on("error", () => {});
@@ -415,7 +420,7 @@ test("REST bodies on HTTP/2 count against the per-address unfinished-bytes budge
     held.write(Buffer.alloc(60 * KiB, "a"));
     // Wait until the server holds it (the gauge is read at each scrape).
     for (;;) {
-      const text = await (await fetch(`${small.url}/metrics`)).text();
+      const text = await scrapeMetrics(small.url);
       if (Number(/^platform_pending_request_bytes (\d+)/m.exec(text)?.[1] ?? 0) >= 60 * KiB) break;
     }
     const refused = post();

@@ -410,11 +410,14 @@ describe("command line", () => {
     });
   }
 
-  test("--version prints the package version", async () => {
+  test("--version prints the package version, the commit and the schema (test/cli-version.test.ts: which commit)", async () => {
     for (const flag of ["--version", "-v"]) {
       const res = await runCli([flag]);
       assert.equal(res.code, 0);
-      assert.equal(res.stdout, `${VERSION}\n`);
+      assert.match(
+        res.stdout,
+        new RegExp(`^platform-api ${VERSION.replaceAll(".", "\\.")} \\(commit \\S+; schema SQLite \\d+, PostgreSQL \\d+\\)\n$`),
+      );
       assert.equal(res.stderr, "");
     }
   });

@@ -13,6 +13,7 @@ import { after, before, test } from "node:test";
 import pg from "pg";
 import { connectionFailure } from "../src/store/postgres/tx.js";
 import { within } from "./support/assertions.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { pgAvailable, startPgCluster, type PgCluster } from "./support/pg-cluster.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -34,7 +35,7 @@ async function loggedServer(databaseUrl: string): Promise<{ srv: TestServer; lin
   const srv = await startTestServer({
     backend: "postgres",
     databaseUrl,
-    env: { LOG_LEVEL: "info", PLATFORM_DELIVERY_POLL_MS: "10" },
+    env: { LOG_LEVEL: "info", PLATFORM_DELIVERY_POLL_MS: "10", ...METRICS_ENV },
     logStream: stream,
   });
   return { srv, lines };
@@ -193,7 +194,7 @@ if (!pgAvailable()) {
       // Until the pool has let go of the ended connections, a call could meet one of them (57P01, administrator
       // command) before any login is tried: wait for the pool to hold none (read from its counts, no query).
       await eventually("the pool let go of its ended connections", async () => {
-        const text = await (await fetch(`${srv.url}/metrics`)).text();
+        const text = await scrapeMetrics(srv.url);
         return (
           /platform_database_connections\{state="idle"\} 0\n/.test(text) && /platform_database_connections\{state="in_use"\} 0\n/.test(text)
         );

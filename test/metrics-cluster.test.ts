@@ -1,8 +1,10 @@
 /**
- * /metrics with PLATFORM_WORKERS=2: whichever worker a scrape reaches, it
- * answers the whole cluster's numbers (summed by the primary), so counters
- * equal the requests made to both workers and never go backwards, not even
- * when a worker is killed and replaced. With PLATFORM_METRICS_ADDR the
+ * /metrics with PLATFORM_WORKERS=2: whichever worker a scrape with the
+ * metrics token reaches, it answers the whole cluster's numbers (summed by
+ * the primary), so counters equal the requests made to both workers and never
+ * go backwards, not even when a worker is killed and replaced. Every worker
+ * refuses an anonymous scrape: 401 with a token set, 403 by default (private),
+ * and the primary alone says so at start. With PLATFORM_METRICS_ADDR the
  * primary serves them on that address and the public port has no /metrics;
  * a worker that cannot answer (stopped) does not hang the scrape. On the
  * suite's engine (PostgreSQL with PLATFORM_TEST_BACKEND=postgres).
@@ -81,7 +83,7 @@ async function listGroups(url: string, admin: string, n: number): Promise<void> 
  * A scrape in which every worker answered in time (a worker busy past the
  * bound is counted with its previous numbers: scraped again then).
  */
-async function scrapeAll(url: string, headers: Record<string, string> = {}): Promise<Exposition & { text: string }> {
+async function scrapeAll(url: string, headers: Record<string, string>): Promise<Exposition & { text: string }> {
   for (let attempt = 1; ; attempt++) {
     const res = await getFresh(url, headers);
     assert.equal(res.status, 200, res.text);
@@ -91,13 +93,46 @@ async function scrapeAll(url: string, headers: Record<string, string> = {}): Pro
   }
 }
 
-describe(`${WORKERS} workers, /metrics on the public port`, () => {
+/** The primary's start-up lines about metrics, and how many lines of any process mention PLATFORM_METRICS_ at all. */
+function metricsNotes(log: string): { primary: { msg: string; metricsAccess: string }[]; mentions: number } {
+  const lines = log.split("\n").filter((l) => l.startsWith("{"));
+  return {
+    primary: lines
+      .filter((l) => l.includes('"role":"primary"') && l.includes('"metricsAccess"'))
+      .map((l) => JSON.parse(l) as { msg: string; metricsAccess: string }),
+    mentions: lines.filter((l) => l.includes("PLATFORM_METRICS_")).length,
+  };
+}
+
+describe(`${WORKERS} workers, /metrics on the public port behind PLATFORM_METRICS_TOKEN`, () => {
   let c: Awaited<ReturnType<typeof startCluster>>;
+  const auth = { authorization: `Bearer ${METRICS_TOKEN}` };
   before(async () => {
-    c = await startCluster();
+    c = await startCluster({ PLATFORM_METRICS_TOKEN: METRICS_TOKEN });
   });
   after(async () => {
     await stopCluster(c);
+  });
+
+  test("the primary says once where to scrape; every worker refuses a scrape without the token or with a wrong one", async () => {
+    const notes = metricsNotes(c.srv.logTail());
+    assert.deepEqual(
+      notes.primary.map((n) => [n.metricsAccess, n.msg]),
+      [["token", "metrics on the public port at /metrics, for scrapers sending PLATFORM_METRICS_TOKEN in the Authorization header"]],
+    );
+    assert.equal(notes.mentions, 1, "the workers add no line of their own");
+    // Fresh connections: node:cluster hands them to both workers.
+    for (let i = 0; i < 4; i++) {
+      for (const headers of [{}, { authorization: `Bearer ${METRICS_TOKEN}x` }, { authorization: `Bearer ${c.admin}` }] as Record<
+        string,
+        string
+      >[]) {
+        const res = await getFresh(`${c.srv.url}/metrics`, headers);
+        assert.equal(res.status, 401, res.text);
+        assert.equal(JSON.parse(res.text).details[0].reason, "UNAUTHENTICATED");
+        assert.doesNotMatch(res.text, /platform_/);
+      }
+    }
   });
 
   test("every scrape, whichever worker answers it, counts both workers' requests; nothing goes backwards", async () => {
@@ -108,7 +143,7 @@ describe(`${WORKERS} workers, /metrics on the public port`, () => {
       made += 10;
       // Four scrapes on fresh connections: node:cluster hands them to both workers.
       for (let i = 0; i < 4; i++) {
-        const scrape = await scrapeAll(`${c.srv.url}/metrics`);
+        const scrape = await scrapeAll(`${c.srv.url}/metrics`, auth);
         assert.equal(valueOf(scrape.samples, "platform_metrics_stale_workers"), 0, "every worker answered");
         assert.equal(valueOf(scrape.samples, "platform_requests_total", LIST_OK), made, `round ${round}, scrape ${i}`);
         assert.equal(valueOf(scrape.samples, "platform_workers"), WORKERS);
@@ -126,13 +161,13 @@ describe(`${WORKERS} workers, /metrics on the public port`, () => {
       }
     }
     if (promtoolAvailable()) {
-      const checked = promtoolCheck((await scrapeAll(`${c.srv.url}/metrics`)).text);
+      const checked = promtoolCheck((await scrapeAll(`${c.srv.url}/metrics`, auth)).text);
       assert.deepEqual(checked, { code: 0, output: "" }, "promtool check metrics over the cluster's view");
     }
   });
 
   test("a worker killed and replaced leaves its counts in the sums: counters keep counting from where they were", async () => {
-    const before = await scrapeAll(`${c.srv.url}/metrics`);
+    const before = await scrapeAll(`${c.srv.url}/metrics`, auth);
     const counted = valueOf(before.samples, "platform_requests_total", LIST_OK);
     const [victim] = workerPids(c.srv.child.pid!);
     process.kill(victim!, "SIGKILL");
@@ -140,10 +175,47 @@ describe(`${WORKERS} workers, /metrics on the public port`, () => {
     await until("the primary sees the worker die", () => c.srv.logTail().includes("worker died"));
     await until("a new worker starts", () => workerPids(c.srv.child.pid!).filter((p) => p !== victim).length === WORKERS);
     await listGroups(c.srv.url, c.admin, 6);
-    const afterwards = await scrapeAll(`${c.srv.url}/metrics`);
+    const afterwards = await scrapeAll(`${c.srv.url}/metrics`, auth);
     assert.equal(valueOf(afterwards.samples, "platform_requests_total", LIST_OK), counted + 6);
     assert.equal(valueOf(afterwards.samples, "platform_worker_restarts_total"), 1);
     assertNothingWentBack(before, afterwards);
+  });
+});
+
+describe(`${WORKERS} workers, no metrics setting: /metrics is private on every worker`, () => {
+  let c: Awaited<ReturnType<typeof startCluster>>;
+  before(async () => {
+    c = await startCluster();
+  });
+  after(async () => {
+    await stopCluster(c);
+  });
+
+  test("the primary says once that metrics are private and how to scrape; every worker answers 403 in the error shape", async () => {
+    const notes = metricsNotes(c.srv.logTail());
+    assert.deepEqual(
+      notes.primary.map((n) => n.metricsAccess),
+      ["private"],
+    );
+    assert.match(
+      notes.primary[0]!.msg,
+      /^metrics are private: .*PLATFORM_METRICS_TOKEN.*PLATFORM_METRICS_ADDR.*PLATFORM_METRICS_PUBLIC=on/,
+    );
+    assert.equal(notes.mentions, 1, "the workers add no line of their own");
+    await listGroups(c.srv.url, c.admin, 4);
+    for (let i = 0; i < 4; i++) {
+      for (const headers of [{}, { authorization: "Bearer guess" }, { authorization: `Bearer ${c.admin}` }] as Record<string, string>[]) {
+        const res = await getFresh(`${c.srv.url}/metrics`, headers);
+        assert.equal(res.status, 403, res.text);
+        const body = JSON.parse(res.text) as { code: number; details: { reason: string }[] };
+        assert.equal(body.code, 7);
+        assert.deepEqual(
+          body.details.map((d) => d.reason),
+          ["METRICS_NOT_PUBLIC"],
+        );
+        assert.doesNotMatch(res.text, /platform_/);
+      }
+    }
   });
 });
 

@@ -16,7 +16,7 @@ import { ConfigError, loadConfig } from "../src/config.js";
 import { PACKAGE_VERSION } from "../src/package-root.js";
 import type { Store } from "../src/store/store.js";
 import { requestFrom } from "./support/from-address.js";
-import { find, getFresh, parseExposition, valueOf, valueOr0, type Sample } from "./support/metrics-scrape.js";
+import { find, getFresh, METRICS_ENV, parseExposition, scrapeMetrics, valueOf, valueOr0, type Sample } from "./support/metrics-scrape.js";
 import { OidcIssuer } from "./support/oidc-issuer.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { builtinRole, createCaller, ok, type Caller } from "./support/principals.js";
@@ -24,10 +24,9 @@ import { createGroup, rest, startTestServer, TEST_BACKEND, type TestServer } fro
 
 const BASE = "http://metrics.test";
 
+/** The samples of a scrape with the suites' metrics token (servers here start with METRICS_ENV). */
 async function scrape(url: string): Promise<Sample[]> {
-  const res = await fetch(`${url}/metrics`);
-  assert.equal(res.status, 200);
-  return parseExposition(await res.text()).samples;
+  return parseExposition(await scrapeMetrics(url)).samples;
 }
 
 /** The hits and misses of one cache. */
@@ -49,7 +48,7 @@ describe("one server", () => {
 
   before(async () => {
     issuer = await OidcIssuer.start("metrics");
-    srv = await startTestServer({ env: { PLATFORM_BASE_URL: BASE } });
+    srv = await startTestServer({ env: { PLATFORM_BASE_URL: BASE, ...METRICS_ENV } });
     org = (await createGroup(srv.url, null, "metrics operators org")).uid;
     viewer = await createCaller(srv, org, "metrics viewer", await builtinRole(srv, "viewer"));
   });
@@ -229,7 +228,7 @@ describe("PLATFORM_DATABASE_POOL_SIZE", () => {
       // The command line's pool: the size reaches the store.
       const dataDir = mkdtempSync(join(tmpdir(), "platform-pool-"));
       const served = await startServerProcess(dataDir, {
-        env: { PLATFORM_DATABASE_URL: await freshPgDatabase(), PLATFORM_DATABASE_POOL_SIZE: "3" },
+        env: { PLATFORM_DATABASE_URL: await freshPgDatabase(), PLATFORM_DATABASE_POOL_SIZE: "3", ...METRICS_ENV },
       });
       try {
         assert.equal(valueOf(await scrape(served.url), "platform_database_connections_max"), 3);
@@ -240,7 +239,7 @@ describe("PLATFORM_DATABASE_POOL_SIZE", () => {
       // A server whose 4 connections are all held by transactions: a fifth waits for one.
       assert.ok(pgAvailable());
       let store: Store | undefined;
-      const srv = await startTestServer({ decorateStore: (s) => (store = s) });
+      const srv = await startTestServer({ env: METRICS_ENV, decorateStore: (s) => (store = s) });
       let release!: () => void;
       const gate = new Promise<void>((resolve) => (release = resolve));
       let inside = 0;

@@ -10,7 +10,7 @@ import { createClient } from "@connectrpc/connect";
 import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { testTransport } from "./support/connect.js";
 import { grpcClient } from "./support/grpc.js";
-import { parseExposition, promtoolAvailable, promtoolCheck } from "./support/metrics-scrape.js";
+import { METRICS_ENV, parseExposition, promtoolAvailable, promtoolCheck, scrapeMetrics } from "./support/metrics-scrape.js";
 import { createCaller } from "./support/principals.js";
 import { createGroup, rest, startTestServer, type TestServer } from "./support/server.js";
 
@@ -18,7 +18,7 @@ let srv: TestServer;
 let text: string;
 
 before(async () => {
-  srv = await startTestServer();
+  srv = await startTestServer({ env: METRICS_ENV });
   const org = await createGroup(srv.url, null, "promtool org");
   assert.equal((await rest(srv.url, "GET", `/iam/v2beta1/groups/${org.uid}`)).status, 200);
   assert.equal((await rest(srv.url, "GET", "/iam/v2beta1/groups/0123456789abcdef0123456789abcdef01234567")).status, 404);
@@ -37,9 +37,7 @@ before(async () => {
     const code = `${"ab".repeat(16)}.${"A".repeat(43)}`;
     await rest(srv.url, "POST", "/auth/v1/register", { code }, { authorization: `Bearer ${caller.token}` });
   }
-  const res = await fetch(`${srv.url}/metrics`);
-  assert.equal(res.status, 200);
-  text = await res.text();
+  text = await scrapeMetrics(srv.url);
 });
 after(async () => {
   await srv.close();

@@ -11,15 +11,15 @@ import { GroupsService } from "../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../src/auth/principal.js";
 import { testTransport } from "./support/connect.js";
 import { grpcClient } from "./support/grpc.js";
-import { find, parseExposition, valueOf as value } from "./support/metrics-scrape.js";
+import { find, METRICS_AUTH, METRICS_ENV, parseExposition, valueOf as value } from "./support/metrics-scrape.js";
 import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "./support/server.js";
 
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 const MISSING = "0123456789abcdef0123456789abcdef01234567";
 
-/** GET /metrics with no token at all. */
+/** GET /metrics with the metrics token, as Prometheus is set up to scrape. */
 async function scrape(url: string) {
-  const res = await fetch(`${url}/metrics`);
+  const res = await fetch(`${url}/metrics`, { headers: METRICS_AUTH });
   assert.equal(res.status, 200);
   assert.match(res.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
   return parseExposition(await res.text());
@@ -27,7 +27,7 @@ async function scrape(url: string) {
 
 let srv: TestServer;
 before(async () => {
-  srv = await startTestServer();
+  srv = await startTestServer({ env: METRICS_ENV });
 });
 after(async () => {
   await srv.close();
@@ -155,7 +155,7 @@ test("platform_requests_in_flight counts the calls being handled now, per protoc
       return inner.authenticate(headers);
     },
   });
-  const srv = await startTestServer({ backend: "sqlite", decorateAuthenticator: decorate });
+  const srv = await startTestServer({ backend: "sqlite", env: METRICS_ENV, decorateAuthenticator: decorate });
   const { server } = srv;
   const grpc = grpcClient(GroupsService, server.port);
   try {
@@ -202,7 +202,12 @@ test("a call whose deadline passed before the handler answered is counted and lo
       done();
     },
   });
-  const srv = await startTestServer({ backend: "sqlite", env: { LOG_LEVEL: "info" }, decorateAuthenticator: decorate, logStream });
+  const srv = await startTestServer({
+    backend: "sqlite",
+    env: { LOG_LEVEL: "info", ...METRICS_ENV },
+    decorateAuthenticator: decorate,
+    logStream,
+  });
   const { server } = srv;
   try {
     const org = await createGroup(server.url, null, "deadline org");

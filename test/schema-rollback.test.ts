@@ -14,6 +14,7 @@ import pg from "pg";
 import { PACKAGE_VERSION } from "../src/package-root.js";
 import { openEngine } from "../src/store/open.js";
 import { POSTGRES_SCHEMA_VERSION } from "../src/store/postgres/migrations.js";
+import { nextSchemaVersion } from "../src/store/schema-releases.js";
 import { SQLITE_SCHEMA_VERSION } from "../src/store/sqlite/migrations.js";
 import { freshPgDatabase, pgAvailable } from "./support/pg-cluster.js";
 import { platformCli } from "./support/platform-cli.js";
@@ -33,11 +34,14 @@ function oneLineRefusal(run: { code: number; stdout: string; stderr: string }): 
   return run.stderr;
 }
 
+/** The refusal, with the version that can have migrated the database: 0.3.0 says "platform-api 0.4.0 or later". */
 const newerMessage = (engine: string, found: number, known: number) =>
   new RegExp(
-    `^platform-api: the ${engine} database's schema version ${found} is newer than this server \\(platform-api ${PACKAGE_VERSION.replaceAll(".", "\\.")} knows up to ${known}\\): ` +
-      "a newer platform-api migrated it; run that version again, or restore the backup taken before the upgrade \\(README: Upgrading and rolling back\\)\n$",
+    `^platform-api: the ${engine} database's schema version ${found} is newer than this server's ${known} \\(platform-api ${escaped(PACKAGE_VERSION)}\\): ` +
+      `platform-api ${escaped(nextSchemaVersion(PACKAGE_VERSION))} or later migrated it \\(CHANGELOG\\.md names each version's schema\\); ` +
+      "run that version again, or restore the backup taken before the upgrade \\(docs/operations\\.md: Upgrading and rolling back\\)\n$",
   );
+const escaped = (version: string) => version.replaceAll(".", "\\.");
 
 test("SQLite: a schema newer than the binary is refused by serve (one process or workers) and admin-token in one line, exit 2, the database untouched", async () => {
   const dataDir = mkdtempSync(join(scratch, "sqlite-"));

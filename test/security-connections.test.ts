@@ -18,6 +18,7 @@ import { DEFAULT_TIMEOUTS } from "../src/server/http/one-port.js";
 import { MAX_PIPELINED_REQUESTS } from "../src/server/http/pipelining.js";
 import { within } from "./support/assertions.js";
 import { testTransport, type TransportKind } from "./support/connect.js";
+import { METRICS_AUTH, METRICS_ENV } from "./support/metrics-scrape.js";
 import { grpcPrefix } from "./support/raw-h2.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -60,7 +61,9 @@ async function holdConnections(port: number, localAddress: string, count: number
 
 /** A counter's value in the server's /metrics (read through fastify's inject: every socket slot may be taken). */
 async function metric(srv: TestServer, series: string): Promise<number> {
-  const text = (await srv.server.app.inject({ method: "GET", url: "/metrics" })).body;
+  const res = await srv.server.app.inject({ method: "GET", url: "/metrics", headers: METRICS_AUTH });
+  assert.equal(res.statusCode, 200, res.body);
+  const text = res.body;
   const line = text.split("\n").find((l) => l.startsWith(`${series} `));
   return line === undefined ? 0 : Number(line.split(" ")[1]);
 }
@@ -69,7 +72,7 @@ describe("connections are capped per client address and in total", () => {
   let srv: TestServer;
   const held: net.Socket[] = [];
   before(async () => {
-    srv = await startTestServer({ env: { PLATFORM_MAX_CONNECTIONS: "10", PLATFORM_MAX_CONNECTIONS_PER_ADDRESS: "4" } });
+    srv = await startTestServer({ env: { PLATFORM_MAX_CONNECTIONS: "10", PLATFORM_MAX_CONNECTIONS_PER_ADDRESS: "4", ...METRICS_ENV } });
   });
   after(async () => {
     for (const s of held) s.destroy();

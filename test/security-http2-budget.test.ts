@@ -21,6 +21,7 @@ import { within } from "./support/assertions.js";
 import { memoryOf } from "./support/bombs.js";
 import { checkGrpcResult, rawGrpcClient } from "./support/fuzz-grpc.js";
 import { GET_GROUP, HEALTH_CHECK, healthCheck, heldOf, LIVENESS_MS, MiB, partialMessages, refusalReasons } from "./support/h2-attacks.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { grpcPrefix } from "./support/raw-h2.js";
 
 describe("unfinished request bytes are bounded per process and per client address (a `serve` process)", () => {
@@ -39,6 +40,7 @@ describe("unfinished request bytes are bounded per process and per client addres
         PLATFORM_MAX_MESSAGE_BYTES: String(MESSAGE),
         PLATFORM_MAX_PENDING_REQUEST_BYTES: String(TOTAL),
         PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(PER_ADDRESS),
+        ...METRICS_ENV,
       },
     });
   });
@@ -60,7 +62,7 @@ describe("unfinished request bytes are bounded per process and per client addres
 
   /** platform_pending_request_bytes as /metrics reports it. */
   async function pendingGauge(): Promise<number> {
-    const text = await (await fetch(`${srv.url}/metrics`)).text();
+    const text = await scrapeMetrics(srv.url);
     const m = /^platform_pending_request_bytes (\d+)$/m.exec(text);
     assert.ok(m, "/metrics has platform_pending_request_bytes");
     return Number(m[1]);

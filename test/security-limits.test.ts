@@ -3,7 +3,8 @@
  * protocol, enforced while the body streams in, so compression bombs and
  * oversized frames cost the server no memory (a caller without a token gets
  * no body read at all: issue 21, test/security-bodies.test.ts); /docs
- * forbids framing and foreign content; /metrics can require a token.
+ * forbids framing and foreign content; /metrics is private unless the
+ * operator sets a token (test/metrics-access.test.ts has every mode).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -26,6 +27,7 @@ import {
   type Coding,
   type MemorySample,
 } from "./support/bombs.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { rest, startTestServer, type TestServer } from "./support/server.js";
 
 const MiB = 1024 * 1024;
@@ -91,7 +93,7 @@ describe("bombs against a `serve` process from an authenticated caller: refused 
 
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-bombs-"));
-    srv = await startServerProcess(dataDir);
+    srv = await startServerProcess(dataDir, { env: METRICS_ENV });
     token = await mintAdminToken(dataDir);
     // Warm every path once (zlib, both HTTP stacks, Connect, gRPC-Web, gRPC) with calls that are no bombs.
     for (const carrier of ["connect-json", "connect-proto", "grpc-web", "grpc"] as const) {
@@ -230,7 +232,7 @@ describe("bombs against a `serve` process from an authenticated caller: refused 
   });
 
   test("no bomb reached a handler: the per-RPC metrics never counted GetGroup or CreateGroup", async (t) => {
-    const metrics = await (await fetch(`${srv.url}/metrics`)).text();
+    const metrics = await scrapeMetrics(srv.url);
     assert.match(metrics, /platform_requests_total/, "the counter is exported");
     assert.doesNotMatch(metrics, /platform_requests_total\{[^}]*method="(GetGroup|CreateGroup)"/);
     for (const line of figures) t.diagnostic(line);
@@ -241,7 +243,7 @@ describe("the limit is the configured one, on every protocol, and a refused call
   let srv: TestServer;
   const LIMIT = 1024;
   before(async () => {
-    srv = await startTestServer({ env: { PLATFORM_MAX_MESSAGE_BYTES: String(LIMIT) } });
+    srv = await startTestServer({ env: { PLATFORM_MAX_MESSAGE_BYTES: String(LIMIT), ...METRICS_ENV } });
   });
   after(() => srv.close());
 
@@ -292,7 +294,7 @@ describe("the limit is the configured one, on every protocol, and a refused call
   });
 
   test("refused calls never reached the per-RPC metrics; served ones did", async () => {
-    const metrics = await (await fetch(`${srv.url}/metrics`)).text();
+    const metrics = await scrapeMetrics(srv.url);
     assert.match(metrics, /platform_requests_total\{[^}]*method="GetGroup"[^}]*code="invalid_argument"/);
     assert.doesNotMatch(metrics, /platform_requests_total\{[^}]*code="resource_exhausted"/);
   });
@@ -324,10 +326,13 @@ describe("/docs and /metrics exposure", () => {
     }
   });
 
-  test("/metrics is open by default", async () => {
-    const res = await fetch(`${open.url}/metrics`);
-    assert.equal(res.status, 200);
-    assert.match(await res.text(), /platform_requests_in_flight/);
+  test("/metrics is private by default: 403 in the error shape, with no numbers, whatever the caller sends", async () => {
+    for (const authorization of [undefined, "Bearer guess", `Bearer ${open.adminToken}`]) {
+      const res = await fetch(`${open.url}/metrics`, { headers: authorization ? { authorization } : {} });
+      const text = await res.text();
+      assert.doesNotMatch(text, /platform_/);
+      assertRestError({ status: res.status, body: JSON.parse(text), headers: res.headers }, 403, 7, "METRICS_NOT_PUBLIC");
+    }
   });
 
   test("with PLATFORM_METRICS_TOKEN, /metrics wants that bearer token: 401 in the error shape otherwise", async () => {

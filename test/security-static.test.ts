@@ -14,6 +14,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import zlib from "node:zlib";
 import { compress, compressBounded, MAX_DYNAMIC_COMPRESS_BYTES, poolCompressions } from "../src/server/http/compression.js";
+import { METRICS_ENV, scrapeMetrics } from "./support/metrics-scrape.js";
 import { createGroup, startTestServer, type TestServer } from "./support/server.js";
 
 const ASSET = "/docs/swagger-ui-bundle.js";
@@ -73,14 +74,14 @@ function pipelined(port: number, path: string, codings: readonly string[]): Prom
 
 /** The value of platform_static_compressions_total for one asset and coding (0 when absent). */
 async function compressionsOf(srv: TestServer, asset: string, coding: string): Promise<number> {
-  const text = await (await fetch(`${srv.url}/metrics`)).text();
+  const text = await scrapeMetrics(srv.url);
   const line = text.split("\n").find((l) => l.startsWith(`platform_static_compressions_total{asset="${asset}",coding="${coding}"}`));
   return line === undefined ? 0 : Number(line.split(" ").pop());
 }
 
 describe("stored encodings of the docs assets", () => {
   let srv: TestServer;
-  before(async () => (srv = await startTestServer()));
+  before(async () => (srv = await startTestServer({ env: METRICS_ENV })));
   after(() => srv.close());
 
   test("concurrent and pipelined anonymous GETs of swagger-ui-bundle.js get identical stored bytes, one compression per coding", async () => {

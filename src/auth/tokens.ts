@@ -91,22 +91,41 @@ export function tokenExpired(detail: string): TokenRejectedError {
   return new TokenRejectedError("Unauthenticated: the API token has expired; request a new one", detail);
 }
 
-/** The client's message for a jose verification failure, and the exact reason for the log. */
-function rejection(err: unknown): TokenRejectedError {
+/**
+ * True when a token's iss or aud claim is http:// where ours is https://: minted (`platform-api admin-token`)
+ * without the TLS settings of a server that serves TLS, whose default addresses are then http://.
+ */
+function mintedWithoutTls(claimed: unknown, ours: string): boolean {
+  const values: unknown[] = Array.isArray(claimed) ? claimed : [claimed];
+  return ours.startsWith("https://") && values.some((v) => typeof v === "string" && v.startsWith("http://"));
+}
+
+/** The operator's likely fix for a token minted with another environment, by the claim that differs. */
+function mintHint(claim: "iss" | "aud", err: errors.JWTClaimValidationFailed, ours: string): string {
+  const setting = claim === "iss" ? "PLATFORM_AUTH_URL" : "PLATFORM_BASE_URL";
+  const what = claim === "iss" ? "issued by another address, not this server's" : "issued for another audience, not this server";
+  if (!mintedWithoutTls(err.payload[claim], ours)) return `the API token was ${what} (mint it with this server's ${setting} and PORT)`;
+  const whose = claim === "iss" ? "by an http:// address" : "for an http:// audience";
+  return (
+    `the API token was issued ${whose} and this server's is https:// ` +
+    `(mint it with this server's PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE set, or its ${setting}, and PORT)`
+  );
+}
+
+/**
+ * The client's message for a jose verification failure, and the exact reason for the log. `ours` is what this
+ * server expects of iss and aud.
+ */
+function rejection(err: unknown, ours: { issuer: string; audience: string }): TokenRejectedError {
   const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   if (err instanceof errors.JWTExpired) return tokenExpired(detail);
-  // The likely cause of each, for an operator who minted a token with another environment: nothing secret.
+  // The likely cause of each, for an operator who minted a token with another environment: nothing secret (jose
+  // checks claims only once the signature verified, so the caller holds a token of ours).
   if (err instanceof errors.JWTClaimValidationFailed && err.claim === "aud") {
-    return new TokenRejectedError(
-      "Unauthenticated: the API token was issued for another audience, not this server (mint it with this server's PLATFORM_BASE_URL and PORT)",
-      detail,
-    );
+    return new TokenRejectedError(`Unauthenticated: ${mintHint("aud", err, ours.audience)}`, detail);
   }
   if (err instanceof errors.JWTClaimValidationFailed && err.claim === "iss") {
-    return new TokenRejectedError(
-      "Unauthenticated: the API token was issued by another address, not this server's (mint it with this server's PLATFORM_AUTH_URL and PORT)",
-      detail,
-    );
+    return new TokenRejectedError(`Unauthenticated: ${mintHint("iss", err, ours.issuer)}`, detail);
   }
   if (err instanceof UnknownKeyError) {
     return new TokenRejectedError(
@@ -334,7 +353,7 @@ export class TokenService {
         },
       ));
     } catch (err) {
-      throw rejection(err);
+      throw rejection(err, { issuer: this.issuer, audience: this.audience });
     }
     if (typeof payload.sub !== "string" || payload.sub === "" || payload.iat! > now / 1000 + CLOCK_TOLERANCE) {
       throw new TokenRejectedError(NOT_OURS, "empty sub or iat in the future");

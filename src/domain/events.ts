@@ -4,7 +4,7 @@ import { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_p
 /**
  * The change feed's vocabulary: which kinds of resource emit events, the
  * CloudEvents type of each change, and which capability lets a caller see it.
- * One table, so an event type, its visibility and the README's list cannot
+ * One table, so an event type, its visibility and docs/events.md's list cannot
  * drift apart.
  */
 

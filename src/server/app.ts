@@ -368,7 +368,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   installRegistryNotifications(app, { store, now, events: deps.events, secret: config.registryNotifySecret });
   installRegistryToken(app, { config, store, authz: authorizer, authenticator: loggedAuthenticator, assume: identityAssumer(deps), now });
 
-  // With PLATFORM_METRICS_ADDR, /metrics has a listener of its own (in worker mode, the primary's) instead of a route.
+  // With PLATFORM_METRICS_ADDR, /metrics has a listener of its own (in worker mode, the primary's) instead of a route;
+  // either way the line saying where metrics can be scraped, or that they are private, is logged here (or by the primary).
   const metricsListener = await listenForMetrics(config, metrics, app.log);
   const port = await listen(app, config, store);
   const stopOutageLog = logDatabaseOutages(() => app.log, store.describe().location);

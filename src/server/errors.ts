@@ -21,7 +21,7 @@ const detailRegistry = createRegistry(file_google_rpc_error_details);
  * ErrorInfo.domain of errors on a request that addressed no service: an
  * unknown route or method, and errors of the HTTP or HTTP/2 connection itself.
  * Every request that did address one gets its area's domain (areaErrorDomain),
- * whichever layer refused it. The README lists the domains and reasons.
+ * whichever layer refused it. docs/calling-the-api.md (Errors) lists the domains and reasons.
  */
 export const DEFAULT_ERROR_DOMAIN = "platform.api";
 

@@ -3,6 +3,7 @@ import { hostname } from "node:os";
 import { isatty } from "node:tty";
 import { PACKAGE_VERSION } from "../package-root.js";
 import { StartupError } from "../startup-error.js";
+import { nextSchemaVersion } from "./schema-releases.js";
 
 /** One schema migration applied: which, from which version to which, and how long it took. */
 export interface MigrationStep {
@@ -82,12 +83,15 @@ function writeLine(fd: number, bytes: Buffer): void {
 
 /**
  * A database whose schema a newer platform-api migrated (a rollback to an older binary): refused at start with one
- * line that says what to do, never migrated down and never served (old code would misread new columns).
+ * line that says what to do, never migrated down and never served (old code would misread new columns). Every
+ * schema change moves the version to the next minor (schema-releases.ts), so the version that migrated it is this
+ * one's next minor or a later one: a bound this binary can state without knowing that version.
  */
 export function newerSchemaError(engine: MigrationStep["engine"], found: number, known: number): StartupError {
   const where = engine === "sqlite" ? "SQLite database" : "PostgreSQL database";
   return new StartupError(
-    `the ${where}'s schema version ${found} is newer than this server (platform-api ${PACKAGE_VERSION} knows up to ${known}): ` +
-      `a newer platform-api migrated it; run that version again, or restore the backup taken before the upgrade (README: Upgrading and rolling back)`,
+    `the ${where}'s schema version ${found} is newer than this server's ${known} (platform-api ${PACKAGE_VERSION}): ` +
+      `platform-api ${nextSchemaVersion(PACKAGE_VERSION)} or later migrated it (CHANGELOG.md names each version's schema); ` +
+      `run that version again, or restore the backup taken before the upgrade (docs/operations.md: Upgrading and rolling back)`,
   );
 }

@@ -17,6 +17,8 @@ import { ENVIRONMENT_VARIABLES } from "../../src/config.js";
 import { methodDefinition } from "../../src/server/grpc/adapter.js";
 import { assertRestError, connectError } from "./assertions.js";
 import { grpcStatus } from "./grpc.js";
+import { METRICS_AUTH, METRICS_ENV } from "./metrics-scrape.js";
+import { http1From } from "./proxied-calls.js";
 import { skipUnlessInstalled, startProxy, upstreamIdleTimeoutsMs, type ProxyKind, type RunningProxy } from "./proxies.js";
 import { startTestServer, type RestResult, type TestServer } from "./server.js";
 import { createTestCa, type TestCa } from "./test-ca.js";
@@ -51,13 +53,16 @@ function parseLogLine(line: string): LogLine {
   }
 }
 
-/** curl, the way an operator checks a deployment: TLS verified against the test CA, from CLIENT_ADDRESS. */
-async function curl(
+/**
+ * curl, the way an operator checks a deployment: TLS verified against the test CA, from CLIENT_ADDRESS. The
+ * path is sent as written (--path-as-is: no dot segment resolved by curl).
+ */
+export async function curl(
   proxy: RunningProxy,
   ca: TestCa,
   opts: { method?: string; path: string; http: "1.1" | "2"; headers?: Record<string, string>; body?: unknown },
 ): Promise<RestResult & { httpVersion: string }> {
-  const args = ["-sS", "--cacert", ca.caFile, "--interface", CLIENT_ADDRESS, opts.http === "2" ? "--http2" : "--http1.1"];
+  const args = ["-sS", "--path-as-is", "--cacert", ca.caFile, "--interface", CLIENT_ADDRESS, opts.http === "2" ? "--http2" : "--http1.1"];
   args.push("-X", opts.method ?? "GET", "-D", "-", "-w", "\n%{http_version}");
   for (const [k, v] of Object.entries(opts.headers ?? {})) args.push("-H", `${k}: ${v}`);
   if (opts.body !== undefined) args.push("-H", "content-type: application/json", "--data-binary", JSON.stringify(opts.body));
@@ -176,7 +181,8 @@ export function runDeploySuite(kind: ProxyKind, opts: DeploySuiteOptions): void 
       ca = createTestCa(join(dir, "tls"));
       const logStream = new PassThrough();
       logStream.on("data", (chunk: Buffer) => logText.push(chunk.toString("utf8")));
-      srv = await startTestServer({ env: { LOG_LEVEL: "info", ...opts.serverEnv }, logStream });
+      // With the metrics token set, the server itself would answer /metrics to a scraper holding it: the proxy must not ask.
+      srv = await startTestServer({ env: { LOG_LEVEL: "info", ...METRICS_ENV, ...opts.serverEnv }, logStream });
       proxy = await startProxy(kind, { dir, upstreamPort: srv.port, ca });
     });
     after(async () => {
@@ -310,6 +316,32 @@ export function runDeploySuite(kind: ProxyKind, opts: DeploySuiteOptions): void 
         assert.equal(line.remoteAddress, CLIENT_ADDRESS, `gRPC: ${JSON.stringify(line)}`);
       } finally {
         sessionManager.abort();
+      }
+    });
+
+    test("/metrics is not published: the proxy answers 404 itself, in the API's error shape, for every spelling", async () => {
+      // Spellings the server itself serves to the token's holder (checked first, directly), then ones a proxy might
+      // normalize into /metrics. Through the proxy none gets the numbers, and the served spellings never reach
+      // the server: the answer has no x-request-id, which the server puts on every answer of its own.
+      const served = ["/metrics", "/metrics?name=x", "/%6detrics", "/%6D%65%74rics"];
+      // Directly as the proxy connects (behind HAProxy the server wants a PROXY header first).
+      const origin = { port: srv.port, proxyHeader: opts.serverEnv.PLATFORM_PROXY_PROTOCOL ? Buffer.from("PROXY UNKNOWN\r\n") : undefined };
+      for (const path of served) {
+        const direct = await http1From(origin, "GET", path, METRICS_AUTH);
+        assert.equal(direct.status, 200, `${path} directly: ${direct.text}`);
+        assert.match(direct.text, /^# TYPE platform_requests_total counter$/m, `${path} directly`);
+      }
+      for (const http of ["1.1", "2"] as const) {
+        for (const path of [...served, "//metrics", "/./metrics", "/x/../metrics", "/metrics/"]) {
+          const res = await curl(proxy, ca, { path, http, headers: METRICS_AUTH });
+          const where = `${path} over HTTP/${http}${diagnose()}`;
+          assert.doesNotMatch(typeof res.body === "string" ? res.body : JSON.stringify(res.body), /platform_/, where);
+          assertRestError(res, 404, 5, "ROUTE_NOT_FOUND");
+          if (served.includes(path)) {
+            assert.equal(res.headers.get("x-request-id"), null, `${where}: answered by the server, not the proxy`);
+            assert.match(res.headers.get("content-type") ?? "", /^application\/json/, where);
+          }
+        }
       }
     });
 

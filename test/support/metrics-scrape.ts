@@ -2,6 +2,26 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import http from "node:http";
 
+/**
+ * The metrics token of the suites' servers that read /metrics on the public
+ * port: /metrics is private by default (test/metrics-access.test.ts), so
+ * they are started with METRICS_ENV and scrape with METRICS_AUTH, as a
+ * Prometheus server is set up.
+ */
+export const METRICS_TOKEN = "suite-metrics-token-7c41d9e2";
+/** The server setting that lets a suite scrape the public port's /metrics. */
+export const METRICS_ENV: Record<string, string> = { PLATFORM_METRICS_TOKEN: METRICS_TOKEN };
+/** The header of a scrape with that token. */
+export const METRICS_AUTH: Record<string, string> = { authorization: `Bearer ${METRICS_TOKEN}` };
+
+/** GET <baseUrl>/metrics with METRICS_AUTH: the exposition text; fails unless 200. */
+export async function scrapeMetrics(baseUrl: string): Promise<string> {
+  const res = await fetch(`${baseUrl}/metrics`, { headers: METRICS_AUTH });
+  const text = await res.text();
+  assert.equal(res.status, 200, `GET /metrics: ${text}`);
+  return text;
+}
+
 /** One sample of the exposition format: name, labels and value. */
 export interface Sample {
   name: string;

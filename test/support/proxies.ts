@@ -105,8 +105,11 @@ function nginxMainConfig(dir: string, include: string): string {
   ].join("\n");
 }
 
-/** How to run one proxy: command, arguments and environment. */
-function commandFor(kind: ProxyKind, dir: string, port: number, upstreamPort: number, ca: TestCa) {
+/**
+ * How to run one proxy: command, arguments and environment. HAProxy's file has
+ * two server lines: the second gets secondUpstreamPort, or the same server.
+ */
+function commandFor(kind: ProxyKind, dir: string, port: number, upstreamPort: number, ca: TestCa, secondUpstreamPort = upstreamPort) {
   const upstream = `127.0.0.1:${upstreamPort}`;
   if (kind === "nginx") {
     const site = join(dir, "platform-api.conf");
@@ -124,7 +127,12 @@ function commandFor(kind: ProxyKind, dir: string, port: number, upstreamPort: nu
     return { args: ["-p", dir, "-c", main, "-e", join(dir, "error.log"), "-g", "daemon off;"], env: {} };
   }
   if (kind === "haproxy") {
-    const env = { PLATFORM_UPSTREAM: upstream, PROXY_LISTEN: `127.0.0.1:${port}`, TLS_PEM_FILE: ca.pemBundleFile };
+    const env = {
+      PLATFORM_UPSTREAM: upstream,
+      PLATFORM_UPSTREAM_2: `127.0.0.1:${secondUpstreamPort}`,
+      PROXY_LISTEN: `127.0.0.1:${port}`,
+      TLS_PEM_FILE: ca.pemBundleFile,
+    };
     return { args: ["-db", "-f", DEPLOY_CONFIGS.haproxy], env };
   }
   const env = {
@@ -165,18 +173,22 @@ async function acceptingConnections(port: number, child: ChildProcess, output: (
 
 /**
  * Starts kind on 127.0.0.1 with its docs/deploy/ config, forwarding to
- * 127.0.0.1:upstreamPort, TLS with the test CA's localhost certificate.
- * Only ports and paths are filled in (environment variables for HAProxy and
- * Caddy, the documented substitution for nginx); pid, logs and state go to
- * dir. Resolves when it accepts connections.
+ * 127.0.0.1:upstreamPort (and HAProxy's second server line to
+ * secondUpstreamPort, by default the same), TLS with the test CA's localhost
+ * certificate. Only ports and paths are filled in (environment variables for
+ * HAProxy and Caddy, the documented substitution for nginx); pid, logs and
+ * state go to dir. Resolves when it accepts connections.
  */
-export async function startProxy(kind: ProxyKind, opts: { dir: string; upstreamPort: number; ca: TestCa }): Promise<RunningProxy> {
+export async function startProxy(
+  kind: ProxyKind,
+  opts: { dir: string; upstreamPort: number; secondUpstreamPort?: number; ca: TestCa },
+): Promise<RunningProxy> {
   const binary = proxyBinary(kind);
   if (!binary) throw new Error(`${kind} is not installed`);
   const dir = join(opts.dir, kind);
   mkdirSync(dir, { recursive: true });
   const port = await freePort();
-  const { args, env } = commandFor(kind, dir, port, opts.upstreamPort, opts.ca);
+  const { args, env } = commandFor(kind, dir, port, opts.upstreamPort, opts.ca, opts.secondUpstreamPort);
   const child = spawn(binary, args, { cwd: dir, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let text = "";
   child.stdout!.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")));

@@ -4,14 +4,15 @@ import type { TokenService } from "../../auth/tokens.js";
 import type { Config } from "../../config.js";
 import { ApiError } from "../../domain/errors.js";
 import type { Store } from "../../store/store.js";
+import { metricsNotPublicError, publicPortMetrics } from "../observe/metrics-access.js";
 import { metricsTokenMatches, type Metrics } from "../observe/metrics.js";
 import { bearerChallenge } from "./www-authenticate.js";
 
 /**
  * What the operator's probes and scrapers read: /healthz (alive), /readyz
- * (send me calls: serving, and the store answers) and /metrics. serving()
- * turns false when the drain begins, so /readyz answers 503 while calls are
- * still served.
+ * (send me calls: serving, and the store answers) and /metrics (to whom the
+ * settings allow: publicPortMetrics). serving() turns false when the drain
+ * begins, so /readyz answers 503 while calls are still served.
  */
 export function installHealthAndMetrics(
   app: FastifyInstance,
@@ -19,10 +20,13 @@ export function installHealthAndMetrics(
 ): void {
   const { config, store, serving, metrics } = deps;
   app.get("/healthz", async (_req, reply) => reply.send({ status: "ok" }));
-  // With PLATFORM_METRICS_ADDR, /metrics is served there only (metrics-endpoint.ts), not on this port.
-  if (config.metricsAddr === undefined)
+  // Who may scrape here (metrics-access.ts). With PLATFORM_METRICS_ADDR, /metrics is served there only
+  // (metrics-endpoint.ts): no route. Private (the default), every scrape is refused, with what the operator can set.
+  const access = publicPortMetrics(config);
+  if (access !== "elsewhere")
     app.get("/metrics", async (req, reply) => {
-      if (!metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
+      if (access === "private") throw metricsNotPublicError();
+      if (access === "token" && !metricsTokenMatches(req.headers.authorization, config.metricsToken)) {
         // The app's error handler renders the refusal in the spec's shape and keeps this challenge.
         reply.header("www-authenticate", bearerChallenge(req.headers.authorization, "metrics"));
         throw new ApiError(

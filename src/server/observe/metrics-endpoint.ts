@@ -7,6 +7,7 @@ import { ApiError } from "../../domain/errors.js";
 import { describeSystemError, StartupError } from "../../startup-error.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
+import { metricsStartupNote } from "./metrics-access.js";
 import { metricsTokenMatches } from "./metrics-token.js";
 
 /** What a scrape reads: the exposition text and its content type. */
@@ -25,9 +26,10 @@ export interface MetricsListener {
 /**
  * Serves /metrics on its own address, so a scraper can reach it on a private
  * interface while the public port has no /metrics at all. Plain HTTP/1.1: no
- * TLS, no API, nothing but the one route (and the same bearer token as the
- * public route would want, PLATFORM_METRICS_TOKEN). A bind failure is a
- * StartupError naming the variable.
+ * TLS, no API, nothing but the one route, for anyone who reaches the address
+ * (it is meant to be private), or with PLATFORM_METRICS_TOKEN only for that
+ * bearer token (token ""). A bind failure is a StartupError naming the
+ * variable.
  */
 export async function listenForScrapes(
   addr: { host: string; port: number },
@@ -60,16 +62,18 @@ export async function listenForScrapes(
 /**
  * The listener of PLATFORM_METRICS_ADDR for a server process: none without
  * the setting, and none in a worker, whose primary listens there for the
- * whole cluster (workers.ts). Logs its address.
+ * whole cluster (workers.ts). Logs where metrics can be scraped, or that they
+ * are private (a worker leaves that line to its primary, too).
  */
 export async function listenForMetrics(
   config: Config,
   source: MetricsSource,
   log: { info(fields: object, msg: string): void },
 ): Promise<MetricsListener | undefined> {
-  if (!config.metricsAddr || cluster.isWorker) return undefined;
-  const listener = await listenForScrapes(config.metricsAddr, config.metricsToken, source);
-  log.info({ metrics: listener.url }, `metrics on ${listener.url}`);
+  if (cluster.isWorker) return undefined;
+  const listener = config.metricsAddr && (await listenForScrapes(config.metricsAddr, config.metricsToken, source));
+  const note = metricsStartupNote(config, listener?.url);
+  log.info(note.fields, note.msg);
   return listener;
 }
 

@@ -2,7 +2,9 @@ import { createHash, timingSafeEqual } from "node:crypto";
 
 /**
  * Whether an Authorization header may read /metrics: always when no metrics
- * token is configured, else only "Bearer <token>". Both sides are hashed
+ * token is configured (the PLATFORM_METRICS_ADDR listener; the public port
+ * asks publicPortMetrics first and is private then), else only
+ * "Bearer <token>". Both sides are hashed
  * first, so the comparison takes the same time whatever the length or the
  * first differing byte of a guess.
  */

@@ -501,6 +501,6 @@ async function refuseTransactionIdsBehind(client: pg.PoolClient): Promise<void> 
   throw new StartupError(
     `the PostgreSQL database's events were written up to transaction id ${newest}, but this cluster's next is ${next}: ` +
       `it was restored from a dump into another cluster, and the event feed orders events by transaction id; ` +
-      `advance this cluster's transaction ids past ${newest} first (README: Backups)`,
+      `advance this cluster's transaction ids past ${newest} first (docs/operations.md: Backups, restore and upgrades)`,
   );
 }
