@@ -1,9 +1,17 @@
-// Prints every failing test of a node:test TAP log with its YAML block (error, location), so the end of a
-// CI log, which is what gets shown, names what failed. Usage: node .ci/tap-failures.mjs <log file>
+// Prints every failing test of a node:test log with its error and location, so the end of a CI log, which is
+// what gets shown, names what failed. Usage: node .ci/tap-failures.mjs <log file>. Node 24's default reporter
+// (spec) already ends with a "failing tests" section: that section is printed again; a TAP log (Node 20's default
+// without a terminal, or --test-reporter=tap) has each "not ok" printed with its YAML block.
 import { readFileSync } from "node:fs";
-import { argv, stdout } from "node:process";
+import { argv, exit, stdout } from "node:process";
 
-const lines = readFileSync(argv[2], "utf8").split("\n");
+const text = readFileSync(argv[2], "utf8");
+const spec = text.lastIndexOf("\u2716 failing tests:");
+if (spec >= 0) {
+  stdout.write(text.slice(spec));
+  exit(0);
+}
+const lines = text.split("\n");
 const out = [];
 let failures = 0;
 for (let i = 0; i < lines.length; i++) {

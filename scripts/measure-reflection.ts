@@ -7,7 +7,7 @@
  *                 descriptor.proto requests per stream, otherwise 40,000 empty ones
  *   cpu           N (3000) descriptor.proto requests, PER_STREAM (100) per stream, answers read
  *   stall         63 KB of the same requests, PER_STREAM per stream, while /healthz is polled
- * node --experimental-websocket --import tsx scripts/measure-reflection.ts backpressure multi cpu stall
+ * node --import tsx scripts/measure-reflection.ts backpressure multi cpu stall
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import http2 from "node:http2";

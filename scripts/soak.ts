@@ -24,7 +24,6 @@
  *
  *   npm run soak -- [--seconds 180] [--concurrency 32] [--quick]
  *
- * (node --experimental-websocket --import tsx scripts/soak.ts on Node 20.)
  * --quick is --seconds 30 --concurrency 8: long enough for the caches to fill
  * before the middle of the run. Exits 1 on any error, any reset, an exit
  * other than 0, or memory growth beyond the bounds below.

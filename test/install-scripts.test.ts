@@ -1,7 +1,8 @@
 /**
  * npm 11 asks every project to decide which dependencies may run install scripts (package.json's allowScripts)
  * and warns on `npm ci` about each one not decided, which read as if SQLite's build had been skipped. Every
- * package of the lockfile with an install script is decided, better-sqlite3 (which compiles SQLite) allowed;
+ * package of the lockfile with an install script is decided, better-sqlite3 allowed (its
+ * implicit node-gyp rebuild does nothing where it ships a binary, and compiles SQLite elsewhere);
  * and npm itself, where it knows allowScripts, finds none pending.
  */
 import assert from "node:assert/strict";
@@ -25,7 +26,7 @@ const withScripts = [
   ),
 ].sort();
 
-test("allowScripts decides exactly the lockfile's packages with install scripts, and lets better-sqlite3 build SQLite", () => {
+test("allowScripts decides exactly the lockfile's packages with install scripts, and lets better-sqlite3 build SQLite where it ships no binary", () => {
   const policy = manifest.allowScripts ?? {};
   assert.ok(withScripts.includes("better-sqlite3"));
   assert.deepEqual(Object.keys(policy).sort(), withScripts, "a new dependency with an install script needs a decision here");

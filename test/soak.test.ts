@@ -12,7 +12,7 @@ const SCRIPT_TIMEOUT_MS = 120_000;
 function runSoak(args: readonly string[]): Promise<{ code: number; output: string }> {
   return new Promise((resolve, reject) => {
     // SIGTERM before the test's own bound, so the script stops the server it started.
-    const child = spawn(process.execPath, ["--experimental-websocket", "--import", "tsx", "scripts/soak.ts", ...args], {
+    const child = spawn(process.execPath, ["--import", "tsx", "scripts/soak.ts", ...args], {
       cwd: ROOT,
       stdio: ["ignore", "pipe", "pipe"],
       timeout: SCRIPT_TIMEOUT_MS - 10_000,

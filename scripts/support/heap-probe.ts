@@ -7,8 +7,7 @@
  *
  * The server must run with `--inspect=127.0.0.1:0` (startServerProcess's
  * `inspect` option); the inspector speaks the Chrome DevTools protocol over a
- * WebSocket, which Node 20 provides with --experimental-websocket (Node 22
- * without a flag).
+ * WebSocket, which every supported Node (22, 24) provides without a flag.
  */
 
 /** How long one inspector command may take: a full GC of a few hundred MiB stays well under it. */
@@ -28,7 +27,7 @@ export interface HeapProbe {
 
 /** Connects to the inspector at url. */
 export async function connectHeapProbe(url: string): Promise<HeapProbe> {
-  if (typeof WebSocket === "undefined") throw new Error("the heap probe needs WebSocket: run node with --experimental-websocket");
+  if (typeof WebSocket === "undefined") throw new Error("the heap probe needs WebSocket: run it on Node 22 or later");
   const socket = new WebSocket(url);
   await new Promise<void>((resolve, reject) => {
     socket.addEventListener("open", () => resolve(), { once: true });

@@ -148,7 +148,7 @@ export function createOnePortServer(
         if (isTlsHandshake(buf)) startTls(socket);
         else refusePlaintext(socket, isH2);
       } else if (isH2) {
-        // Node 20.20's Http2Session replays bytes left in the socket's read
+        // Node's Http2Session (20.20 and later) replays bytes left in the socket's read
         // buffer, so the unshifted preface reaches nghttp2 on the native
         // handle (no JSStreamSocket wrapper, which cost ~10% and lost the peer
         // address). test/one-port.test.ts guards a preface split across writes.
