@@ -11,6 +11,7 @@ import { parseCommandArgs, UsageError } from "./cli-args.js";
 import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
 import type { Command } from "./cli.js";
 import { FailedPreconditionError, NotFoundError } from "./domain/errors.js";
+import type { RetireOutcome, StoreParts } from "./store/store.js";
 
 const HORIZON = `${ROTATED_KEY_HORIZON_MS / 60_000} minutes`;
 const ROTATE_USAGE = "usage: platform-api rotate-key [--retire <kid>]";
@@ -44,11 +45,21 @@ function describe(status: KeyStatus): string {
   }
 }
 
+/**
+ * Retires the key, and in the same transaction revokes the refresh tokens of every sign-in begun while it signed
+ * (a leaked key may have minted tokens nobody can tell from ours: the people signed in under it sign in again).
+ */
+async function retireWithRefreshTokens(tx: StoreParts, kid: string): Promise<RetireOutcome> {
+  const outcome = await tx.keys.retireSigningKey(kid, Date.now());
+  await tx.refreshTokens.revokeKey(kid);
+  return outcome;
+}
+
 export const rotateKeyCommand: Command = {
   summary: "add a new token-signing key (and retire a compromised one with --retire)",
   help: `${ROTATE_USAGE}
 
-Adds a new signing key. New tokens are signed with it, by running servers from their next request. Tokens signed by the previous key keep verifying until they expire; the previous key verifies nothing ${HORIZON} after this (one token lifetime and a minute) and leaves /.well-known/jwks.json then. With --retire <kid>, the key <kid> (the current one, if it leaked) is retired in the same transaction: its tokens are refused from every server's next request. Prints "added signing key <kid>" (and "retired signing key <kid>"). Exits 0 when done, 1 when <kid> is no key (nothing is changed), 2 on usage errors. ${STORE_ENVIRONMENT}`,
+Adds a new signing key. New tokens are signed with it, by running servers from their next request. Tokens signed by the previous key keep verifying until they expire; the previous key verifies nothing ${HORIZON} after this (one token lifetime and a minute) and leaves /.well-known/jwks.json then. With --retire <kid>, the key <kid> (the current one, if it leaked) is retired in the same transaction: its tokens are refused from every server's next request, and the refresh tokens of sign-ins begun while it signed are revoked (those people sign in again). Prints "added signing key <kid>" (and "retired signing key <kid>"). Exits 0 when done, 1 when <kid> is no key (nothing is changed), 2 on usage errors. ${STORE_ENVIRONMENT}`,
   async run(args) {
     // A kid is base64url and may begin with "-": the argument after --retire is the kid, whatever it is.
     const { values } = parseCommandArgs(args, ROTATE_USAGE, { retire: { type: "string" } }, 0, ["retire"]);
@@ -59,7 +70,7 @@ Adds a new signing key. New tokens are signed with it, by running servers from t
       try {
         await store.transaction(async (tx) => {
           await tx.keys.addSigningKey(key);
-          if (retire !== undefined) await tx.keys.retireSigningKey(retire, Date.now());
+          if (retire !== undefined) await retireWithRefreshTokens(tx, retire);
         });
       } catch (err) {
         const refusal = retireRefusal(err, retire!);
@@ -76,7 +87,7 @@ export const retireKeyCommand: Command = {
   summary: "retire a token-signing key now: its tokens stop verifying",
   help: `${RETIRE_USAGE}
 
-Retires the signing key <kid> now: every server refuses its tokens from its next request (401, "signed by a retired signing key"), it leaves /.well-known/jwks.json, it never signs again, and its private half is erased. The newest key, the one that signs, cannot be retired this way: use \`platform-api rotate-key --retire <kid>\`, which adds its successor in the same step. \`platform-api list-keys\` shows the kids. Exits 0 when retired (or retired already), 1 when <kid> is no key or is the newest, 2 on usage errors. ${STORE_ENVIRONMENT}`,
+Retires the signing key <kid> now: every server refuses its tokens from its next request (401, "signed by a retired signing key"), it leaves /.well-known/jwks.json, it never signs again, its private half is erased, and the refresh tokens of sign-ins begun while it signed are revoked (those people sign in again). The newest key, the one that signs, cannot be retired this way: use \`platform-api rotate-key --retire <kid>\`, which adds its successor in the same step. \`platform-api list-keys\` shows the kids. Exits 0 when retired (or retired already), 1 when <kid> is no key or is the newest, 2 on usage errors. ${STORE_ENVIRONMENT}`,
   async run(args) {
     // A kid is base64url and may begin with "-": one argument alone is the kid, whatever it is.
     const { positionals } = parseCommandArgs(args.length === 1 ? ["--", ...args] : args, RETIRE_USAGE, {}, 1);
@@ -85,7 +96,7 @@ Retires the signing key <kid> now: every server refuses its tokens from its next
     return withCommandStore(async (store) => {
       let outcome: string;
       try {
-        outcome = await store.keys.retireSigningKey(kid, Date.now());
+        outcome = await store.transaction((tx) => retireWithRefreshTokens(tx, kid));
       } catch (err) {
         const refusal = retireRefusal(err, kid);
         if (refusal === undefined) throw err;

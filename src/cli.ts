@@ -72,6 +72,10 @@ const COMMANDS: Record<string, CommandEntry> = {
     summary: "sign a short-lived JWT with a private JWK (a static-keys identity's token to exchange)",
     load: async () => (await import("./cli-keys.js")).signJwtCommand,
   },
+  auth: {
+    summary: "sign in as a person and print API tokens for curl, buf curl and gRPC (login, token, status, logout)",
+    load: async () => (await import("./cli-auth.js")).authCommand,
+  },
 };
 
 function usage(): string {

@@ -1,5 +1,6 @@
 import { availableParallelism } from "node:os";
 import { join, resolve, sep } from "node:path";
+import { readSignInProviders, type SignInProvider } from "./auth/sign-in/providers-file.js";
 import { PACKAGE_ROOT } from "./package-root.js";
 import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "./server/http/byte-budget.js";
 import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "./server/http/connection-limits.js";
@@ -106,6 +107,14 @@ export interface Config {
    * pruned in small batches, and a cursor before them is EVENT_CURSOR_EXPIRED.
    */
   eventRetentionMs: number;
+  /**
+   * Refresh tokens issued at people's sign-in: each token works until it has
+   * been idle for refreshIdleMs (PLATFORM_REFRESH_TOKEN_IDLE; default 7 days),
+   * and no token of a sign-in works after refreshMaxAgeMs from that sign-in
+   * (PLATFORM_REFRESH_TOKEN_LIFETIME; default 30 days): the person signs in
+   * again. docs/authentication.md.
+   */
+  refresh: { idleMs: number; maxAgeMs: number };
   /**
    * WatchEvents' bounds: a stream ends (OK, the client resumes from its last
    * cursor) after maxStreamMs (PLATFORM_EVENT_WATCH_MAX_MS, 1 h); a caught-up
@@ -259,6 +268,18 @@ export interface Config {
    * default 1 hour). Clients reconnect on their own; load spreads again.
    */
   http2MaxConnectionAgeMs: number;
+  /**
+   * The operator's upstream OpenID providers people sign in at, read at
+   * start from the JSON file PLATFORM_SIGN_IN_PROVIDERS_FILE (default none:
+   * only organizations' own identity providers). docs/sign-in.md.
+   */
+  signInProviders: SignInProvider[];
+  /**
+   * Sign-ins one client address (an IPv6 /64 as one) may have pending at once
+   * (PLATFORM_SIGN_IN_PENDING_PER_ADDRESS; default 20): each is a stored
+   * flow that lives 10 minutes unless finished; past it, a new one is refused.
+   */
+  signInPendingPerAddress: number;
 }
 
 /** Every environment variable the server reads, with its default: `serve --help` prints them (docs/configuration.md has the same table, checked by test/docs-reference.test.ts). */
@@ -312,6 +333,16 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
     meaning: "calls per second one identity may make to each process, bursts of twice that (0: no limit; the administrator: none)",
   },
   { name: "PLATFORM_EVENT_RETENTION", default: "30d", meaning: "how long the change feed keeps events (d, h, m or s)" },
+  {
+    name: "PLATFORM_REFRESH_TOKEN_IDLE",
+    default: "7d",
+    meaning: "a refresh token unused this long stops working (d, h, m or s)",
+  },
+  {
+    name: "PLATFORM_REFRESH_TOKEN_LIFETIME",
+    default: "30d",
+    meaning: "no refresh token works this long after its sign-in (d, h, m or s)",
+  },
   { name: "PLATFORM_EVENT_WATCH_MAX_MS", default: "3600000", meaning: "a WatchEvents stream ends (OK) after this long; clients resume" },
   { name: "PLATFORM_EVENT_WATCH_POLL_MS", default: "1000", meaning: "how often a caught-up watch looks for other processes' events" },
   {
@@ -395,6 +426,16 @@ export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; me
   },
   { name: "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", default: "3600000", meaning: "an HTTP/2 connection this old gets GOAWAY (calls finish)" },
   { name: "PLATFORM_HEALTH_WATCH_MAX_MS", default: "1800000", meaning: "a grpc.health.v1 Health/Watch stream ends (OK) after this" },
+  {
+    name: "PLATFORM_SIGN_IN_PROVIDERS_FILE",
+    default: "none",
+    meaning: "JSON list of upstream OpenID providers people sign in at (docs/sign-in.md)",
+  },
+  {
+    name: "PLATFORM_SIGN_IN_PENDING_PER_ADDRESS",
+    default: "20",
+    meaning: "sign-ins one client address may have pending at once (each lives 10 minutes)",
+  },
   { name: "PLATFORM_SKIP_PERMISSION_CHECK", default: "false", meaning: "start even when the data directory is group- or world-accessible" },
 ];
 
@@ -660,6 +701,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     maxSubscriptionsPerOrg: integer(env, "PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG", 25, 1, 100_000, problems),
     eventRetentionMs: duration(env, "PLATFORM_EVENT_RETENTION", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
+    refresh: {
+      idleMs: duration(env, "PLATFORM_REFRESH_TOKEN_IDLE", 7 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
+      maxAgeMs: duration(env, "PLATFORM_REFRESH_TOKEN_LIFETIME", 30 * 86_400_000, 60_000, 3650 * 86_400_000, problems),
+    },
     metricsToken: env.PLATFORM_METRICS_TOKEN ?? "",
     metricsPublic: metricsPublic(env, problems),
     registry: {
@@ -693,6 +738,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     http2MaxConnectionAgeMs: integer(env, "PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS", 3_600_000, 100, 604_800_000, problems),
     pendingRequestBytes,
     pendingRequestBytesPerAddress,
+    signInProviders: readSignInProviders(env.PLATFORM_SIGN_IN_PROVIDERS_FILE ?? "", problems),
+    signInPendingPerAddress: integer(env, "PLATFORM_SIGN_IN_PENDING_PER_ADDRESS", 20, 1, 10_000, problems),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

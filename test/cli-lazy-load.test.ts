@@ -2,13 +2,14 @@
  * The command line loads what a command needs and no more (issue 24: `--version` took 1.1–2.5 s because every
  * command imported the server): `--version`, `--help`, `keygen`, `sign-jwt`, `admin-token` and `serve --help`
  * never load the server (src/server/app.ts, fastify, grpc-js); `--version` and `--help` load no package at
- * all. The compiled command runs as users run it, with a module-resolution hook (node:module's register)
- * that writes down every module the process resolves; `serve` itself is the control that the hook sees the
+ * all, and neither does `auth token` with a valid token stored (what scripts run before every call). The
+ * compiled command runs as users run it, with a module-resolution hook (node:module's register) that writes
+ * down every module the process resolves; `serve` itself is the control that the hook sees the
  * server when it is loaded. How long the commands take is measured by bench/cli-start.ts, not here.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -91,6 +92,27 @@ test("keygen, sign-jwt, admin-token and serve --help do not load the server", as
     assert.ok(run.modules.length > 0, args[0]);
     assert.deepEqual(serverModulesIn(run.modules), [], args[0]);
   }
+});
+
+test("auth token with a valid token stored loads no package, and not the sign-in or the HTTP client", async () => {
+  const config = join(dir, "config");
+  const expiry = new Date(Date.now() + 3_600_000).toISOString();
+  mkdirSync(join(config, "platform-api"), { recursive: true, mode: 0o700 });
+  writeFileSync(
+    join(config, "platform-api", "credentials.json"),
+    JSON.stringify({ version: 1, servers: { "http://localhost:8080": { token: "stored-token", expiry, refreshToken: "prt_x" } } }),
+    { mode: 0o600 },
+  );
+  const run = await loaded(["auth", "token"], { XDG_CONFIG_HOME: config, PLATFORM_URL: "" });
+  assert.equal(run.code, 0, run.stderr);
+  assert.ok(run.modules.includes(`${DIST}/cli-auth.js`), "the hook saw the auth command load");
+  assert.deepEqual(packagesIn(run.modules), []);
+  assert.deepEqual(serverModulesIn(run.modules), []);
+  assert.deepEqual(
+    run.modules.filter((url) => /\/cli-auth-(server|login|loopback|device|browser)\.js$/.test(url)),
+    [],
+    "only the credentials are read",
+  );
 });
 
 test("serve loads the server (the control: the hook sees it when it is loaded)", async () => {

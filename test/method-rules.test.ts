@@ -56,7 +56,11 @@ test("lists are unscoped and name their list capability (the change feed: each k
  * RPCs that need no API token, and scoped-by-hand RPCs (unscoped, not a List):
  * each authorizes in its handler, so adding one is a reviewed change here.
  */
-const NO_TOKEN = ["platformapi.oidc.v1.SecurityTokenService.Exchange"];
+const NO_TOKEN = [
+  "platformapi.oidc.v1.SecurityTokenService.Exchange",
+  // Its bearer is a refresh token, which the handler checks itself (src/auth/refresh-tokens.ts).
+  "platformapi.oidc.v1.SecurityTokenService.ExchangeRefreshToken",
+];
 const AUTHORIZED_IN_HANDLER = [
   "platformapi.auth.v1.AuthService.Register",
   "platformapi.auth.v1.AuthService.Validate",

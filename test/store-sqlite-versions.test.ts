@@ -40,6 +40,8 @@ const IMPLEMENTED_BY: Record<PartName, [file: string, className: string]> = {
   events: ["events.ts", "SqliteEventStore"],
   subscriptions: ["subscriptions.ts", "SqliteSubscriptionStore"],
   deliveries: ["subscriptions.ts", "SqliteDeliveryStore"],
+  signInFlows: ["sign-in.ts", "SqliteSignInFlowStore"],
+  refreshTokens: ["sign-in.ts", "SqliteRefreshTokenStore"],
 };
 
 const VERSIONED = new Set<string>(VERSIONED_TABLES);

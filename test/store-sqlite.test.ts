@@ -34,7 +34,9 @@ runStoreConformance("sqlite in memory", () => openSqliteStore({ dataDir: ":memor
 runStoreConformance("sqlite file behind its caches", () => createCachingStore(openSqliteStore({ dataDir: freshDir() })));
 
 /** Drops the tables of migrations after 3, so a file looks like what an older server left. */
+const LATER_THAN_13 = "DROP TABLE refresh_tokens; DROP TABLE sign_in_flows;";
 const LATER_THAN_3 =
+  `${LATER_THAN_13} ` +
   "DROP TABLE delivery_attempts; DROP TABLE subscription_deliveries; DROP TABLE subscriptions; " +
   FIRST_VERSIONED_TABLES.flatMap((t) => ["insert", "update", "delete"].map((op) => `DROP TRIGGER IF EXISTS ${t}_version_${op};`)).join(
     " ",
@@ -297,6 +299,38 @@ describe("sqlite store on disk", () => {
       await again.close();
     }
     assert.ok(userVersion(dir) >= 4);
+  });
+
+  test("a database at schema version 13 is migrated in place, keeping its people, gaining sign-in flows and refresh tokens", async () => {
+    const dir = freshDir();
+    const first = openSqliteStore({ dataDir: dir });
+    await first.identities.create(PERSON);
+    await first.close();
+    const db = new Database(join(dir, "platform.db"));
+    db.exec(LATER_THAN_13);
+    db.pragma("user_version = 13");
+    db.close();
+
+    const again = openSqliteStore({ dataDir: dir });
+    try {
+      assert.deepEqual(await again.identities.get(PERSON.uid), PERSON);
+      const token = {
+        hash: "h",
+        familyId: "f",
+        identityUid: PERSON.uid,
+        clientId: "platform-cli",
+        keyId: "k",
+        familyStartTime: 1,
+        issueTime: 1,
+        usedTime: 0,
+      };
+      await again.refreshTokens.start(token, 50);
+      assert.deepEqual(await again.refreshTokens.get("h"), token);
+      assert.equal(await again.signInFlows.get("absent", 0), null);
+    } finally {
+      await again.close();
+    }
+    assert.equal(userVersion(dir), 14);
   });
 
   test("every versioned table, each part's among them, has its row in table_versions, and no trigger (the store moves them)", async () => {

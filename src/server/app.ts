@@ -10,6 +10,9 @@ import { adminSubject, createBearerAuthenticator } from "../auth/authenticator.j
 import { createAuthorizer } from "../auth/authorizer.js";
 import { clientAddressKey, type Authenticator } from "../auth/principal.js";
 import { createCallRateLimiter } from "../auth/rate-limit.js";
+import { createRefreshTokens } from "../auth/refresh-tokens.js";
+import { startSignInSweep } from "../auth/sign-in-sweep.js";
+import { RelyingParty } from "../auth/sign-in/relying-party.js";
 import { addSigningKey, TokenService } from "../auth/tokens.js";
 import { UpstreamVerifier } from "../auth/upstream.js";
 import type { Config } from "../config.js";
@@ -22,6 +25,7 @@ import { FeedCursors } from "../services/events/feed-cursor.js";
 import { startEventRetention } from "../services/events/retention.js";
 import { createFeedNotifier } from "../services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
+import { createPeople } from "../services/oidc/people.js";
 import { identityAssumer } from "../services/oidc/sts.js";
 import { PageTokenSealer } from "../store/page-token.js";
 import { seedBuiltinRoles } from "../store/seed.js";
@@ -40,6 +44,8 @@ import { installCors } from "./http/cors.js";
 import type { Http2RequestHandler } from "./http/http2-requests.js";
 import { createOnePortServer, timeoutsFor, type OnePortServer, type OnePortTimeouts } from "./http/one-port.js";
 import { nextRequestId, requestIdFrom } from "./http/request-id.js";
+import { installSignIn } from "./http/sign-in/index.js";
+import { Upstreams } from "./http/sign-in/upstreams.js";
 import { installHealthAndMetrics, installWellKnown } from "./http/system-routes.js";
 import { createTlsTermination } from "./http/tls.js";
 import { listen, ServerLifecycle } from "./lifecycle.js";
@@ -152,6 +158,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       if (!(err instanceof UnavailableError)) app.log.warn({ err }, "pruning old events failed; retried in a minute");
     },
   });
+  const signInSweep = startSignInSweep(store, {
+    refresh: config.refresh,
+    now,
+    onError: (err) => {
+      if (!(err instanceof UnavailableError))
+        app.log.warn({ err }, "sweeping expired sign-ins and refresh tokens failed; retried in a minute");
+    },
+  });
   const deliverer = createDeliverer({
     store,
     authz: authorizer,
@@ -172,20 +186,23 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   metrics.watchSubscriptionLags(() => deliverer.lags());
   const onInternalError = (err: unknown, reqId?: string) => app.log.error({ err, reqId }, "internal error");
+  // The operator's sign-in providers are user issuers: the operator trusts them as given (any address), and they vouch for emails.
+  const userIssuers = [...new Set([...config.userIssuers, ...config.signInProviders.map((p) => p.issuer)])];
   const deps = {
     store,
     authz: authorizer,
     pageTokens,
     now,
     tokens,
+    refreshTokens: createRefreshTokens({ store, now, settings: config.refresh }),
     upstream: new UpstreamVerifier(now, {
       allowLoopback: config.allowLoopbackIssuers,
-      operatorIssuers: config.userIssuers,
+      operatorIssuers: userIssuers,
       newIssuerTimeoutMs: config.issuerFetches.newIssuerTimeoutMs,
       fetchSlots: config.issuerFetches,
     }),
     urls: { base: config.baseUrl, auth: config.authUrl },
-    signIn: { issuers: config.userIssuers, audiences: config.userAudiences },
+    signIn: { issuers: userIssuers, audiences: config.userAudiences },
     issuerPolicy: { allowLoopback: config.allowLoopbackIssuers },
     maxOrgsPerIdentity: config.maxOrgsPerIdentity,
     maxSubscriptionsPerOrg: config.maxSubscriptionsPerOrg,
@@ -367,6 +384,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   installWellKnown(app, config, tokens);
   installRegistryNotifications(app, { store, now, events: deps.events, secret: config.registryNotifySecret });
   installRegistryToken(app, { config, store, authz: authorizer, authenticator: loggedAuthenticator, assume: identityAssumer(deps), now });
+  installSignIn(app, {
+    store,
+    tokens,
+    now,
+    people: createPeople(deps),
+    refreshTokens: deps.refreshTokens,
+    rp: new RelyingParty({ redirectUri: `${config.authUrl}/sign-in/callback`, policy: deps.issuerPolicy, upstream: deps.upstream, now }),
+    upstreams: new Upstreams(store, config.signInProviders),
+    authUrl: config.authUrl,
+    secureCookies: config.authUrl.startsWith("https:") || config.tls !== undefined,
+    pendingPerAddress: config.signInPendingPerAddress,
+  });
 
   // With PLATFORM_METRICS_ADDR, /metrics has a listener of its own (in worker mode, the primary's) instead of a route;
   // either way the line saying where metrics can be scraped, or that they are private, is logged here (or by the primary).
@@ -390,6 +419,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     metricsUrl: metricsListener?.url,
     close: async () => {
       retention.stop();
+      signInSweep.stop();
       // Before the store closes: a post cut short is simply posted again by the next holder of its lease.
       await deliverer.stop();
       feedNotifier.close();

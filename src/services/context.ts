@@ -1,6 +1,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Authorizer } from "../auth/authorizer.js";
 import { principalKey, type Principal } from "../auth/principal.js";
+import type { RefreshTokens } from "../auth/refresh-tokens.js";
 import type { TokenService } from "../auth/tokens.js";
 import type { UpstreamVerifier } from "../auth/upstream.js";
 import { UnauthenticatedError } from "../domain/errors.js";
@@ -19,6 +20,8 @@ export interface ServiceDeps {
   now: () => number;
   /** Issues and verifies this server's API tokens. */
   tokens: TokenService;
+  /** People's refresh tokens: issued at sign-in, rotated by ExchangeRefreshToken and /oauth/token. */
+  refreshTokens: RefreshTokens;
   /** Verifies OIDC tokens of other issuers. */
   upstream: UpstreamVerifier;
   /** The API's base URL (audience of our tokens) and the auth URL (their issuer). */

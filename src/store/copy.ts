@@ -179,6 +179,9 @@ const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, co
   },
   // Delivery state (cursors, retries, leases) and logs are the source's own: created afresh with each subscription.
   deliveries: async () => {},
+  // Sign-ins in progress last minutes, and sessions are not carried to another engine: people sign in again.
+  signInFlows: async () => {},
+  refreshTokens: async () => {},
 };
 
 /** How many records of each kind were copied. */
@@ -193,7 +196,8 @@ export type CopyCounts = Record<string, number>;
  * subscriptions, the signing keys and the server's secrets (not the feed
  * cursors' key: the engines' feed positions differ, so a cursor of the source
  * must not decode to a position in the target), with their uids and times.
- * Delivery state starts afresh with each subscription. Built-in roles the
+ * Delivery state starts afresh with each subscription; sign-ins in progress and refresh tokens are not copied
+ * (people sign in again). Built-in roles the
  * target already has are kept. Refuses a target that holds any group or
  * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
  * Refuses a source with text PostgreSQL cannot store (a NUL, which SQLite

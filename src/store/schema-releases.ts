@@ -18,6 +18,7 @@ export const SCHEMA_RELEASES: readonly SchemaRelease[] = [
   { version: "0.1.0", sqlite: 11, postgres: 6 },
   { version: "0.2.0", sqlite: 12, postgres: 7 },
   { version: "0.3.0", sqlite: 13, postgres: 8 },
+  { version: "0.4.0", sqlite: 14, postgres: 9 },
 ];
 
 /** The schema versions this code migrates to (the last row). */

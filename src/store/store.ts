@@ -15,12 +15,24 @@ import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import type { Async } from "./async-type.js";
 import type { EventStore, SyncEventStore } from "./event-store.js";
 import type { Cursor, ListQuery, ListResult } from "./list-query.js";
+import type {
+  RefreshTokenRecord,
+  RefreshTokenStore,
+  RotateResult,
+  SignInFlowChanges,
+  SignInFlowRecord,
+  SignInFlowStatus,
+  SignInFlowStore,
+  SyncRefreshTokenStore,
+  SyncSignInFlowStore,
+} from "./sign-in-store.js";
 import type { DeliveryStore, SubscriptionStore, SyncDeliveryStore, SyncSubscriptionStore } from "./subscription-store.js";
 import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
 export type { Async, Cursor, DeliveryStore, EventStore, ListQuery, ListResult, SubscriptionStore };
+export type { RefreshTokenRecord, RefreshTokenStore, RotateResult, SignInFlowChanges, SignInFlowRecord, SignInFlowStatus, SignInFlowStore };
 
 /** Group orderings the store supports. */
 export type GroupOrder = "uid" | "name" | "created_at" | "updated_at";
@@ -673,6 +685,8 @@ export interface SyncStoreParts {
   events: SyncEventStore;
   subscriptions: SyncSubscriptionStore;
   deliveries: SyncDeliveryStore;
+  signInFlows: SyncSignInFlowStore;
+  refreshTokens: SyncRefreshTokenStore;
 }
 
 /** A part's name. */

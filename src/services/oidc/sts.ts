@@ -1,20 +1,15 @@
+import { randomBytes } from "node:crypto";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { IdentitySchema } from "../../../gen/platformapi/iam/v2beta1/identities_pb.js";
-import type { RoleBindingSchema } from "../../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
 import type { SecurityTokenService } from "../../../gen/platformapi/oidc/v1/sts_pb.js";
 import type { UpstreamClaims } from "../../auth/upstream.js";
 import { claimsMatch, compilePattern } from "../../domain/claim-match.js";
 import { invalidField, PermissionDeniedError, UnauthenticatedError } from "../../domain/errors.js";
 import { requireUidp } from "../../domain/hierarchy.js";
-import { newChildUid, rootOf } from "../../domain/uidp.js";
-import { providerUserUid, userIdentityUid } from "../../domain/user-identity.js";
-import type { IdentityProviderRecord, IdentityRecord, RoleBindingRecord, StoreParts } from "../../store/store.js";
+import { rootOf } from "../../domain/uidp.js";
+import type { IdentityRecord } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
-import { committed, emit, type Change } from "../events.js";
-import { roleBindingCreated } from "../iam/hydrate.js";
-import { identityMessage } from "../iam/identity-messages.js";
-import { roleAppliesAt } from "../iam/role-refs.js";
 import { timestampFromMs } from "../time.js";
+import { audiencesOf, createPeople } from "./people.js";
 
 const BEARER = /^Bearer[ ]+(\S+)$/i;
 
@@ -30,26 +25,6 @@ const cannotAssume = (uid: string) => new PermissionDeniedError(`Permission deni
 /** One answer for a missing provider and a token it does not accept, so provider uids cannot be probed. */
 const cannotSignInThrough = (uid: string) =>
   new PermissionDeniedError(`Permission denied: the token may not sign in through identity provider ${uid}`);
-
-/** The token's audiences as a list. */
-const audiencesOf = (claims: UpstreamClaims) => (Array.isArray(claims.aud) ? claims.aud : claims.aud === undefined ? [] : [claims.aud]);
-
-/** A person's display name from their ID token, fitted to the name rule. */
-function personName(claims: UpstreamClaims): string {
-  const raw = typeof claims.email === "string" ? claims.email.split("@")[0]! : typeof claims.name === "string" ? claims.name : "";
-  const cleaned = raw
-    .toLowerCase()
-    .replace(/[^a-z0-9 ._-]/g, "")
-    .slice(0, 63);
-  return cleaned.length >= 3
-    ? cleaned
-    : `user ${claims.sub
-        .slice(0, 8)
-        .toLowerCase()
-        .replace(/[^a-z0-9]/g, "")}`
-        .trim()
-        .padEnd(3, "0");
-}
 
 /**
  * Checks that an upstream OIDC token may assume the identity uid (its
@@ -111,6 +86,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
   const { store } = deps;
 
   const assume = identityAssumer(deps);
+  const people = createPeople(deps);
 
   async function signIn(ctx: HandlerContext, token: string): Promise<IdentityRecord> {
     const claims = await deps.upstream.verify(token, (iss) => deps.signIn.issuers.includes(iss));
@@ -118,14 +94,13 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
     if (!auds.some((a) => deps.signIn.audiences.includes(a))) {
       throw new UnauthenticatedError("Unauthenticated: the ID token's audience is not one this server accepts for sign-in");
     }
-    return register(ctx, userIdentityUid(claims.iss, claims.sub), null, claims, async () => []);
+    return people.signIn(ctx, claims);
   }
 
   /**
    * Signs a person in through an organization's identity provider: the ID
-   * token must come from the provider's issuer for its client. On first
-   * sign-in the person is registered in the provider's group and gets its
-   * default role there, in one transaction.
+   * token must come from the provider's issuer for its client (people.ts
+   * registers them in its group on first sign-in).
    */
   async function signInThrough(ctx: HandlerContext, providerUid: string, token: string): Promise<IdentityRecord> {
     const provider = await store.identityProviders.get(providerUid);
@@ -138,87 +113,7 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
       throw err;
     }
     if (!audiencesOf(claims).includes(provider.oidc.clientId)) throw cannotSignInThrough(providerUid);
-    return register(ctx, providerUserUid(provider, claims.sub), provider.parentUid, claims, (tx, person) =>
-      bindDefaultRole(tx, provider, person),
-    );
-  }
-
-  /** Binds the provider's default role to a person signing in through it for the first time; the binding's event. */
-  async function bindDefaultRole(
-    tx: StoreParts,
-    provider: IdentityProviderRecord,
-    person: IdentityRecord,
-  ): Promise<Change<typeof RoleBindingSchema>[]> {
-    const role = await tx.roles.get(provider.defaultRole);
-    // The role cannot be deleted while a provider names it; re-checked all the same.
-    if (!role || !roleAppliesAt(role, provider.parentUid)) return [];
-    const binding: RoleBindingRecord = {
-      uid: newChildUid(provider.parentUid),
-      groupUid: provider.parentUid,
-      identityUid: person.uid,
-      roleUid: role.uid,
-      createTime: person.createTime,
-    };
-    await tx.roleBindings.create([binding]);
-    return [{ ...roleBindingCreated(binding), actor: person.uid }];
-  }
-
-  /** The person with uid, registered (with onFirstSignIn, in the same transaction) if new. */
-  async function register(
-    ctx: HandlerContext,
-    uid: string,
-    parentUid: string | null,
-    claims: UpstreamClaims,
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    onFirstSignIn: (tx: StoreParts, person: IdentityRecord) => Promise<Change<any>[]>,
-  ): Promise<IdentityRecord> {
-    const existing = await store.identities.get(uid);
-    if (existing) return existing;
-    const now = deps.now();
-    const verified = claims.email_verified === true && typeof claims.email === "string";
-    const person: IdentityRecord = {
-      uid,
-      parentUid,
-      name: personName(claims),
-      description: "",
-      email: verified ? (claims.email as string) : "",
-      emailUnverified: !verified && typeof claims.email === "string" ? claims.email : "",
-      company: "",
-      relationship: {
-        kind: "claimMatch",
-        claimMatch: {
-          issuer: claims.iss,
-          issuerPattern: "",
-          subject: claims.sub,
-          subjectPattern: "",
-          audience: "",
-          audiencePattern: "",
-          claims: {},
-          claimPatterns: {},
-        },
-      },
-      lastSeenTime: now,
-      createTime: now,
-      updateTime: now,
-    };
-    try {
-      await committed(
-        deps,
-        ctx,
-        store.transaction(async (tx) => {
-          await tx.identities.create(person);
-          const changes = await onFirstSignIn(tx, person);
-          const created = { kind: "identity", action: "created", subject: uid, actor: uid } as const;
-          await emit(tx, deps, ctx, [{ ...created, resource: { schema: IdentitySchema, message: identityMessage(person) } }, ...changes]);
-        }),
-      );
-    } catch (err) {
-      // Two first sign-ins racing: the other one registered the person.
-      const raced = await store.identities.get(uid);
-      if (!raced) throw err;
-      return raced;
-    }
-    return person;
+    return people.signInThrough(ctx, provider, claims);
   }
 
   return {
@@ -237,7 +132,31 @@ export function createStsService(deps: ServiceDeps): ServiceImpl<typeof Security
             : await signIn(ctx, token);
       await store.identities.touchLastSeen(identity.uid, deps.now(), ctx.signal);
       const issued = await deps.tokens.mint(identity.uid);
-      return { token: issued.token, expiry: timestampFromMs(issued.expiresAt) };
+      // A person signing in starts a refresh family; a workload assuming an identity exchanges again instead.
+      const refreshToken = req.identity === "" ? await deps.refreshTokens.start(identity.uid, STS_CLIENT_ID, newFamilyId()) : "";
+      return { token: issued.token, refreshToken, expiry: timestampFromMs(issued.expiresAt) };
+    },
+
+    async exchangeRefreshToken(req, ctx) {
+      const token = refreshBearer(ctx);
+      if (!req.aud.every((a) => a === deps.urls.base)) throw invalidField("aud", `must be this API's base URL, ${deps.urls.base}`);
+      const rotated = await deps.refreshTokens.rotate(token);
+      await store.identities.touchLastSeen(rotated.identityUid, deps.now(), ctx.signal);
+      const issued = await deps.tokens.mint(rotated.identityUid);
+      return { token: { token: issued.token, expiry: timestampFromMs(issued.expiresAt) }, refreshToken: { token: rotated.refreshToken } };
     },
   };
+}
+
+/** The client a refresh family begun by /sts/exchange is issued to (the OAuth clients are sign-in's). */
+const STS_CLIENT_ID = "sts";
+
+/** A new refresh family's id: 128 random bits. */
+const newFamilyId = () => randomBytes(16).toString("base64url");
+
+/** The refresh token ExchangeRefreshToken's caller sends as its bearer token. */
+function refreshBearer(ctx: HandlerContext): string {
+  const m = BEARER.exec(ctx.requestHeader.get("authorization")?.trim() ?? "");
+  if (!m) throw new UnauthenticatedError("Unauthenticated: send the refresh token as Authorization: Bearer <token>");
+  return m[1]!;
 }

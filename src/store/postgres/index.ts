@@ -21,6 +21,7 @@ import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
 import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
+import { PgRefreshTokenStore, PgSignInFlowStore } from "./sign-in.js";
 import { PgDeliveryStore, PgSubscriptionStore } from "./subscriptions.js";
 import { PgTagStore } from "./tags.js";
 import {
@@ -247,6 +248,8 @@ const PART_MAKERS: { readonly [P in PartName]: (run: Runner) => StoreParts[P] } 
   events: (run) => new PgEventStore(run),
   subscriptions: (run) => new PgSubscriptionStore(run),
   deliveries: (run) => new PgDeliveryStore(run),
+  signInFlows: (run) => new PgSignInFlowStore(run),
+  refreshTokens: (run) => new PgRefreshTokenStore(run),
 };
 
 /** True when a server has migrated this database (it has our schema_migrations table). */

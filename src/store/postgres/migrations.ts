@@ -389,6 +389,61 @@ const MIGRATIONS: readonly Migration[] = [
     FOR EACH STATEMENT EXECUTE FUNCTION bump_tags_version();
   `,
   },
+  // 9: people's sign-in, as SQLite's 14th: pending sign-in flows and refresh tokens (hashes only), unversioned;
+  // a token goes with its identity (ON DELETE CASCADE).
+  {
+    name: "sign-in flows and refresh tokens",
+    sql: `
+  CREATE TABLE sign_in_flows (
+    id text COLLATE "C" PRIMARY KEY,
+    kind text NOT NULL CHECK (kind IN ('authorize', 'device', 'web')),
+    client_id text NOT NULL,
+    redirect_uri text NOT NULL,
+    client_state text NOT NULL,
+    code_challenge text NOT NULL,
+    device_code_hash text COLLATE "C" NOT NULL,
+    user_code_hash text COLLATE "C" NOT NULL,
+    poll_interval bigint NOT NULL,
+    last_poll_time bigint NOT NULL,
+    scope_idp text NOT NULL,
+    scope_org text NOT NULL,
+    scope_provider text NOT NULL,
+    client_address text COLLATE "C" NOT NULL,
+    upstream_provider text NOT NULL,
+    upstream_state_hash text COLLATE "C" NOT NULL,
+    upstream_nonce text NOT NULL,
+    upstream_verifier text NOT NULL,
+    browser_binding_hash text NOT NULL,
+    status text NOT NULL CHECK (status IN ('pending', 'signed-in', 'approved', 'denied', 'consumed')),
+    identity_uid text COLLATE "C" NOT NULL,
+    code_hash text COLLATE "C" NOT NULL,
+    create_time bigint NOT NULL,
+    expire_time bigint NOT NULL
+  );
+  CREATE UNIQUE INDEX sign_in_flows_upstream_state ON sign_in_flows(upstream_state_hash) WHERE upstream_state_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_device_code ON sign_in_flows(device_code_hash) WHERE device_code_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_user_code ON sign_in_flows(user_code_hash) WHERE user_code_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_code ON sign_in_flows(code_hash) WHERE code_hash <> '';
+  CREATE INDEX sign_in_flows_address ON sign_in_flows(client_address, expire_time);
+  CREATE INDEX sign_in_flows_expire_time ON sign_in_flows(expire_time);
+
+  CREATE TABLE refresh_tokens (
+    hash text COLLATE "C" PRIMARY KEY,
+    family_id text COLLATE "C" NOT NULL,
+    identity_uid text COLLATE "C" NOT NULL REFERENCES identities(uid) ON DELETE CASCADE,
+    client_id text NOT NULL,
+    key_id text COLLATE "C" NOT NULL,
+    family_start_time bigint NOT NULL,
+    issue_time bigint NOT NULL,
+    used_time bigint NOT NULL DEFAULT 0
+  );
+  CREATE INDEX refresh_tokens_family ON refresh_tokens(family_id, used_time);
+  CREATE INDEX refresh_tokens_identity ON refresh_tokens(identity_uid, family_start_time);
+  CREATE INDEX refresh_tokens_key ON refresh_tokens(key_id);
+  CREATE INDEX refresh_tokens_issue_time ON refresh_tokens(issue_time);
+  CREATE INDEX refresh_tokens_family_start_time ON refresh_tokens(family_start_time);
+  `,
+  },
 ];
 
 /**

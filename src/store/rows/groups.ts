@@ -66,6 +66,9 @@ const GROUP_CHILDREN: { readonly [P in PartName]: GroupChildKind | null } = {
   subscriptions: { label: "subscriptions", existsSql: "SELECT 1 FROM subscriptions WHERE parent_uid = ? LIMIT 1" },
   // Delivery state is a subscription's, not a group's.
   deliveries: null,
+  // Sign-in flows and refresh tokens are a person's (root-level), and last minutes or days: no group holds them.
+  signInFlows: null,
+  refreshTokens: null,
 };
 
 /** Kinds of record that live below a group, checked before the group may be deleted. */

@@ -23,6 +23,7 @@ import { migrate } from "./migrations.js";
 import { SqliteRepoStore } from "./repos.js";
 import { SqliteRoleBindingStore } from "./role-bindings.js";
 import { SqliteRoleStore } from "./roles.js";
+import { SqliteRefreshTokenStore, SqliteSignInFlowStore } from "./sign-in.js";
 import { SqliteDeliveryStore, SqliteSubscriptionStore } from "./subscriptions.js";
 import { TableVersionBumps } from "./table-versions.js";
 import { SqliteTagStore } from "./tags.js";
@@ -96,6 +97,8 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
     events: new SqliteEventStore(db),
     subscriptions: new SqliteSubscriptionStore(db, lists),
     deliveries: new SqliteDeliveryStore(db),
+    signInFlows: new SqliteSignInFlowStore(db),
+    refreshTokens: new SqliteRefreshTokenStore(db),
   };
   const checkpointer =
     opts.backgroundCheckpoints && file !== ":memory:" ? new BackgroundCheckpointer(file, opts.backgroundCheckpoints.onError) : null;

@@ -317,6 +317,62 @@ const MIGRATIONS: readonly Migration[] = [
   UPDATE table_versions SET version = version + 1;
   `,
   },
+  // 14: people's sign-in (issue 32): pending sign-in flows, shared by every process, and refresh tokens in
+  // families, stored only as hashes. Neither is versioned (nothing caches them). A token goes with its identity
+  // (ON DELETE CASCADE), so deleting a person revokes their sessions in the same statement.
+  {
+    name: "sign-in flows and refresh tokens",
+    sql: `
+  CREATE TABLE sign_in_flows (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('authorize', 'device', 'web')),
+    client_id TEXT NOT NULL,
+    redirect_uri TEXT NOT NULL,
+    client_state TEXT NOT NULL,
+    code_challenge TEXT NOT NULL,
+    device_code_hash TEXT NOT NULL,
+    user_code_hash TEXT NOT NULL,
+    poll_interval INTEGER NOT NULL,
+    last_poll_time INTEGER NOT NULL,
+    scope_idp TEXT NOT NULL,
+    scope_org TEXT NOT NULL,
+    scope_provider TEXT NOT NULL,
+    client_address TEXT NOT NULL,
+    upstream_provider TEXT NOT NULL,
+    upstream_state_hash TEXT NOT NULL,
+    upstream_nonce TEXT NOT NULL,
+    upstream_verifier TEXT NOT NULL,
+    browser_binding_hash TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'signed-in', 'approved', 'denied', 'consumed')),
+    identity_uid TEXT NOT NULL,
+    code_hash TEXT NOT NULL,
+    create_time INTEGER NOT NULL,
+    expire_time INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  CREATE UNIQUE INDEX sign_in_flows_upstream_state ON sign_in_flows(upstream_state_hash) WHERE upstream_state_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_device_code ON sign_in_flows(device_code_hash) WHERE device_code_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_user_code ON sign_in_flows(user_code_hash) WHERE user_code_hash <> '';
+  CREATE UNIQUE INDEX sign_in_flows_code ON sign_in_flows(code_hash) WHERE code_hash <> '';
+  CREATE INDEX sign_in_flows_address ON sign_in_flows(client_address, expire_time);
+  CREATE INDEX sign_in_flows_expire_time ON sign_in_flows(expire_time);
+
+  CREATE TABLE refresh_tokens (
+    hash TEXT PRIMARY KEY,
+    family_id TEXT NOT NULL,
+    identity_uid TEXT NOT NULL REFERENCES identities(uid) ON DELETE CASCADE,
+    client_id TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    family_start_time INTEGER NOT NULL,
+    issue_time INTEGER NOT NULL,
+    used_time INTEGER NOT NULL DEFAULT 0
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX refresh_tokens_family ON refresh_tokens(family_id, used_time);
+  CREATE INDEX refresh_tokens_identity ON refresh_tokens(identity_uid, family_start_time);
+  CREATE INDEX refresh_tokens_key ON refresh_tokens(key_id);
+  CREATE INDEX refresh_tokens_issue_time ON refresh_tokens(issue_time);
+  CREATE INDEX refresh_tokens_family_start_time ON refresh_tokens(family_start_time);
+  `,
+  },
 ];
 
 /** The table_versions table and, for each table, triggers that move its row on every insert, update and delete. */

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file platformapi/oidc/v1/sts.proto.
  */
 export const file_platformapi_oidc_v1_sts: GenFile = /*@__PURE__*/
-  fileDesc("Ch1wbGF0Zm9ybWFwaS9vaWRjL3YxL3N0cy5wcm90bxITcGxhdGZvcm1hcGkub2lkYy52MSKoAQoPRXhjaGFuZ2VSZXF1ZXN0EgsKA2F1ZBgBIAMoCRIRCgVzY29wZRgCIAEoCUICGAESEAoIaWRlbnRpdHkYBCABKAkSCwoDY2FwGAUgAygJEhkKEWlkZW50aXR5X3Byb3ZpZGVyGAcgASgJEg4KBnNjb3BlcxgIIAMoCUoECAMQBEoECAYQB1IHY2x1c3RlclIWaW5jbHVkZV91cHN0cmVhbV90b2tlbiJsCghSYXdUb2tlbhINCgV0b2tlbhgBIAEoCRIVCg1yZWZyZXNoX3Rva2VuGAIgASgJEi8KBmV4cGlyeRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBAUIJCgdfZXhwaXJ5MpUBChRTZWN1cml0eVRva2VuU2VydmljZRJ9CghFeGNoYW5nZRIkLnBsYXRmb3JtYXBpLm9pZGMudjEuRXhjaGFuZ2VSZXF1ZXN0Gh0ucGxhdGZvcm1hcGkub2lkYy52MS5SYXdUb2tlbiIsqrsYAhIAgtPkkwIgWg8SDS9zdHMvZXhjaGFuZ2UiDS9zdHMvZXhjaGFuZ2VCuwEKF2NvbS5wbGF0Zm9ybWFwaS5vaWRjLnYxQghTdHNQcm90b1ABWkZnaXRodWIuY29tL3BsYXRmb3JtLWFwaS9wbGF0Zm9ybS1hcGkvZ2VuL2dvL3BsYXRmb3JtYXBpL29pZGMvdjE7b2lkY3YxogIHUE9JRENWMaoCE1BsYXRmb3JtYXBpLk9pZGMuVjHKAhNQbGF0Zm9ybWFwaVxPaWRjXFYx6gIVUGxhdGZvcm1hcGk6Ok9pZGM6OlYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_platformapi_annotations_v1_iam]);
+  fileDesc("Ch1wbGF0Zm9ybWFwaS9vaWRjL3YxL3N0cy5wcm90bxITcGxhdGZvcm1hcGkub2lkYy52MSKoAQoPRXhjaGFuZ2VSZXF1ZXN0EgsKA2F1ZBgBIAMoCRIRCgVzY29wZRgCIAEoCUICGAESEAoIaWRlbnRpdHkYBCABKAkSCwoDY2FwGAUgAygJEhkKEWlkZW50aXR5X3Byb3ZpZGVyGAcgASgJEg4KBnNjb3BlcxgIIAMoCUoECAMQBEoECAYQB1IHY2x1c3RlclIWaW5jbHVkZV91cHN0cmVhbV90b2tlbiJsCghSYXdUb2tlbhINCgV0b2tlbhgBIAEoCRIVCg1yZWZyZXNoX3Rva2VuGAIgASgJEi8KBmV4cGlyeRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBAUIJCgdfZXhwaXJ5IkYKG0V4Y2hhbmdlUmVmcmVzaFRva2VuUmVxdWVzdBILCgNhdWQYASADKAkSDQoFc2NvcGUYAiABKAkSCwoDY2FwGAMgAygJIm8KCVRva2VuUGFpchIsCgV0b2tlbhgBIAEoCzIdLnBsYXRmb3JtYXBpLm9pZGMudjEuUmF3VG9rZW4SNAoNcmVmcmVzaF90b2tlbhgCIAEoCzIdLnBsYXRmb3JtYXBpLm9pZGMudjEuUmF3VG9rZW4yqwIKFFNlY3VyaXR5VG9rZW5TZXJ2aWNlEn0KCEV4Y2hhbmdlEiQucGxhdGZvcm1hcGkub2lkYy52MS5FeGNoYW5nZVJlcXVlc3QaHS5wbGF0Zm9ybWFwaS5vaWRjLnYxLlJhd1Rva2VuIiyquxgCEgCC0+STAiBaDxINL3N0cy9leGNoYW5nZSINL3N0cy9leGNoYW5nZRKTAQoURXhjaGFuZ2VSZWZyZXNoVG9rZW4SMC5wbGF0Zm9ybWFwaS5vaWRjLnYxLkV4Y2hhbmdlUmVmcmVzaFRva2VuUmVxdWVzdBoeLnBsYXRmb3JtYXBpLm9pZGMudjEuVG9rZW5QYWlyIimquxgCEgCC0+STAh0iGy9zdHMvZXhjaGFuZ2VfcmVmcmVzaF90b2tlbkK7AQoXY29tLnBsYXRmb3JtYXBpLm9pZGMudjFCCFN0c1Byb3RvUAFaRmdpdGh1Yi5jb20vcGxhdGZvcm0tYXBpL3BsYXRmb3JtLWFwaS9nZW4vZ28vcGxhdGZvcm1hcGkvb2lkYy92MTtvaWRjdjGiAgdQT0lEQ1YxqgITUGxhdGZvcm1hcGkuT2lkYy5WMcoCE1BsYXRmb3JtYXBpXE9pZGNcVjHqAhVQbGF0Zm9ybWFwaTo6T2lkYzo6VjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_platformapi_annotations_v1_iam]);
 
 /**
  * @generated from message platformapi.oidc.v1.ExchangeRequest
@@ -110,6 +110,67 @@ export const RawTokenSchema: GenMessage<RawToken> = /*@__PURE__*/
   messageDesc(file_platformapi_oidc_v1_sts, 1);
 
 /**
+ * @generated from message platformapi.oidc.v1.ExchangeRefreshTokenRequest
+ */
+export type ExchangeRefreshTokenRequest = Message<"platformapi.oidc.v1.ExchangeRefreshTokenRequest"> & {
+  /**
+   * The audiences the API token is for: this API's base URL, or empty for it.
+   *
+   * @generated from field: repeated string aud = 1;
+   */
+  aud: string[];
+
+  /**
+   * A single group scope, as in ExchangeRequest.
+   *
+   * @generated from field: string scope = 2;
+   */
+  scope: string;
+
+  /**
+   * Capability names, as in ExchangeRequest.
+   *
+   * @generated from field: repeated string cap = 3;
+   */
+  cap: string[];
+};
+
+/**
+ * Describes the message platformapi.oidc.v1.ExchangeRefreshTokenRequest.
+ * Use `create(ExchangeRefreshTokenRequestSchema)` to create a new message.
+ */
+export const ExchangeRefreshTokenRequestSchema: GenMessage<ExchangeRefreshTokenRequest> = /*@__PURE__*/
+  messageDesc(file_platformapi_oidc_v1_sts, 2);
+
+/**
+ * TokenPair is a new API token and the refresh token to use next time.
+ *
+ * @generated from message platformapi.oidc.v1.TokenPair
+ */
+export type TokenPair = Message<"platformapi.oidc.v1.TokenPair"> & {
+  /**
+   * The API token (with its expiry).
+   *
+   * @generated from field: platformapi.oidc.v1.RawToken token = 1;
+   */
+  token?: RawToken | undefined;
+
+  /**
+   * The new refresh token: the one sent no longer works.
+   *
+   * @generated from field: platformapi.oidc.v1.RawToken refresh_token = 2;
+   */
+  refreshToken?: RawToken | undefined;
+};
+
+/**
+ * Describes the message platformapi.oidc.v1.TokenPair.
+ * Use `create(TokenPairSchema)` to create a new message.
+ */
+export const TokenPairSchema: GenMessage<TokenPair> = /*@__PURE__*/
+  messageDesc(file_platformapi_oidc_v1_sts, 3);
+
+/**
  * SecurityTokenService exchanges a token from a trusted OIDC issuer for an API
  * token of this server. It is served on the issuer address.
  *
@@ -128,6 +189,21 @@ export const SecurityTokenService: GenService<{
     methodKind: "unary";
     input: typeof ExchangeRequestSchema;
     output: typeof RawTokenSchema;
+  },
+  /**
+   * Exchanges the bearer token (a refresh token issued at a person's sign-in,
+   * not an API token) for a new API token and a new refresh token. The
+   * refresh token is rotated: the one sent stops working, and sending it
+   * again revokes every token descended from the same sign-in. No body is
+   * mapped: over HTTP the fields come as query parameters, or on POST as a
+   * form-encoded body. The handler verifies the bearer token itself.
+   *
+   * @generated from rpc platformapi.oidc.v1.SecurityTokenService.ExchangeRefreshToken
+   */
+  exchangeRefreshToken: {
+    methodKind: "unary";
+    input: typeof ExchangeRefreshTokenRequestSchema;
+    output: typeof TokenPairSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_platformapi_oidc_v1_sts, 0);
