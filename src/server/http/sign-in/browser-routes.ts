@@ -17,6 +17,9 @@ export function paramsOf(req: FastifyRequest): URLSearchParams {
   return new URLSearchParams(q < 0 ? "" : req.url.slice(q + 1));
 }
 
+/** A flow handle's shape: base64url, as newHandle draws them (22 characters), with room to spare. */
+const HANDLE_SHAPE = /^[A-Za-z0-9_-]{1,64}$/;
+
 /** A pending flow of this browser, or the error page's message. */
 export async function browserFlow(
   deps: SignInDeps,
@@ -25,7 +28,8 @@ export async function browserFlow(
   id: string,
   status: SignInFlowRecord["status"],
 ): Promise<SignInFlowRecord | string> {
-  const flow = id.length > 64 ? null : await deps.store.signInFlows.get(id, deps.now());
+  // A handle is base64url (newHandle): anything else, a NUL included, is unknown without a store read.
+  const flow = HANDLE_SHAPE.test(id) ? await deps.store.signInFlows.get(id, deps.now()) : null;
   if (!flow || flow.status !== status) return "This sign-in is unknown, finished or expired.";
   if (!binding.matches(req, flow.browserBindingHash)) return "This sign-in was started in another browser.";
   return flow;

@@ -1,5 +1,6 @@
 import type { SignInProvider } from "../../../auth/sign-in/providers-file.js";
 import type { UpstreamClient } from "../../../auth/sign-in/relying-party.js";
+import { checkName } from "../../../domain/names.js";
 import { isUidp, rootOf } from "../../../domain/uidp.js";
 import type { IdentityProviderRecord, Store } from "../../../store/store.js";
 
@@ -32,7 +33,8 @@ export class Upstreams {
     const scope = { idp: params.get("idp") ?? "", org: params.get("org") ?? "", provider: params.get("provider") ?? "" };
     if ([scope.idp, scope.org, scope.provider].filter((v) => v !== "").length > 1) return "name at most one of idp, org and provider";
     if (scope.idp !== "" && !isUidp(scope.idp)) return "idp must be an identity provider's uid";
-    if (scope.org.length > 256) return "org is too long";
+    if (scope.org !== "" && checkName("org", scope.org).length > 0) return "org must be an organization's name";
+    if (scope.provider !== "" && !/^[a-z0-9-]{1,64}$/.test(scope.provider)) return "provider must be a sign-in provider's id";
     if (scope.provider !== "" && !this.operator.some((p) => p.id === scope.provider))
       return `there is no sign-in provider ${scope.provider}`;
     return scope;
