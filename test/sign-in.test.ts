@@ -100,6 +100,27 @@ describe("signing in with platform-cli's authorization code + PKCE", () => {
       await listener.close();
     }
   });
+
+  test("a role binding made to a person's predicted uid before they ever signed in applies at their first sign-in", async () => {
+    const org = (await createGroup(world.server.url, null, "prebound")).uid;
+    const viewer = await builtinRole(world.server, "viewer");
+    const lookup = await rest(
+      world.auth,
+      "GET",
+      `/iam/v2beta1/identities:lookupIdentity?issuer=${encodeURIComponent(world.upstream.issuer)}&subject=${encodeURIComponent("carol@example.com")}`,
+    );
+    assert.equal(lookup.status, 200, JSON.stringify(lookup.body));
+    const bound = await rest(world.auth, "POST", `/iam/v2beta1/roleBindings/${org}`, { identityUid: lookup.body.uid, roleUid: viewer });
+    assert.equal(bound.status, 200, JSON.stringify(bound.body));
+    const tokens = await cliSignIn(world, "carol@example.com");
+    assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
+    const person = { authorization: `Bearer ${tokens.body.access_token}` };
+    const group = await rest(world.auth, "GET", `/iam/v2beta1/groups/${org}`, undefined, person);
+    assert.equal(group.status, 200, JSON.stringify(group.body));
+    assert.equal(group.body.uid, org);
+    const me = await rest(world.auth, "GET", "/auth/v1/ok", undefined, person);
+    assert.equal(me.body.subject, lookup.body.uid, "the person is the predicted identity");
+  });
 });
 
 describe("the device flow, driven with fetch", () => {
