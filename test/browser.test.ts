@@ -7,7 +7,7 @@
  * allowed, the browser refuses.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -15,26 +15,14 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { build } from "esbuild";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "./support/chromium.js";
 import { freePort } from "./support/serve-process.js";
 import { createGroup, startTestServer, type TestServer } from "./support/server.js";
 
-const CHROMIUM = "/usr/bin/chromium";
 const ROOT = new URL("..", import.meta.url).pathname;
-const SKIP = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does)`;
-
-/** How this machine runs Chromium: headless, no sandbox (root), no GPU, no background traffic to Google. */
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-  // docs.test is this machine; no other name resolves, so nothing can leave it.
-  "--host-resolver-rules=MAP docs.test 127.0.0.1,MAP * ~NOTFOUND,EXCLUDE 127.0.0.1",
-];
+const SKIP = CHROMIUM_SKIP;
+// docs.test is this machine; no other name resolves, so nothing can leave it.
+const CHROMIUM_ARGS = chromiumArgs("MAP docs.test 127.0.0.1,MAP * ~NOTFOUND,EXCLUDE 127.0.0.1");
 
 /** The browser code: connect-web clients calling ListGroups over Connect and gRPC-Web, and REST with fetch. */
 const ENTRY = `

@@ -18,11 +18,11 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser } from "playwright-core";
 import { credentialsPath, readCredentials, writeCredentials, type ServerCredentials } from "../src/cli-auth-credentials.js";
+import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "./support/chromium.js";
 import { signInWithFetch, startSignInWorld, subjectsOn, type SignInWorld } from "./support/sign-in-fixture.js";
 import { FetchBrowser, formOf } from "./support/upstream-oidc.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CHROMIUM = "/usr/bin/chromium";
 const dir = mkdtempSync(join(tmpdir(), "platform-cli-auth-e2e-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -290,23 +290,13 @@ describe("platform-api auth against the real server and a real upstream provider
     assert.deepEqual(readCredentials(frank.path), {});
   });
 
-  describe("in a real browser", { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed` }, () => {
+  describe("in a real browser", { skip: CHROMIUM_SKIP }, () => {
     let browser: Browser;
     before(async () => {
       browser = await chromium.launch({
         executablePath: CHROMIUM,
         headless: true,
-        args: [
-          "--headless",
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-quic",
-          "--no-first-run",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-          "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE ::1",
-        ],
+        args: chromiumArgs("MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE ::1"),
       });
     });
     after(async () => browser?.close());

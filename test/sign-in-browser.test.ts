@@ -9,10 +9,11 @@
  * WCAG 2.1 A and AA rules.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { after, before, describe, test } from "node:test";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "./support/chromium.js";
 import {
   authorizeUrl,
   pkcePair,
@@ -23,20 +24,9 @@ import {
   type SignInWorld,
 } from "./support/sign-in-fixture.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-const SKIP = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does)`;
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-  // Only this machine: the upstream's page asks for a web font, which must go nowhere.
-  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE ::1",
-];
+const SKIP = CHROMIUM_SKIP;
+// Only this machine: the upstream's page asks for a web font, which must go nowhere.
+const CHROMIUM_ARGS = chromiumArgs("MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE ::1");
 
 /** axe-core's browser bundle: run in the page (the context bypasses our CSP for it alone; the header is checked as sent). */
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
