@@ -1,5 +1,5 @@
 /**
- * The command line's credentials file (src/cli-auth-credentials.ts): under $XDG_CONFIG_HOME (an absolute one),
+ * The command line's credentials file (src/cli/auth/credentials.ts): under $XDG_CONFIG_HOME (an absolute one),
  * else ~/.config; a 0700 directory and a 0600 file; one profile per server URL, each kept when another
  * changes; replaced by rename (a reader holding the old file reads it whole), with no temporary file left
  * behind; a file others may read, or one this command did not write, is refused in words; and changes under
@@ -17,8 +17,8 @@ import {
   withCredentialsLock,
   writeCredentials,
   type ServerCredentials,
-} from "../src/cli-auth-credentials.js";
-import { AuthCommandError } from "../src/cli-auth-error.js";
+} from "../src/cli/auth/credentials.js";
+import { AuthCommandError } from "../src/cli/auth/error.js";
 
 const root = mkdtempSync(join(tmpdir(), "platform-credentials-"));
 after(() => rmSync(root, { recursive: true, force: true }));

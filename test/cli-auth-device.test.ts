@@ -1,5 +1,5 @@
 /**
- * The headless sign-in's device grant (src/cli-auth-device.ts) against a small RFC 8628 authorization server
+ * The headless sign-in's device grant (src/cli/auth/device.ts) against a small RFC 8628 authorization server
  * written here (the server's own endpoints are tested in test/cli-auth-e2e.test.ts): the device authorization
  * request and its answer; polling at the server's interval, 5 s slower for good at each slow_down, on through
  * authorization_pending, until the token; expired_token and access_denied ending it in words; the code's
@@ -16,9 +16,9 @@ import {
   startDeviceAuthorization,
   type DeviceAuthorization,
   type PollTiming,
-} from "../src/cli-auth-device.js";
-import { AuthCommandError } from "../src/cli-auth-error.js";
-import type { ServerMetadata } from "../src/cli-auth-server.js";
+} from "../src/cli/auth/device.js";
+import { AuthCommandError } from "../src/cli/auth/error.js";
+import type { ServerMetadata } from "../src/cli/auth/server.js";
 
 /** What the stand-in answers to the next token requests, in order: an RFC 8628 error code, or "token". */
 let script: string[] = [];

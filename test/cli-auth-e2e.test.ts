@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser } from "playwright-core";
-import { credentialsPath, readCredentials, writeCredentials, type ServerCredentials } from "../src/cli-auth-credentials.js";
+import { credentialsPath, readCredentials, writeCredentials, type ServerCredentials } from "../src/cli/auth/credentials.js";
 import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "./support/chromium.js";
 import { signInWithFetch, startSignInWorld, subjectsOn, type SignInWorld } from "./support/sign-in-fixture.js";
 import { FetchBrowser, formOf } from "./support/upstream-oidc.js";

@@ -1,5 +1,5 @@
 /**
- * The browser sign-in's loopback listener (src/cli-auth-loopback.ts), called as the browser calls it: it
+ * The browser sign-in's loopback listener (src/cli/auth/loopback.ts), called as the browser calls it: it
  * listens on 127.0.0.1 at /callback on a port of its own; it takes the code only from a response with this
  * sign-in's state and the server's issuer (RFC 9207), refusing a mismatched state or issuer, a missing iss
  * the server promised, and a refusal (access_denied); each outcome is a page the browser shows and the
@@ -7,8 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { AuthCommandError } from "../src/cli-auth-error.js";
-import { listenForCallback, type CallbackExpectation } from "../src/cli-auth-loopback.js";
+import { AuthCommandError } from "../src/cli/auth/error.js";
+import { listenForCallback, type CallbackExpectation } from "../src/cli/auth/loopback.js";
 
 const ISSUER = "http://127.0.0.1:8080";
 const expectation = (overrides: Partial<CallbackExpectation> = {}): CallbackExpectation => ({

@@ -13,7 +13,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { credentialsPath, readCredentials, writeCredentials, type CredentialsByServer } from "../src/cli-auth-credentials.js";
+import { credentialsPath, readCredentials, writeCredentials, type CredentialsByServer } from "../src/cli/auth/credentials.js";
 import { platformCli } from "./support/platform-cli.js";
 
 const dir = mkdtempSync(join(tmpdir(), "platform-cli-auth-"));

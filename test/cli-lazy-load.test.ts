@@ -77,7 +77,7 @@ for (const args of [["--version"], ["--help"]]) {
   test(`${args.join(" ")} loads the dispatcher and no package`, async () => {
     const run = await loaded(args, {});
     assert.equal(run.code, 0, run.stderr);
-    assert.ok(run.modules.includes(`${DIST}/cli.js`), "the hook saw the command line load");
+    assert.ok(run.modules.includes(`${DIST}/cli/index.js`), "the hook saw the command line load");
     assert.deepEqual(packagesIn(run.modules), []);
     assert.deepEqual(serverModulesIn(run.modules), []);
   });
@@ -105,11 +105,12 @@ test("auth token with a valid token stored loads no package, and not the sign-in
   );
   const run = await loaded(["auth", "token"], { XDG_CONFIG_HOME: config, PLATFORM_URL: "" });
   assert.equal(run.code, 0, run.stderr);
-  assert.ok(run.modules.includes(`${DIST}/cli-auth.js`), "the hook saw the auth command load");
+  assert.ok(run.modules.includes(`${DIST}/cli/auth/index.js`), "the hook saw the auth command load");
+  assert.ok(run.modules.includes(`${DIST}/cli/auth/credentials.js`), "the hook saw the credentials load, beside the modules it must not");
   assert.deepEqual(packagesIn(run.modules), []);
   assert.deepEqual(serverModulesIn(run.modules), []);
   assert.deepEqual(
-    run.modules.filter((url) => /\/cli-auth-(server|login|loopback|device|browser)\.js$/.test(url)),
+    run.modules.filter((url) => /\/cli\/auth\/(server|login|loopback|device|browser)\.js$/.test(url)),
     [],
     "only the credentials are read",
   );

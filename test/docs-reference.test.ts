@@ -2,7 +2,7 @@
  * The reference pages list exactly what the code has, both ways: docs/configuration.md every setting of
  * `ENVIRONMENT_VARIABLES` (src/config.ts) with its default, docs/calling-the-api.md every service the server
  * registers and every `service` of proto/, docs/command-line.md every command of the command line's table
- * (src/cli.ts, as `platform-api --help` prints it). A setting, service or command added on one side and not the
+ * (src/cli/index.ts, as `platform-api --help` prints it). A setting, service or command added on one side and not the
  * other fails here, naming it.
  */
 import assert from "node:assert/strict";

@@ -27,12 +27,12 @@ import { cleanEnv } from "./support/serve-process.js";
 const ROOT = new URL("..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
 const VERSION = PACKAGE_VERSION;
-/** The commands every build has, and import-advisories where src/cli.ts defines it. */
+/** The commands every build has, and import-advisories where src/cli/index.ts defines it. */
 const COMMANDS = [
   "serve",
   "admin-token",
   "rotate-key",
-  ...(readFileSync(join(ROOT, "src/cli.ts"), "utf8").includes('"import-advisories": {') ? ["import-advisories"] : []),
+  ...(readFileSync(join(ROOT, "src/cli/index.ts"), "utf8").includes('"import-advisories": {') ? ["import-advisories"] : []),
 ];
 /** Identical for serve and admin-token, so the token's audience is the server's. */
 const BASE_URL = "http://127.0.0.1:1";

@@ -5,7 +5,7 @@
  * parties hold the family (RFC 9700 §4.14.2): the whole family is revoked, the newest token included. A token
  * idle too long, a family older than its lifetime, or one begun under a signing key since retired, works no more.
  * Deleting the person deletes their tokens (the schema's cascade); retiring a key revokes its families
- * (cli-signing-keys.ts), and a family of a retired key is refused here too.
+ * (src/cli/signing-keys.ts), and a family of a retired key is refused here too.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { UnauthenticatedError } from "../domain/errors.js";

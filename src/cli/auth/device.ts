@@ -6,9 +6,9 @@
  * slower by 5 s at each `slow_down`, backing off when the server cannot be
  * reached, until the sign-in is approved, refused or expired.
  */
-import type { ServerCredentials } from "./cli-auth-credentials.js";
-import { AuthCommandError } from "./cli-auth-error.js";
-import { CLIENT_ID, postForm, refusal, requestToken, UnreachableError, type ServerMetadata } from "./cli-auth-server.js";
+import type { ServerCredentials } from "./credentials.js";
+import { AuthCommandError } from "./error.js";
+import { CLIENT_ID, postForm, refusal, requestToken, UnreachableError, type ServerMetadata } from "./server.js";
 
 export const DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code";
 

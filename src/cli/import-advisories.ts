@@ -1,9 +1,9 @@
 /** `platform-api import-advisories`: OSV records into a group's advisories, while the server runs or not. */
-import { importAdvisories, ImportInputError } from "./advisories/import.js";
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
-import { isUidp } from "./domain/uidp.js";
+import { importAdvisories, ImportInputError } from "../advisories/import.js";
+import { isUidp } from "../domain/uidp.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./environment.js";
 
 const USAGE = "usage: platform-api import-advisories --group <uid> <file-or-dir>...";
 

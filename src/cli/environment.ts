@@ -3,8 +3,8 @@
  * configuration from the environment, and its store. The store's modules are
  * imported only when a command opens it, so `--help` stays quick.
  */
-import { ConfigError, loadConfig, type Config } from "./config.js";
-import type { Store } from "./store/store.js";
+import { ConfigError, loadConfig, type Config } from "../config.js";
+import type { Store } from "../store/store.js";
 
 /** The sentence every such command's help ends with. */
 export const STORE_ENVIRONMENT =
@@ -30,9 +30,9 @@ export function commandConfig(): Config {
  * other command opens the one a server made, or refuses with StartupError.
  */
 export async function openCommandStore(cfg: Config, create = false): Promise<Store> {
-  const { openStore } = await import("./store/open.js");
+  const { openStore } = await import("../store/open.js");
   // The server logs each schema migration it applies (JSON lines, as its own log); other commands migrate nothing.
-  const lines = create ? await import("./store/migration-log.js") : undefined;
+  const lines = create ? await import("../store/migration-log.js") : undefined;
   const migrationLog = lines?.jsonMigrationLog(cfg.logLevel);
   // A server checkpoints SQLite's WAL on a thread; a command's few writes leave it to SQLite.
   const warn = lines?.jsonStoreWarning(cfg.logLevel);

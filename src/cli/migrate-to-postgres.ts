@@ -4,22 +4,16 @@
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { commandConfig } from "./cli-environment.js";
-import { FailedPreconditionError } from "./domain/errors.js";
-import { StartupError } from "./startup-error.js";
-import { copyStore } from "./store/copy.js";
-import { openEngine } from "./store/open.js";
-import { holdDatabase } from "./store/sqlite/backup.js";
-import { DATABASE_FILE, prepareDataDir, requireDatabase } from "./store/sqlite/data-dir.js";
-import { openSqliteStore } from "./store/sqlite/index.js";
-
-/** A command of the command line: src/cli.ts's Command, declared here too so that this module imports no cli.ts. */
-export interface Command {
-  summary: string;
-  help: string;
-  run(args: string[]): Promise<number>;
-}
+import { FailedPreconditionError } from "../domain/errors.js";
+import { StartupError } from "../startup-error.js";
+import { copyStore } from "../store/copy.js";
+import { openEngine } from "../store/open.js";
+import { holdDatabase } from "../store/sqlite/backup.js";
+import { DATABASE_FILE, prepareDataDir, requireDatabase } from "../store/sqlite/data-dir.js";
+import { openSqliteStore } from "../store/sqlite/index.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
+import { commandConfig } from "./environment.js";
 
 const USAGE = "usage: PLATFORM_DATABASE_URL=postgres://… platform-api migrate-to-postgres";
 

@@ -9,7 +9,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { AuthCommandError, printable } from "./cli-auth-error.js";
+import { AuthCommandError, printable } from "./error.js";
 
 /** The registered path of our loopback redirect URI. */
 export const CALLBACK_PATH = "/callback";

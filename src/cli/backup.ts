@@ -2,17 +2,11 @@
  * `platform-api backup <file>`: a consistent copy of the SQLite database while servers run. It loads no server
  * and no PostgreSQL driver: the configuration, SQLite and the copy.
  */
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { commandConfig } from "./cli-environment.js";
-import { StartupError } from "./startup-error.js";
-import { backupDatabase } from "./store/sqlite/backup.js";
-
-/** A command of the command line: src/cli.ts's Command, declared here too so that this module imports no cli.ts. */
-export interface Command {
-  summary: string;
-  help: string;
-  run(args: string[]): Promise<number>;
-}
+import { StartupError } from "../startup-error.js";
+import { backupDatabase } from "../store/sqlite/backup.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
+import { commandConfig } from "./environment.js";
 
 const USAGE = "usage: platform-api backup [--force] <file>";
 

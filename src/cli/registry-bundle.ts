@@ -4,10 +4,10 @@
  * docs/registry.md), from the signing keys in the store every server
  * process reads.
  */
-import { parseCommandArgs } from "./cli-args.js";
-import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
-import { registryBundle } from "./registry/keys.js";
+import { registryBundle } from "../registry/keys.js";
+import { parseCommandArgs } from "./args.js";
+import type { Command } from "./command.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./environment.js";
 
 const BUNDLE_USAGE = "usage: platform-api registry-bundle";
 

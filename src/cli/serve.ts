@@ -1,10 +1,10 @@
 /** `platform-api serve`: the server, one process or a primary and its workers. */
-import { parseCommandArgs } from "./cli-args.js";
-import { commandConfig, openCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
-import { environmentHelp, type Config } from "./config.js";
-import { StartupError, systemErrorCode } from "./startup-error.js";
-import { isWorker, onCloseNow, runPrimary } from "./workers.js";
+import { environmentHelp, type Config } from "../config.js";
+import { StartupError, systemErrorCode } from "../startup-error.js";
+import { isWorker, onCloseNow, runPrimary } from "../workers.js";
+import { parseCommandArgs } from "./args.js";
+import type { Command } from "./command.js";
+import { commandConfig, openCommandStore } from "./environment.js";
 
 const USAGE = "usage: platform-api serve   (settings are environment variables: PORT=9090 platform-api serve; --help lists them)";
 
@@ -36,7 +36,7 @@ ${environmentHelp()}`,
     let reload = () => {};
     process.on("SIGHUP", () => reload());
     // Imported here, not at the top: `serve --help` and the other commands never load the server.
-    const { prepareStore, startServer } = await import("./server/app.js");
+    const { prepareStore, startServer } = await import("../server/app.js");
     if (cfg.workers > 1 && !isWorker()) {
       // The schema is migrated and the keys made once, here, before the workers start, so they never race to.
       const store = await openCommandStore(cfg, true);
@@ -46,7 +46,7 @@ ${environmentHelp()}`,
         await store.close();
       }
       // Checked once here, or each worker would print the same start-up error.
-      if (cfg.tls) (await import("./server/http/tls.js")).checkTlsFiles(cfg.tls);
+      if (cfg.tls) (await import("../server/http/tls.js")).checkTlsFiles(cfg.tls);
       return runPrimary(cfg.workers, cfg);
     }
     const store = await openCommandStore(cfg, true);

@@ -1,14 +1,14 @@
 /**
  * `platform-api auth login|token|status|logout`: a person's sign-in from the
- * command line, kept per server (see cli-auth-credentials.ts). `auth token` is
+ * command line, kept per server (see credentials.ts). `auth token` is
  * what scripts run before every call, so with a valid token at hand it reads
  * one file and prints: no server code, no protobuf, no HTTP client; the
  * sign-in itself is imported only by `auth login`.
  */
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { credentialsPath, readCredentials, withCredentialsLock, writeCredentials, type ServerCredentials } from "./cli-auth-credentials.js";
-import { AuthCommandError, DEFAULT_SERVER, printable, signInAgain } from "./cli-auth-error.js";
-import type { Command } from "./cli.js";
+import { parseCommandArgs, UsageError } from "../args.js";
+import type { Command } from "../command.js";
+import { credentialsPath, readCredentials, withCredentialsLock, writeCredentials, type ServerCredentials } from "./credentials.js";
+import { AuthCommandError, DEFAULT_SERVER, printable, signInAgain } from "./error.js";
 
 const SERVER_OPTION = { server: { type: "string" } } as const;
 const SERVER_USAGE = "[--server <url>]";
@@ -60,7 +60,7 @@ async function currentCredentials(server: string, path: string): Promise<ServerC
   const stored = readCredentials(path)[server];
   if (stored === undefined) throw notSignedIn(server);
   if (isFresh(stored)) return stored;
-  const { exchangeRefreshToken, RefreshRefusedError } = await import("./cli-auth-server.js");
+  const { exchangeRefreshToken, RefreshRefusedError } = await import("./server.js");
   return withCredentialsLock(path, async () => {
     const all = readCredentials(path);
     const current = all[server];
@@ -102,7 +102,7 @@ const SUBCOMMANDS: Record<keyof typeof USAGES, (args: string[]) => Promise<numbe
     if (Object.values(scope).filter((v) => v !== "").length > 1)
       throw new UsageError("--identity-provider, --org and --provider name where to sign in: give one at most", USAGES.login);
     const server = serverUrl(values.server as string | undefined, USAGES.login);
-    const { login } = await import("./cli-auth-login.js");
+    const { login } = await import("./login.js");
     return login({ server, headless: values.headless === true, scope, credentialsPath: credentialsPath() });
   },
 
@@ -123,7 +123,7 @@ const SUBCOMMANDS: Record<keyof typeof USAGES, (args: string[]) => Promise<numbe
       throw new AuthCommandError(`not signed in to ${server}${hint}`);
     }
     const credentials = await currentCredentials(server, path);
-    const { whoAmI } = await import("./cli-auth-server.js");
+    const { whoAmI } = await import("./server.js");
     const me = await whoAmI(server, credentials.token);
     const minutes = Math.floor((Date.parse(credentials.expiry) - Date.now()) / 60_000);
     const lines = [
@@ -148,7 +148,7 @@ const SUBCOMMANDS: Record<keyof typeof USAGES, (args: string[]) => Promise<numbe
     // The server first, so the session cannot outlive the local copy; offline, the local copy goes all the same.
     let revoked = "";
     try {
-      const { discover, revokeRefreshToken } = await import("./cli-auth-server.js");
+      const { discover, revokeRefreshToken } = await import("./server.js");
       await revokeRefreshToken(await discover(server), stored.refreshToken);
     } catch (err) {
       if (!(err instanceof AuthCommandError)) throw err;

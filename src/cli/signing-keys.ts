@@ -5,13 +5,13 @@
  * now, list-keys shows where each is in its life. Running servers notice a
  * change at their next request (the store's versions move with it).
  */
-import { keyStatuses, ROTATED_KEY_HORIZON_MS, type KeyStatus } from "./auth/key-lifecycle.js";
-import { newSigningKey } from "./auth/tokens.js";
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
-import { FailedPreconditionError, NotFoundError } from "./domain/errors.js";
-import type { RetireOutcome, StoreParts } from "./store/store.js";
+import { keyStatuses, ROTATED_KEY_HORIZON_MS, type KeyStatus } from "../auth/key-lifecycle.js";
+import { newSigningKey } from "../auth/tokens.js";
+import { FailedPreconditionError, NotFoundError } from "../domain/errors.js";
+import type { RetireOutcome, StoreParts } from "../store/store.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./environment.js";
 
 const HORIZON = `${ROTATED_KEY_HORIZON_MS / 60_000} minutes`;
 const ROTATE_USAGE = "usage: platform-api rotate-key [--retire <kid>]";

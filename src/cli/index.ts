@@ -4,18 +4,12 @@
  * `sign-jwt` and `admin-token` start without loading the server
  * (bench/cli-start.ts measures them).
  */
+import { PACKAGE_VERSION } from "../package-root.js";
+import { StartupError } from "../startup-error.js";
+import { CURRENT_SCHEMA } from "../store/schema-releases.js";
+import { UsageError } from "./args.js";
 import { BUILD_COMMIT } from "./build-info.js";
-import { UsageError } from "./cli-args.js";
-import { PACKAGE_VERSION } from "./package-root.js";
-import { StartupError } from "./startup-error.js";
-import { CURRENT_SCHEMA } from "./store/schema-releases.js";
-
-/** One command: what `--help` says of it, and its run, which resolves with the exit code. */
-export interface Command {
-  summary: string;
-  help: string;
-  run(args: string[]): Promise<number>;
-}
+import type { Command } from "./command.js";
 
 /** A command in the table: its summary for the listing, and its module, imported on use. */
 interface CommandEntry {
@@ -26,55 +20,55 @@ interface CommandEntry {
 const COMMANDS: Record<string, CommandEntry> = {
   serve: {
     summary: "start the server (the default command)",
-    load: async () => (await import("./cli-serve.js")).serveCommand,
+    load: async () => (await import("./serve.js")).serveCommand,
   },
   "admin-token": {
     summary: "print an API token for the built-in administrator",
-    load: async () => (await import("./cli-admin-token.js")).adminTokenCommand,
+    load: async () => (await import("./admin-token.js")).adminTokenCommand,
   },
   "rotate-key": {
     summary: "add a new token-signing key (and retire a compromised one with --retire)",
-    load: async () => (await import("./cli-signing-keys.js")).rotateKeyCommand,
+    load: async () => (await import("./signing-keys.js")).rotateKeyCommand,
   },
   "retire-key": {
     summary: "retire a token-signing key now: its tokens stop verifying",
-    load: async () => (await import("./cli-signing-keys.js")).retireKeyCommand,
+    load: async () => (await import("./signing-keys.js")).retireKeyCommand,
   },
   "list-keys": {
     summary: "list the token-signing keys and where each is in its life",
-    load: async () => (await import("./cli-signing-keys.js")).listKeysCommand,
+    load: async () => (await import("./signing-keys.js")).listKeysCommand,
   },
   "registry-bundle": {
     summary: "print the certificate bundle a registry needs to trust this server's registry tokens",
-    load: async () => (await import("./cli-registry.js")).registryBundleCommand,
+    load: async () => (await import("./registry-bundle.js")).registryBundleCommand,
   },
   "migrate-to-postgres": {
     summary: "copy an SQLite deployment's data into PostgreSQL",
-    load: async () => (await import("./cli-migrate.js")).migrateToPostgresCommand,
+    load: async () => (await import("./migrate-to-postgres.js")).migrateToPostgresCommand,
   },
   backup: {
     summary: "write a consistent copy of the SQLite database to a file, while the server runs",
-    load: async () => (await import("./cli-backup.js")).backupCommand,
+    load: async () => (await import("./backup.js")).backupCommand,
   },
   "import-advisories": {
     summary: "import OSV vulnerability records as advisories of a group",
-    load: async () => (await import("./cli-import-advisories.js")).importAdvisoriesCommand,
+    load: async () => (await import("./import-advisories.js")).importAdvisoriesCommand,
   },
   "registry-reconcile": {
     summary: "repair the registry catalogue (repos, tags) from what the registry holds",
-    load: async () => (await import("./cli-registry-reconcile.js")).registryReconcileCommand,
+    load: async () => (await import("./registry-reconcile.js")).registryReconcileCommand,
   },
   keygen: {
     summary: "make a key pair for a static-keys identity: private JWK to a file, public JWKS on stdout",
-    load: async () => (await import("./cli-keys.js")).keygenCommand,
+    load: async () => (await import("./static-keys.js")).keygenCommand,
   },
   "sign-jwt": {
     summary: "sign a short-lived JWT with a private JWK (a static-keys identity's token to exchange)",
-    load: async () => (await import("./cli-keys.js")).signJwtCommand,
+    load: async () => (await import("./static-keys.js")).signJwtCommand,
   },
   auth: {
     summary: "sign in as a person and print API tokens for curl, buf curl and gRPC (login, token, status, logout)",
-    load: async () => (await import("./cli-auth.js")).authCommand,
+    load: async () => (await import("./auth/index.js")).authCommand,
   },
 };
 

@@ -6,8 +6,8 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, SignJWT, type JWK } from "jose";
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import type { Command } from "./cli.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
 
 /** Algorithms keygen makes; sign-jwt also signs with any key the server accepts that names its alg. */
 const KEY_ALGORITHMS = ["ES256", "RS256", "EdDSA"] as const;

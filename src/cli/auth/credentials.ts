@@ -28,8 +28,8 @@ import {
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AuthCommandError } from "./cli-auth-error.js";
-import { describeSystemError, systemErrorCode } from "./startup-error.js";
+import { describeSystemError, systemErrorCode } from "../../startup-error.js";
+import { AuthCommandError } from "./error.js";
 
 /** What is kept for one server. */
 export interface ServerCredentials {

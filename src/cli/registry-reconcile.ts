@@ -1,11 +1,11 @@
 /** `platform-api registry-reconcile`: repairs the catalogue from the registry's own listing (docs/registry-catalogue.md). */
 import { randomUUID } from "node:crypto";
 import { createRegistry, type DescMessage } from "@bufbuild/protobuf";
-import { parseCommandArgs, UsageError } from "./cli-args.js";
-import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
-import type { Config } from "./config.js";
-import type { Store } from "./store/store.js";
+import type { Config } from "../config.js";
+import type { Store } from "../store/store.js";
+import { parseCommandArgs, UsageError } from "./args.js";
+import type { Command } from "./command.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./environment.js";
 
 const USAGE =
   "usage: platform-api registry-reconcile --registry <url> [--token <registry token>] [--max-repos <n>] [--page-size <n>] [--timeout-ms <ms>]";
@@ -56,10 +56,10 @@ function reconcileArgs(args: string[]): ReconcileArgs {
 /** The event deps a command needs to write events as the server does (the feed's own cursors, the REST JSON of messages). */
 async function commandEventDeps(store: Store, cfg: Config) {
   const [{ CONTRACT_FILES }, { responseJson }, { FeedCursors }, { createFeedNotifier }] = await Promise.all([
-    import("./services/index.js"),
-    import("./server/codec/json.js"),
-    import("./services/events/feed-cursor.js"),
-    import("./services/events/watch.js"),
+    import("../services/index.js"),
+    import("../server/codec/json.js"),
+    import("../services/events/feed-cursor.js"),
+    import("../services/events/watch.js"),
   ]);
   const registry = createRegistry(...CONTRACT_FILES);
   return {
@@ -82,10 +82,10 @@ Walks the registry's /v2/_catalog and each repository's tags (paged, --page-size
     return withCommandStore(async (store, cfg) => {
       const [{ reconcileCatalogue }, { createRegistryClient, RegistryReadError }, { RegistryKeys }, { signRegistryToken }] =
         await Promise.all([
-          import("./registry/reconcile.js"),
-          import("./registry/reconcile-client.js"),
-          import("./registry/keys.js"),
-          import("./registry/token.js"),
+          import("../registry/reconcile.js"),
+          import("../registry/reconcile-client.js"),
+          import("../registry/keys.js"),
+          import("../registry/token.js"),
         ]);
       const keys = new RegistryKeys(store.keys, () => 0);
       const client = createRegistryClient({

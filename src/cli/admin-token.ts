@@ -1,9 +1,9 @@
 /** `platform-api admin-token`: a token for the built-in administrator, minted with the server's own key. */
-import { adminSubject } from "./auth/authenticator.js";
-import { TokenService } from "./auth/tokens.js";
-import { parseCommandArgs } from "./cli-args.js";
-import { STORE_ENVIRONMENT, withCommandStore } from "./cli-environment.js";
-import type { Command } from "./cli.js";
+import { adminSubject } from "../auth/authenticator.js";
+import { TokenService } from "../auth/tokens.js";
+import { parseCommandArgs } from "./args.js";
+import type { Command } from "./command.js";
+import { STORE_ENVIRONMENT, withCommandStore } from "./environment.js";
 
 const USAGE = "usage: platform-api admin-token";
 

@@ -6,8 +6,8 @@
  * /auth/v1/ok). Every failure is one AuthCommandError line; no token is ever
  * part of one.
  */
-import type { ServerCredentials } from "./cli-auth-credentials.js";
-import { AuthCommandError, signInAgain } from "./cli-auth-error.js";
+import type { ServerCredentials } from "./credentials.js";
+import { AuthCommandError, signInAgain } from "./error.js";
 
 /** Our client at the server: a public client, PKCE S256, loopback redirects and the device grant. */
 export const CLIENT_ID = "platform-cli";

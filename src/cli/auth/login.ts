@@ -8,12 +8,12 @@
  * session it held.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { openBrowser } from "./cli-auth-browser.js";
-import { readCredentials, withCredentialsLock, writeCredentials, type ServerCredentials } from "./cli-auth-credentials.js";
-import { pollForToken, startDeviceAuthorization } from "./cli-auth-device.js";
-import { AuthCommandError, printable } from "./cli-auth-error.js";
-import { listenForCallback } from "./cli-auth-loopback.js";
-import { CLIENT_ID, discover, requestToken, revokeRefreshToken, whoAmI, type ServerMetadata } from "./cli-auth-server.js";
+import { openBrowser } from "./browser.js";
+import { readCredentials, withCredentialsLock, writeCredentials, type ServerCredentials } from "./credentials.js";
+import { pollForToken, startDeviceAuthorization } from "./device.js";
+import { AuthCommandError, printable } from "./error.js";
+import { listenForCallback } from "./loopback.js";
+import { CLIENT_ID, discover, requestToken, revokeRefreshToken, whoAmI, type ServerMetadata } from "./server.js";
 
 /** Where to sign in: an organization's identity provider (uid), an organization (name), or an operator's provider (id). */
 export interface SignInScope {
