@@ -9,6 +9,7 @@ import { iamConformance } from "./store-conformance-iam.js";
 import { moreConformance } from "./store-conformance-more.js";
 import { registryConformance } from "./store-conformance-registry.js";
 import { signInConformance } from "./store-conformance-sign-in.js";
+import { subscriptionConformance } from "./store-conformance-subscriptions.js";
 import { A, A1, A1X, A2, A2X, A3, A3X, B, B1, C, cursorOf, group, hierarchyFixture, query, sorted } from "./store-fixtures.js";
 import { pagedWalkConformance } from "./store-paged-walks.js";
 
@@ -185,6 +186,7 @@ export function runStoreConformance(name: string, factory: () => Store | Promise
     pagedWalkConformance(() => store);
     advisoryConformance(() => store);
     signInConformance(() => store);
+    subscriptionConformance(() => store);
 
     describe("parts", () => {
       test("every part STORE_PARTS declares answers each of its declared methods, outside and inside a transaction", async () => {
