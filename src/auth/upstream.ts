@@ -206,6 +206,22 @@ export class UpstreamVerifier {
   }
 
   /**
+   * Runs fetch in a slot of the tenant's share of issuer fetches (the
+   * operator's issuers may take reserved slots), or refuses at once: the
+   * sign-in leg's discovery and code exchange share this capacity, so a
+   * provider that never answers costs only its organization's share.
+   */
+  async inFetchSlot<T>(slot: SlotRequest, fetch: () => Promise<T>): Promise<T> {
+    const release = this.slots.tryAcquire(slot);
+    if (!release) throw uncheckable("too many issuer fetches are in flight");
+    try {
+      return await fetch();
+    } finally {
+      release();
+    }
+  }
+
+  /**
    * Fetches an issuer's documents once for every concurrent verify of it, in
    * a slot of the asking tenant's share; without one, refuses at once.
    */

@@ -109,14 +109,16 @@ export class RelyingParty {
     let idToken: string;
     try {
       const auth = client.clientSecret === "" ? oauth.None() : oauth.ClientSecretBasic(client.clientSecret);
-      const res = await oauth.authorizationCodeGrantRequest(
-        as,
-        rp,
-        auth,
-        params,
-        this.opts.redirectUri,
-        client.pkce ? secrets.verifier : oauth.nopkce,
-        this.fetchOptions(client),
+      const res = await this.inSlot(client, () =>
+        oauth.authorizationCodeGrantRequest(
+          as,
+          rp,
+          auth,
+          params,
+          this.opts.redirectUri,
+          client.pkce ? secrets.verifier : oauth.nopkce,
+          this.fetchOptions(client),
+        ),
       );
       const tokens = await oauth.processAuthorizationCodeResponse(as, rp, res, { expectedNonce: secrets.nonce, requireIdToken: true });
       idToken = tokens.id_token!;
@@ -147,13 +149,19 @@ export class RelyingParty {
     if (cached && cached.until > this.opts.now()) return cached.as;
     try {
       const issuer = new URL(client.issuer);
-      const res = await oauth.discoveryRequest(issuer, { ...this.fetchOptions(client), algorithm: "oidc" });
-      const as = await oauth.processDiscoveryResponse(issuer, res);
+      const as = await this.inSlot(client, async () =>
+        oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { ...this.fetchOptions(client), algorithm: "oidc" })),
+      );
       this.discovered.set(key, { as, until: this.opts.now() + DISCOVERY_TTL_MS });
       return as;
     } catch {
       throw new UpstreamSignInError("the provider's discovery document could not be read");
     }
+  }
+
+  /** One outbound request in the client's share of issuer fetches (upstream.ts): an organization's two, or a refusal. */
+  private inSlot<T>(client: UpstreamClient, fetch: () => Promise<T>): Promise<T> {
+    return this.opts.upstream.inFetchSlot({ tenant: client.tenant, priority: client.operator }, fetch);
   }
 
   private fetchOptions(client: UpstreamClient): { [oauth.customFetch]: typeof fetch; [oauth.allowInsecureRequests]?: boolean } {
