@@ -55,7 +55,7 @@ for (const workers of [1, 2]) {
     });
     try {
       // /readyz answers once one worker listens: wait for every worker's start-up line first.
-      const deadline = Date.now() + 30_000;
+      const deadline = Date.now() + 120_000;
       while (
         new Set(
           logLines(server.output())
@@ -71,7 +71,7 @@ for (const workers of [1, 2]) {
         await promisify(execFile)(command!, args);
         // One line per process that received it: the server, or the primary and each worker.
         const expected = workers === 1 ? reload : reload * (workers + 1);
-        const bound = Date.now() + 30_000;
+        const bound = Date.now() + 120_000;
         while (reloadLines(server.output()).length < expected) {
           assert.ok(Date.now() < bound, `reload lines within the liveness bound:\n${server.output()}`);
           await sleep(50);

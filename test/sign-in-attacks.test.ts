@@ -386,8 +386,13 @@ describe("what the server writes", () => {
 
 describe("an https auth URL, and the per-address bound", () => {
   let srv: TestServer;
+  /** The server's clock runs this far ahead: the idle test moves it instead of waiting. */
+  let later = 0;
   before(async () => {
-    srv = await startTestServer({ env: { PLATFORM_AUTH_URL: "https://auth.example", PLATFORM_SIGN_IN_PENDING_PER_ADDRESS: "2" } });
+    srv = await startTestServer({
+      env: { PLATFORM_AUTH_URL: "https://auth.example", PLATFORM_SIGN_IN_PENDING_PER_ADDRESS: "2" },
+      now: () => Date.now() + later,
+    });
   });
   after(async () => srv?.close());
 
@@ -407,5 +412,12 @@ describe("an https auth URL, and the per-address bound", () => {
     assert.equal(metadata.issuer, "https://auth.example");
     assert.deepEqual(metadata.code_challenge_methods_supported, ["S256"]);
     assert.equal(metadata.authorization_response_iss_parameter_supported, true);
+  });
+
+  test("after ten idle minutes the address's pending sign-ins have expired: new ones start, up to the bound again", async () => {
+    later += 10 * 60_000 + 1_000;
+    const start = () => tokenRequest(srv.url, { client_id: "platform-cli" }, "/oauth/device_authorization");
+    const statuses = [(await start()).status, (await start()).status, (await start()).status];
+    assert.deepEqual(statuses, [200, 200, 429]);
   });
 });
