@@ -7,10 +7,11 @@
  * Deleting the person deletes their tokens (the schema's cascade); retiring a key revokes its families
  * (src/cli/signing-keys.ts), and a family of a retired key is refused here too.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { UnauthenticatedError } from "../domain/errors.js";
 import type { RefreshTokenRecord } from "../store/sign-in-store.js";
 import type { Store } from "../store/store.js";
+import { hashOf } from "./sign-in/oauth-clients.js";
 
 /** The prefix of every refresh token: secret scanners and people can tell one at a glance. */
 export const REFRESH_TOKEN_PREFIX = "prt_";
@@ -61,10 +62,8 @@ export function invalidRefreshToken(): UnauthenticatedError {
   );
 }
 
-/** The stored form of a token: SHA-256, base64url. */
-export function refreshTokenHash(token: string): string {
-  return createHash("sha256").update(token).digest("base64url");
-}
+/** The stored form of a token: SHA-256, base64url, as every secret handle of a sign-in is stored. */
+export const refreshTokenHash = hashOf;
 
 /** Whether text has a refresh token's shape (so a caller can tell one from an API token without a store read). */
 export function isRefreshTokenShaped(text: string): boolean {

@@ -47,7 +47,7 @@ export const newSecret = () => randomBytes(32).toString("base64url");
 /** Whether verifier is a valid RFC 7636 verifier whose S256 challenge is challenge. */
 export function pkceMatches(verifier: string, challenge: string): boolean {
   if (!/^[A-Za-z0-9._~-]{43,128}$/.test(verifier)) return false;
-  const a = Buffer.from(createHash("sha256").update(verifier).digest("base64url"));
+  const a = Buffer.from(hashOf(verifier));
   const b = Buffer.from(challenge);
   return a.length === b.length && timingSafeEqual(a, b);
 }
