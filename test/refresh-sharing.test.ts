@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { createCachingStore } from "../src/store/caching.js";
+import { createCachingStore } from "../src/store/decorators/caching.js";
 import { openEngine } from "../src/store/open.js";
 import type { Store } from "../src/store/store.js";
 import type { TableVersions } from "../src/store/versions.js";

@@ -8,7 +8,7 @@ import { after, before, describe, test } from "node:test";
 import { Code } from "@connectrpc/connect";
 import pg from "pg";
 import { AbortedError } from "../src/domain/errors.js";
-import { createCachingStore } from "../src/store/caching.js";
+import { createCachingStore } from "../src/store/decorators/caching.js";
 import { PART_NAMES, STORE_PARTS } from "../src/store/parts.js";
 import { PgGroupStore } from "../src/store/postgres/groups.js";
 import { openPostgresStore } from "../src/store/postgres/index.js";

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import Database from "better-sqlite3";
-import { createCachingStore } from "../src/store/caching.js";
+import { createCachingStore } from "../src/store/decorators/caching.js";
 import { PART_NAMES, STORE_PARTS } from "../src/store/parts.js";
 import { openSqliteStore } from "../src/store/sqlite/index.js";
 import type {

@@ -10,7 +10,7 @@ import {
 import { UnauthenticatedError, UnavailableError, type ApiError } from "../domain/errors.js";
 import { canonicalIssuer, userIssuerProblem, type IssuerPolicy } from "../domain/issuer.js";
 import { outboundAddressAllowed } from "../domain/outbound-address.js";
-import { QueryCache } from "../store/query-cache.js";
+import { QueryCache } from "../store/decorators/query-cache.js";
 import { DEFAULT_FETCH_SLOT_LIMITS, FetchSlots, type FetchSlotLimits, type SlotRequest } from "./fetch-slots.js";
 import { fetchJsonGuarded, FetchRefusedError, type FetchLimits } from "./guarded-fetch.js";
 import { ACCESS_TOKEN_TYPE } from "./tokens.js";

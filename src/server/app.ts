@@ -27,7 +27,7 @@ import { createFeedNotifier } from "../services/events/watch.js";
 import { CONTRACT_FILES, createServiceBindings } from "../services/index.js";
 import { createPeople } from "../services/oidc/people.js";
 import { identityAssumer } from "../services/oidc/sts.js";
-import { PageTokenSealer } from "../store/page-token.js";
+import { PageTokenSealer } from "../services/paging/page-token.js";
 import { seedBuiltinRoles } from "../store/seed.js";
 import type { Store } from "../store/store.js";
 import { responseJson } from "./codec/json.js";

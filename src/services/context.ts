@@ -6,7 +6,7 @@ import type { TokenService } from "../auth/tokens.js";
 import type { UpstreamVerifier } from "../auth/upstream.js";
 import { UnauthenticatedError } from "../domain/errors.js";
 import type { IssuerPolicy } from "../domain/issuer.js";
-import type { PageTokenSealer } from "../store/page-token.js";
+import type { PageTokenSealer } from "./paging/page-token.js";
 import type { Store } from "../store/store.js";
 import type { EventDeps } from "./events.js";
 

@@ -14,7 +14,7 @@ import type { EventDraft } from "../domain/events.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import type { Async } from "./async-type.js";
 import type { EventStore, SyncEventStore } from "./event-store.js";
-import type { Cursor, ListQuery, ListResult } from "./list-query.js";
+import type { Cursor, ListQuery, ListResult } from "./sql/list-query.js";
 import type {
   RefreshTokenRecord,
   RefreshTokenStore,

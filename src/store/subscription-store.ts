@@ -1,6 +1,6 @@
 import type { FeedPosition } from "../domain/events.js";
 import type { Async } from "./async-type.js";
-import type { ListQuery, ListResult } from "./list-query.js";
+import type { ListQuery, ListResult } from "./sql/list-query.js";
 
 /** Subscription orderings the store supports. */
 export type SubscriptionOrder = "uid" | "created_at" | "updated_at";

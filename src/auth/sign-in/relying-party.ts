@@ -1,6 +1,6 @@
 import * as oauth from "oauth4webapi";
 import { outboundAddressAllowed, type OutboundPolicy } from "../../domain/outbound-address.js";
-import { QueryCache } from "../../store/query-cache.js";
+import { QueryCache } from "../../store/decorators/query-cache.js";
 import { requestGuarded } from "../guarded-fetch.js";
 import type { UpstreamClaims, UpstreamVerifier } from "../upstream.js";
 

@@ -1,8 +1,8 @@
 import cluster from "node:cluster";
 import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { PACKAGE_VERSION } from "../../package-root.js";
-import { cacheStatsOf } from "../../store/caching.js";
-import { createObservedStore } from "../../store/observed.js";
+import { cacheStatsOf } from "../../store/decorators/caching.js";
+import { createObservedStore } from "../../store/decorators/observed.js";
 import type { PoolStats, Store } from "../../store/store.js";
 import { answerPrimary, clusterExposition } from "./metrics-cluster.js";
 import { sampleEventLoopDelay } from "./metrics-event-loop.js";

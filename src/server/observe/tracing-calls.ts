@@ -13,7 +13,7 @@ import {
   type Tracer,
 } from "@opentelemetry/api";
 import { principalKey } from "../../auth/principal.js";
-import { isFaultCode } from "../../store/traced.js";
+import { isFaultCode } from "../../store/decorators/traced.js";
 import { httpStatusOf } from "../errors.js";
 import {
   isStreamHandler,

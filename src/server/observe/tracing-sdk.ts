@@ -15,7 +15,7 @@ import { defaultResource, detectResources, envDetector, resourceFromAttributes }
 import { BasicTracerProvider, BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from "@opentelemetry/semantic-conventions";
 import { traceExchanges, type ExchangeTracer } from "../../auth/guarded-fetch.js";
-import { createTracedStore } from "../../store/traced.js";
+import { createTracedStore } from "../../store/decorators/traced.js";
 import { traceService, type CallSpanTools } from "./tracing-calls.js";
 import type { Tracing, TracingOptions } from "./tracing.js";
 

@@ -46,7 +46,7 @@ const INPUT_RULES: Record<string, Schema> = {
   "platformapi.registry.v2beta1.Tag.bundles": BUNDLES_RULE,
 };
 
-/** Paging parameters every List takes; the server rejects negative values (src/store/paging.ts). */
+/** Paging parameters every List takes; the server rejects negative values (src/services/paging/paging.ts). */
 const QUERY_RULES: Record<string, Schema> = { page_size: { minimum: 0 }, skip: { minimum: 0 } };
 
 function scalarSchema(scalar: ScalarType): Schema {

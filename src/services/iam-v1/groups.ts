@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import type { GroupsService } from "../../../gen/platformapi/iam/v1/groups_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { v1ListQuery } from "../../store/paging.js";
+import { v1ListQuery } from "../paging/paging.js";
 import type { GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type AccountAssociationRow } from "../rows/account-associations.js";
+import { TABLE, toRecord, type AccountAssociationRow } from "../sql/account-associations.js";
 import type {
   AccountAssociationChanges,
   AccountAssociationFilter,

@@ -1,5 +1,5 @@
 import { NotFoundError } from "../../domain/errors.js";
-import { comparable, filterClauses, TABLE, toRecord, type AdvisoryRow } from "../rows/advisories.js";
+import { comparable, filterClauses, TABLE, toRecord, type AdvisoryRow } from "../sql/advisories.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, AdvisoryStore, ListQuery, ListResult, UpsertOutcome } from "../store.js";
 import { exists, listRecords, one, POSTGRES_DIALECT } from "./list.js";
 import type { Runner } from "./tx.js";

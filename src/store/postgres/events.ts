@@ -1,6 +1,6 @@
 import type { EventDraft, EventKind, FeedPosition } from "../../domain/events.js";
 import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventScan, type EventStore } from "../event-store.js";
-import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../rows/events.js";
+import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../sql/events.js";
 import { numbered, type Queryable } from "./list.js";
 import type { Runner } from "./tx.js";
 

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
+import { TABLE, toRecord, type GroupInviteRow } from "../sql/group-invites.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, GroupInviteStore, ListQuery, ListResult } from "../store.js";
 import { exact, exists, insertRow, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type GroupChildKind, type GroupRow } from "../rows/groups.js";
+import { TABLE, toRecord, type GroupChildKind, type GroupRow } from "../sql/groups.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, GroupStore, ListQuery, ListResult } from "../store.js";
 import { exact, listRecords, one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type IdentityRow } from "../rows/identities.js";
+import { TABLE, toRecord, type IdentityRow } from "../sql/identities.js";
 import type {
   IdentityChanges,
   IdentityFilter,

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type IdentityProviderRow } from "../rows/identity-providers.js";
+import { TABLE, toRecord, type IdentityProviderRow } from "../sql/identity-providers.js";
 import type {
   IdentityProviderChanges,
   IdentityProviderFilter,

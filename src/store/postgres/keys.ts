@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { newestKeyRetireRefused, SELECT, toRecord, type SigningKeyRow } from "../rows/signing-keys.js";
+import { newestKeyRetireRefused, SELECT, toRecord, type SigningKeyRow } from "../sql/signing-keys.js";
 import type { KeyStore, RetireOutcome, SigningKeyRecord } from "../store.js";
 import { one } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type RepoRow } from "../rows/repos.js";
+import { TABLE, toRecord, type RepoRow } from "../sql/repos.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, RepoStore } from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

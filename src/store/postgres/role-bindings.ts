@@ -1,5 +1,5 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
+import { TABLE, toRecord, type RoleBindingRow } from "../sql/role-bindings.js";
 import type { ListQuery, ListResult, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleBindingStore } from "../store.js";
 import { exact, exists, listRecords, one, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

@@ -1,5 +1,5 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type RoleRow } from "../rows/roles.js";
+import { TABLE, toRecord, type RoleRow } from "../sql/roles.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, RoleStore } from "../store.js";
 import { exact, exists, insertRow, listRecords, one, updateRow } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

@@ -5,7 +5,7 @@ import {
   sameFamily,
   toRecord as toToken,
   type RefreshTokenRow,
-} from "../rows/refresh-tokens.js";
+} from "../sql/refresh-tokens.js";
 import {
   advanceSql,
   dropExpiredHoldersSql,
@@ -16,7 +16,7 @@ import {
   tooManyFlows,
   type FlowHashColumn,
   type SignInFlowRow,
-} from "../rows/sign-in-flows.js";
+} from "../sql/sign-in-flows.js";
 import {
   USED_REFRESH_TOKENS_KEPT,
   type RefreshTokenRecord,

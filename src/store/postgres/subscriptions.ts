@@ -18,7 +18,7 @@ import {
   type StateRow,
   type SubscriptionRow,
   type TargetRow,
-} from "../rows/subscriptions.js";
+} from "../sql/subscriptions.js";
 import type { ListQuery, ListResult } from "../store.js";
 import {
   cursorText,

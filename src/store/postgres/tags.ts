@@ -9,7 +9,7 @@ import {
   toRecord,
   type SourcedTagRow,
   type TagRow,
-} from "../rows/tags.js";
+} from "../sql/tags.js";
 import type { DeletedDigest, ListQuery, ListResult, TagFilter, TagOrder, TagRecord, TagSourceTime, TagStore } from "../store.js";
 import { exists, insertRow, listRecords, one, POSTGRES_DIALECT, updateRow, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";

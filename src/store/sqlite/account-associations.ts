@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/account-associations.js";
+import { TABLE, toRecord } from "../sql/account-associations.js";
 import type {
   AccountAssociationChanges,
   AccountAssociationFilter,

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { NotFoundError } from "../../domain/errors.js";
-import { comparable, filterClauses, TABLE, toRecord } from "../rows/advisories.js";
+import { comparable, filterClauses, TABLE, toRecord } from "../sql/advisories.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord, ListQuery, ListResult, SyncAdvisoryStore, UpsertOutcome } from "../store.js";
 import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 

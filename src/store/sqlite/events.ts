@@ -1,7 +1,7 @@
 import type { Database, Statement } from "better-sqlite3";
 import type { EventDraft, EventKind, FeedPosition } from "../../domain/events.js";
 import { EVENT_SCAN_LIMIT, type EventPage, type EventQuery, type EventScan, type SyncEventStore } from "../event-store.js";
-import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../rows/events.js";
+import { choosePage, draftRow, pageOf, scannedRoots, scanOf, type EventCandidate } from "../sql/events.js";
 
 interface CandidateRow {
   seq: number;

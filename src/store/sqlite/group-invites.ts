@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type GroupInviteRow } from "../rows/group-invites.js";
+import { TABLE, toRecord, type GroupInviteRow } from "../sql/group-invites.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, ListQuery, ListResult, SyncGroupInviteStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
 

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type GroupChildKind } from "../rows/groups.js";
+import { TABLE, toRecord, type GroupChildKind } from "../sql/groups.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, ListQuery, ListResult, SyncGroupStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
 

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/identities.js";
+import { TABLE, toRecord } from "../sql/identities.js";
 import type {
   IdentityChanges,
   IdentityFilter,

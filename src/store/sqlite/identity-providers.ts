@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/identity-providers.js";
+import { TABLE, toRecord } from "../sql/identity-providers.js";
 import type {
   IdentityProviderChanges,
   IdentityProviderFilter,

@@ -2,7 +2,7 @@ import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
 import type { MigrationLog } from "../migration-log.js";
 import { makeParts, ownParts, STORE_PARTS, type PartName } from "../parts.js";
-import { GROUP_CHILD_KINDS } from "../rows/groups.js";
+import { GROUP_CHILD_KINDS } from "../sql/groups.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts, SyncStoreParts } from "../store.js";
 import { versionsFromRows, type TableVersions } from "../versions.js";

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { newestKeyRetireRefused, SELECT, toRecord, type SigningKeyRow } from "../rows/signing-keys.js";
+import { newestKeyRetireRefused, SELECT, toRecord, type SigningKeyRow } from "../sql/signing-keys.js";
 import type { RetireOutcome, SigningKeyRecord, SyncKeyStore } from "../store.js";
 
 /** KeyStore over the secrets and signing_keys tables. */

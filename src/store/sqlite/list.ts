@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
-import { listSql } from "../list-sql.js";
-import { exact, type Clause, type ListDialect, type TableSpec } from "../rows/table.js";
+import { listSql } from "../sql/list-sql.js";
+import { exact, type Clause, type ListDialect, type TableSpec } from "../sql/table.js";
 import type { ListQuery, ListResult } from "../store.js";
 
 export { exact, type Clause };

@@ -288,7 +288,7 @@ const MIGRATIONS: readonly Migration[] = [
   // its update time counts instead. registry_deleted_digests remembers when
   // a manifest was deleted from a repo, so a push older than the delete,
   // delivered after it, does not bring its tag back; kept for
-  // DELETED_DIGEST_RETENTION_US (src/store/rows/tags.ts). (IF NOT EXISTS: the
+  // DELETED_DIGEST_RETENTION_US (src/store/sql/tags.ts). (IF NOT EXISTS: the
   // older-schema tests rebuild tags and repos beside a table they keep.)
   {
     name: "tag source times and deleted digests",

@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/repos.js";
+import { TABLE, toRecord } from "../sql/repos.js";
 import type { ListQuery, ListResult, RepoChanges, RepoFilter, RepoOrder, RepoRecord, SyncRepoStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
 

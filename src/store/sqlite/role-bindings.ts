@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord, type RoleBindingRow } from "../rows/role-bindings.js";
+import { TABLE, toRecord, type RoleBindingRow } from "../sql/role-bindings.js";
 import type { ListQuery, ListResult, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, SyncRoleBindingStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
 

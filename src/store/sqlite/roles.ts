@@ -1,6 +1,6 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError } from "../../domain/errors.js";
-import { TABLE, toRecord } from "../rows/roles.js";
+import { TABLE, toRecord } from "../sql/roles.js";
 import type { ListQuery, ListResult, RoleChanges, RoleFilter, RoleOrder, RoleRecord, SyncRoleStore } from "../store.js";
 import { exact, type ListRunner } from "./list.js";
 

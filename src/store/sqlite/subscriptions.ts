@@ -18,7 +18,7 @@ import {
   type LogRow,
   type StateRow,
   type TargetRow,
-} from "../rows/subscriptions.js";
+} from "../sql/subscriptions.js";
 import type { ListQuery, ListResult } from "../store.js";
 import {
   cursorText,

@@ -10,7 +10,7 @@ import {
   toRecord,
   type SourcedTagRow,
   type TagRow,
-} from "../rows/tags.js";
+} from "../sql/tags.js";
 import type { DeletedDigest, ListQuery, ListResult, SyncTagStore, TagFilter, TagOrder, TagRecord, TagSourceTime } from "../store.js";
 import { SQLITE_DIALECT, type ListRunner } from "./list.js";
 

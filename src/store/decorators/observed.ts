@@ -1,5 +1,5 @@
 import { decorateStore } from "./decorate.js";
-import type { Store } from "./store.js";
+import type { Store } from "../store.js";
 
 /**
  * The store observed: each part method's duration, until its promise

@@ -1,6 +1,6 @@
-import { topsOf } from "../domain/uid-tops.js";
-import { ancestorsOf, isAncestor, isAtOrBelow, parentOf } from "../domain/uidp.js";
-import type { Cursor, HierarchyFilter } from "./store.js";
+import { topsOf } from "../../domain/uid-tops.js";
+import { ancestorsOf, isAncestor, isAtOrBelow, parentOf } from "../../domain/uidp.js";
+import type { Cursor, HierarchyFilter } from "../store.js";
 
 /**
  * How a narrowed list finds the rows a caller may see, decided before any

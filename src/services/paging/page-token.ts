@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
-import { QueryCache } from "./query-cache.js";
-import type { Cursor } from "./store.js";
+import { QueryCache } from "../../store/decorators/query-cache.js";
+import type { Cursor } from "../../store/store.js";
 
 /** What a page token carries between requests. */
 export interface PageTokenState {

@@ -1,5 +1,5 @@
-import { makeParts, mapMethods, ownParts, STORE_PARTS, type MethodKind, type PartMethod, type PartName } from "./parts.js";
-import type { Store, StoreParts } from "./store.js";
+import { makeParts, mapMethods, ownParts, STORE_PARTS, type MethodKind, type PartMethod, type PartName } from "../parts.js";
+import type { Store, StoreParts } from "../store.js";
 
 export type { PartMethod };
 

@@ -1,4 +1,4 @@
-import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
+import type { HierarchyFilter } from "../../domain/hierarchy-filter.js";
 
 /** A keyset position: the order column's value and the uid of the last item returned. */
 export interface Cursor {
