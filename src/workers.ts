@@ -39,7 +39,7 @@ export async function runPrimary(count: number, settings: MetricsSettings): Prom
   // Loaded here, not with the command line: only the primary of a worker cluster needs them.
   const [{ ClusterMetrics }, { listenForScrapes }, { metricsStartupNote }, { Registry }] = await Promise.all([
     import("./server/observe/metrics-cluster.js"),
-    import("./server/observe/metrics-endpoint.js"),
+    import("./server/http/metrics-endpoint.js"),
     import("./server/observe/metrics-access.js"),
     import("prom-client"),
   ]);

@@ -1,7 +1,7 @@
 /**
  * The command line loads what a command needs and no more (issue 24: `--version` took 1.1–2.5 s because every
  * command imported the server): `--version`, `--help`, `keygen`, `sign-jwt`, `admin-token` and `serve --help`
- * never load the server (src/server/app.ts, fastify, grpc-js); `--version` and `--help` load no package at
+ * never load the server (src/app/start.ts, fastify, grpc-js); `--version` and `--help` load no package at
  * all, and neither does `auth token` with a valid token stored (what scripts run before every call). The
  * compiled command runs as users run it, with a module-resolution hook (node:module's register) that writes
  * down every module the process resolves; `serve` itself is the control that the hook sees the
@@ -22,7 +22,7 @@ const dir = mkdtempSync(join(tmpdir(), "platform-cli-load-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 /** What loading the server means: its composition root, the HTTP framework, the gRPC server. */
-const SERVER_MODULES = [`${DIST}/server/app.js`, "/node_modules/fastify/", "/node_modules/@grpc/grpc-js/"];
+const SERVER_MODULES = [`${DIST}/app/start.js`, "/node_modules/fastify/", "/node_modules/@grpc/grpc-js/"];
 
 // The hook runs on the loader's own thread: it appends each resolved URL to the file named by PLATFORM_LOAD_LOG.
 const hooks = join(dir, "hooks.mjs");

@@ -57,7 +57,7 @@ function reconcileArgs(args: string[]): ReconcileArgs {
 async function commandEventDeps(store: Store, cfg: Config) {
   const [{ CONTRACT_FILES }, { responseJson }, { FeedCursors }, { createFeedNotifier }] = await Promise.all([
     import("../services/index.js"),
-    import("../server/codec/json.js"),
+    import("../codec/json.js"),
     import("../services/events/feed-cursor.js"),
     import("../services/events/watch.js"),
   ]);

@@ -36,7 +36,7 @@ ${environmentHelp()}`,
     let reload = () => {};
     process.on("SIGHUP", () => reload());
     // Imported here, not at the top: `serve --help` and the other commands never load the server.
-    const { prepareStore, startServer } = await import("../server/app.js");
+    const { prepareStore, startServer } = await import("../app/start.js");
     if (cfg.workers > 1 && !isWorker()) {
       // The schema is migrated and the keys made once, here, before the workers start, so they never race to.
       const store = await openCommandStore(cfg, true);

@@ -191,3 +191,11 @@ export function grpcMessageHeader(message: string): string {
     return encodeURI(message.replace(/[\uD800-\uDFFF]/g, "\uFFFD"));
   }
 }
+
+/** ErrorInfo.reason of a request message over the limit (REST says BODY_TOO_LARGE). */
+export const MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE";
+
+/** RESOURCE_EXHAUSTED with one ErrorInfo, for a request message over `limit` bytes. */
+export function messageTooLarge(limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError {
+  return toConnectError(new ApiError(Code.ResourceExhausted, MESSAGE_TOO_LARGE, `Request message exceeds ${limit} bytes`), domain);
+}

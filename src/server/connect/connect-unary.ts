@@ -1,7 +1,7 @@
 import { toJsonString, type DescMethod, type Registry } from "@bufbuild/protobuf";
 import { Code, type ContextValues } from "@connectrpc/connect";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { asMessage, encodeMessage } from "../codec/binary.js";
+import { asMessage, encodeMessage } from "../../codec/binary.js";
 import { lightContext } from "../context.js";
 import { toConnectError } from "../errors.js";
 import { compress, MIN_COMPRESS_BYTES, responseCoding } from "../http/compression.js";

@@ -4,8 +4,9 @@ import { finished } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { Compression } from "@connectrpc/connect/protocol";
-import { ApiError, invalidField } from "../../domain/errors.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
+import { ENVELOPE_PREFIX_BYTES, EnvelopeTracker } from "../../codec/envelope.js";
+import { invalidField } from "../../domain/errors.js";
+import { DEFAULT_ERROR_DOMAIN, messageTooLarge, toConnectError } from "../errors.js";
 
 /**
  * The one limit on a request message (config.maxMessageBytes) as the Connect
@@ -16,14 +17,6 @@ import { DEFAULT_ERROR_DOMAIN, toConnectError } from "../errors.js";
  * ErrorInfo, and a violation found by them destroys the request, so the
  * client sees a reset instead of the answer; the checks here come first.
  */
-
-/** ErrorInfo.reason of a request message over the limit (REST says BODY_TOO_LARGE). */
-export const MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE";
-
-/** RESOURCE_EXHAUSTED with one ErrorInfo, for a request message over `limit` bytes. */
-export function messageTooLarge(limit: number, domain = DEFAULT_ERROR_DOMAIN): ConnectError {
-  return toConnectError(new ApiError(Code.ResourceExhausted, MESSAGE_TOO_LARGE, `Request message exceeds ${limit} bytes`), domain);
-}
 
 /**
  * gzip and br for the Connect router, inflating at most `limit` bytes: zlib
@@ -159,7 +152,6 @@ function stopReading(req: IncomingMessage, res: ServerResponse): void {
 }
 
 /** A length-prefixed message's prefix: one flags byte and a big-endian uint32 length. */
-const ENVELOPE_PREFIX_BYTES = 5;
 
 async function* checkedChunks(
   req: IncomingMessage,
@@ -226,43 +218,6 @@ function envelopeInspector(limit: number, domain: string, unary: boolean): (chun
     if (length > limit) throw messageTooLarge(limit, domain);
   });
   return (chunk) => tracker.feed(chunk);
-}
-
-/**
- * Follows length-prefixed messages (gRPC, gRPC-Web, Connect streaming: one
- * flags byte, a big-endian uint32 length, the payload) across the chunks of
- * a body: reports each declared length, and counts the bytes that have
- * arrived of the message not yet complete.
- */
-export class EnvelopeTracker {
-  /** Bytes received of the current, unfinished message (its prefix included); 0 between messages. */
-  unfinished = 0;
-  private readonly prefix = Buffer.alloc(5);
-  private prefixBytes = 0;
-  private payloadLeft = 0;
-
-  /** onLength sees each declared length as soon as its prefix is complete; it may throw to refuse it. */
-  constructor(private readonly onLength: (length: number) => void = () => {}) {}
-
-  feed(chunk: Uint8Array): void {
-    let at = 0;
-    while (at < chunk.byteLength) {
-      if (this.payloadLeft > 0) {
-        const take = Math.min(this.payloadLeft, chunk.byteLength - at);
-        this.payloadLeft -= take;
-        at += take;
-        this.unfinished = this.payloadLeft === 0 ? 0 : this.unfinished + take;
-        continue;
-      }
-      this.prefix[this.prefixBytes++] = chunk[at++]!;
-      this.unfinished++;
-      if (this.prefixBytes < this.prefix.length) continue;
-      this.prefixBytes = 0;
-      this.payloadLeft = this.prefix.readUInt32BE(1);
-      if (this.payloadLeft === 0) this.unfinished = 0;
-      this.onLength(this.payloadLeft);
-    }
-  }
 }
 
 /**

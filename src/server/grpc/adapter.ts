@@ -2,7 +2,7 @@ import { fromBinary, toBinary, type DescMethod, type DescService, type Message }
 import { createContextValues, type ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { clientAddressKey } from "../../auth/principal.js";
-import { asMessage, encodeMessage } from "../codec/binary.js";
+import { asMessage, encodeMessage } from "../../codec/binary.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, grpcStatusDetails, toConnectError, undecodableRequest, type InternalErrorSink } from "../errors.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";

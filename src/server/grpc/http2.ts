@@ -1,9 +1,17 @@
 import http2 from "node:http2";
 import { Code } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
+import { EnvelopeTracker } from "../../codec/envelope.js";
 import { ApiError } from "../../domain/errors.js";
-import { EnvelopeTracker, MESSAGE_TOO_LARGE } from "../connect/message-limit.js";
-import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, grpcMessageHeader, grpcStatusDetails, reasonOf, toConnectError } from "../errors.js";
+import {
+  areaErrorDomain,
+  DEFAULT_ERROR_DOMAIN,
+  grpcMessageHeader,
+  grpcStatusDetails,
+  MESSAGE_TOO_LARGE,
+  reasonOf,
+  toConnectError,
+} from "../errors.js";
 import type { ByteBudget, ByteBudgetScope } from "../http/byte-budget.js";
 import { createClientAddresses, type ClientAddresses } from "../http/client-address.js";
 import { serveHttp2Request, type Http2RequestHandler } from "../http/http2-requests.js";

@@ -1,5 +1,5 @@
 import http2 from "node:http2";
-import { EnvelopeTracker } from "../connect/message-limit.js";
+import { EnvelopeTracker } from "../../codec/envelope.js";
 import { refuseStream, type GrpcHttp2Streams } from "./http2.js";
 import { REFLECTION_REQUEST_LIMIT } from "./reflection-stream.js";
 

@@ -7,8 +7,7 @@ import {
   type ServerReflectionRequest,
 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ApiError } from "../../domain/errors.js";
-import { messageTooLarge } from "../connect/message-limit.js";
-import { DEFAULT_ERROR_DOMAIN, toConnectError, undecodableRequest } from "../errors.js";
+import { DEFAULT_ERROR_DOMAIN, messageTooLarge, toConnectError, undecodableRequest } from "../errors.js";
 import { grpcError, methodDefinition } from "./adapter.js";
 import { Reflector, type ReflectionSchema } from "./reflection.js";
 

@@ -2,7 +2,7 @@ import type http2 from "node:http2";
 import zlib from "node:zlib";
 import { fromBinary, type DescMethod, type Message } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
-import { asMessage, encodeMessage } from "../codec/binary.js";
+import { asMessage, encodeMessage } from "../../codec/binary.js";
 import {
   areaErrorDomain,
   grpcMessageHeader,

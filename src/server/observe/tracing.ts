@@ -46,13 +46,6 @@ export interface TraceLogIds {
 /** How long a graceful stop waits for the last spans to be exported. */
 export const SPAN_FLUSH_MS = 5_000;
 
-/** Whether env asks for traces: an OTLP endpoint is named and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none says no. */
-function tracingRequested(env: NodeJS.ProcessEnv): boolean {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return false;
-  if ((env.OTEL_TRACES_EXPORTER ?? "").split(",").some((name) => name.trim() === "none")) return false;
-  return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
-}
-
 /** Where tracing logs (the server's logger). */
 export interface TracingLog {
   info(fields: Record<string, unknown>, message: string): void;
@@ -68,15 +61,4 @@ export interface TracingOptions {
    * exist, so only while serving.
    */
   warn(fields: Record<string, unknown>, message: string): void;
-}
-
-/**
- * Starts exporting spans over OTLP/HTTP when process.env asks for it (the
- * SDK reads the rest of its settings there too: headers, timeout, sampler,
- * service name, batch sizes); undefined, having loaded nothing, when not.
- */
-export async function startTracing(opts: TracingOptions): Promise<Tracing | undefined> {
-  if (!tracingRequested(process.env)) return undefined;
-  const { createTracing } = await import("./tracing-sdk.js");
-  return createTracing(opts);
 }

@@ -73,7 +73,7 @@ function scalarSchema(scalar: ScalarType): Schema {
 
 const behaviorOf = (f: DescField) => getOption(f, field_behavior);
 
-/** True when the REST writer (src/server/codec/json.ts) always writes the field, so a response has it. */
+/** True when the REST writer (src/codec/json.ts) always writes the field, so a response has it. */
 function alwaysWritten(f: DescField): boolean {
   if (f.oneof || f.name === "next_page_token") return false;
   if (f.fieldKind === "list" || f.fieldKind === "map") return true;

@@ -16,8 +16,8 @@ import { field_behavior, FieldBehavior } from "../../../gen/google/api/field_beh
 import type { HttpRule } from "../../../gen/google/api/http_pb.js";
 import { clientAddressKey } from "../../auth/principal.js";
 import { invalidField } from "../../domain/errors.js";
-import { responseJson } from "../codec/json.js";
-import { messageFromJson } from "../codec/request-json.js";
+import { responseJson } from "../../codec/json.js";
+import { messageFromJson } from "../../codec/request-json.js";
 import { lightContext } from "../context.js";
 import { areaErrorDomain, DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
 import { isStreamHandler, requestIdKey, type WrappedMethod, type WrappedService } from "../wrap.js";

@@ -7,7 +7,7 @@ import {
   type MessageShape,
   type Registry,
 } from "@bufbuild/protobuf";
-import { InvalidArgumentError, invalidField, type FieldViolation } from "../../domain/errors.js";
+import { InvalidArgumentError, invalidField, type FieldViolation } from "../domain/errors.js";
 
 /**
  * A request message from its proto3 JSON form, for every protocol that takes
