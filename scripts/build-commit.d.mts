@@ -1,4 +1,4 @@
-// Types of build-commit.mjs, for the tests that call it (test/cli-version.test.ts).
+// Types of build-commit.mjs, for the tests that call it (test/cli/cli-version.test.ts).
 
 /** What the build compiles or ships next to dist/: a difference from the commit in any of them makes it "-dirty". */
 export declare const BUILD_SOURCES: readonly string[];

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CI = Boolean(process.env.CI);
 
-/** Whether a command is on PATH (as test/go-client.test.ts and test/python-grpc.test.ts look). */
+/** Whether a command is on PATH (as test/protocols/go-client.test.ts and test/protocols/python-grpc.test.ts look). */
 function onPath(command) {
   return spawnSync("sh", ["-c", `command -v ${command}`], { stdio: "ignore" }).status === 0;
 }
@@ -23,7 +23,7 @@ function runs(file, args) {
   return !spawnSync(file, args, { stdio: "ignore" }).error;
 }
 
-/** Whether /usr/bin/python3 (Debian's, which test/python-grpc.test.ts prefers) or python3 imports grpc. */
+/** Whether /usr/bin/python3 (Debian's, which test/protocols/python-grpc.test.ts prefers) or python3 imports grpc. */
 function pythonGrpc() {
   return ["/usr/bin/python3", "python3"].some((python) => {
     try {
@@ -35,7 +35,7 @@ function pythonGrpc() {
   });
 }
 
-/** Debian's Go sources the Go client test builds against (test/go-client.test.ts, SOURCES). */
+/** Debian's Go sources the Go client test builds against (test/protocols/go-client.test.ts, SOURCES). */
 const GO_SOURCES = [
   "google.golang.org/grpc/server.go",
   "google.golang.org/genproto/googleapis/api/annotations/annotations.pb.go",
@@ -58,19 +58,19 @@ const TOOLS = [
   {
     tool: "/usr/bin/chromium (apt-get install chromium)",
     present: () => existsSync("/usr/bin/chromium"),
-    tests: "test/browser.test.ts",
+    tests: "test/protocols/browser.test.ts",
     without: "skip",
   },
   {
     tool: "nginx, haproxy, caddy (apt-get install nginx haproxy caddy)",
     present: () => runs("/usr/sbin/nginx", ["-v"]) && runs("/usr/sbin/haproxy", ["-v"]) && runs("/usr/bin/caddy", ["version"]),
-    tests: "test/deploy-{nginx,haproxy,caddy,watch-idle}.test.ts, per proxy (test/support/proxies.ts)",
+    tests: "test/deploy/deploy-{nginx,haproxy,caddy,watch-idle}.test.ts, per proxy (test/support/proxies.ts)",
     without: "skip unless CI",
   },
   {
     tool: "promtool (apt-get install prometheus)",
     present: () => spawnSync("promtool", ["--version"], { stdio: "ignore" }).status === 0,
-    tests: "test/metrics-promtool.test.ts, a check in test/metrics-cluster.test.ts",
+    tests: "test/operations/metrics-promtool.test.ts, a check in test/operations/metrics-cluster.test.ts",
     without: "skip unless CI",
   },
   {
@@ -78,37 +78,37 @@ const TOOLS = [
     present: () =>
       ["go", "protoc", "protoc-gen-go", "protoc-gen-go-grpc"].every(onPath) &&
       GO_SOURCES.every((f) => existsSync(join("/usr/share/gocode/src", f))),
-    tests: "test/go-client.test.ts",
+    tests: "test/protocols/go-client.test.ts",
     without: "skip unless CI",
   },
   {
     tool: "python3 with grpc, protoc, grpc_python_plugin (apt-get install python3-grpcio protobuf-compiler protobuf-compiler-grpc)",
     present: () => pythonGrpc() && onPath("protoc") && onPath("grpc_python_plugin"),
-    tests: "test/python-grpc.test.ts, a check in test/tls.test.ts",
+    tests: "test/protocols/python-grpc.test.ts, a check in test/protocols/tls.test.ts",
     without: "skip unless CI",
   },
   {
     tool: "strace",
     present: () => spawnSync("strace", ["-f", "-o", "/dev/null", "true"], { stdio: "ignore" }).status === 0,
-    tests: "test/durability.test.ts (fsyncs per commit)",
+    tests: "test/store/durability.test.ts (fsyncs per commit)",
     without: "skip",
   },
   {
     tool: "script (util-linux)",
     present: () => existsSync("/usr/bin/script"),
-    tests: "a check in test/lifecycle.test.ts",
+    tests: "a check in test/operations/lifecycle.test.ts",
     without: "skip",
   },
   {
     tool: "docker-registry, skopeo, umoci (apt-get install docker-registry skopeo umoci)",
     present: () => ["docker-registry", "skopeo", "umoci"].every(onPath),
-    tests: "test/registry-auth.test.ts, test/registry-catalogue-e2e.test.ts",
+    tests: "test/registry/registry-auth.test.ts, test/registry/registry-catalogue-e2e.test.ts",
     without: "fail",
   },
   {
     tool: "systemd-analyze (apt-get install systemd)",
     present: () => onPath("systemd-analyze"),
-    tests: "test/deploy-systemd.test.ts",
+    tests: "test/deploy/deploy-systemd.test.ts",
     without: "fail",
   },
 ];
@@ -131,5 +131,5 @@ if (failing.length > 0) {
 }
 if (missing.length === 0) lines.push("Every tool the tests use is installed: nothing skips for want of one.");
 if (process.env.PLATFORM_TEST_CONTAINER !== "1")
-  lines.push("test/deploy-container.test.ts skips unless PLATFORM_TEST_CONTAINER=1 (about 10 minutes).");
+  lines.push("test/deploy/deploy-container.test.ts skips unless PLATFORM_TEST_CONTAINER=1 (about 10 minutes).");
 process.stdout.write(`${lines.join("\n")}\n\n`);

@@ -282,7 +282,7 @@ export interface Config {
   signInPendingPerAddress: number;
 }
 
-/** Every environment variable the server reads, with its default: `serve --help` prints them (docs/configuration.md has the same table, checked by test/docs-reference.test.ts). */
+/** Every environment variable the server reads, with its default: `serve --help` prints them (docs/configuration.md has the same table, checked by test/docs/docs-reference.test.ts). */
 export const ENVIRONMENT_VARIABLES: readonly { name: string; default: string; meaning: string }[] = [
   { name: "PORT", default: "8080", meaning: "the one TCP port for every protocol (0 picks a free one)" },
   { name: "HOST", default: "::", meaning: "address to listen on; :: is every IPv6 and IPv4 address (0.0.0.0: IPv4 only)" },

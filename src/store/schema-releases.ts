@@ -11,7 +11,7 @@ export interface SchemaRelease {
  * Every version that changed either engine's schema, oldest first: the first version with a schema number is the
  * first row that reaches it. Every schema change moves the version to the next minor, so no two builds that say
  * the same version migrate to different schemas, and a database refused as newer was migrated by a version after
- * this one's minor. test/schema-releases.test.ts holds the last row to the migrations and to package.json, and
+ * this one's minor. test/store/schema-releases.test.ts holds the last row to the migrations and to package.json, and
  * every row to CHANGELOG.md's "Schema:" lines.
  */
 export const SCHEMA_RELEASES: readonly SchemaRelease[] = [

@@ -1,7 +1,7 @@
 import { fencedLines, fences } from "./markdown.js";
 
 /**
- * How a shell example runs in test/docs-examples.test.ts, by the marker on the line above its fence:
+ * How a shell example runs in test/docs/docs-examples.test.ts, by the marker on the line above its fence:
  * none: in the page's session against a server on SQLite; `<!-- doc-test: postgres -->`: in the page's
  * PostgreSQL session (a server on a throwaway cluster, PLATFORM_DATABASE_URL set); `<!-- doc-test: skip (why) -->`:
  * not at all, for a reason the reader can see.

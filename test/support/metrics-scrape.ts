@@ -4,7 +4,7 @@ import http from "node:http";
 
 /**
  * The metrics token of the suites' servers that read /metrics on the public
- * port: /metrics is private by default (test/metrics-access.test.ts), so
+ * port: /metrics is private by default (test/operations/metrics-access.test.ts), so
  * they are started with METRICS_ENV and scrape with METRICS_AUTH, as a
  * Prometheus server is set up.
  */

@@ -1,4 +1,4 @@
-import { prepareStore } from "../../src/server/app.js";
+import { prepareStore } from "../../src/app/start.js";
 import { openSqliteStore } from "../../src/store/sqlite/index.js";
 
 /**

@@ -1,5 +1,5 @@
 /**
- * The child of test/sqlite-driver-gc.test.ts, run with --expose-gc: ROUNDS
+ * The child of test/store/sqlite-driver-gc.test.ts, run with --expose-gc: ROUNDS
  * times, starts the server in this process on a fresh SQLite data directory
  * (its store as `serve` opens it, checkpoint thread included), creates and
  * reads a group over REST, closes the server and lets go of it, then has the

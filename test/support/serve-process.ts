@@ -44,7 +44,7 @@ async function exited(child: ChildProcess): Promise<void> {
 async function tryServe(port: number, env: Record<string, string>, deadline: number): Promise<ServeProcess | string> {
   const child = spawn(process.execPath, ["bin/platform-api.js", "serve"], {
     cwd: ROOT,
-    // No drain by default: a test that stops the server waits for nothing (test/drain.test.ts tests the drain).
+    // No drain by default: a test that stops the server waits for nothing (test/operations/drain.test.ts tests the drain).
     env: cleanEnv({ HOST: "127.0.0.1", LOG_LEVEL: "warn", PLATFORM_DRAIN_MS: "0", ...env, PORT: String(port) }),
     stdio: ["ignore", "pipe", "pipe"],
   });

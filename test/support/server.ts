@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config.js";
-import { startServer, type RunningServer, type ServerOptions } from "../../src/server/app.js";
+import { startServer, type RunningServer, type ServerOptions } from "../../src/app/start.js";
 import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
 import { freshPgDatabase } from "./pg-cluster.js";
@@ -104,7 +104,7 @@ export async function startTestServer(
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: "silent",
     PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-    // No drain: close() goes straight to closing the listener (test/drain.test.ts sets one).
+    // No drain: close() goes straight to closing the listener (test/operations/drain.test.ts sets one).
     PLATFORM_DRAIN_MS: "0",
     // The test issuers (test/support/oidc-issuer.ts) listen on http://127.0.0.1.
     PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",

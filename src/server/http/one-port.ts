@@ -151,7 +151,7 @@ export function createOnePortServer(
         // Node's Http2Session (20.20 and later) replays bytes left in the socket's read
         // buffer, so the unshifted preface reaches nghttp2 on the native
         // handle (no JSStreamSocket wrapper, which cost ~10% and lost the peer
-        // address). test/one-port.test.ts guards a preface split across writes.
+        // address). test/protocols/one-port.test.ts guards a preface split across writes.
         toHttp2(socket);
       } else {
         toHttp1(socket);

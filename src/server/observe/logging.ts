@@ -71,7 +71,7 @@ export function levelEnabled(level: string, at: "info" | "debug"): boolean {
  * every other HTTP request, see request-log.ts) is formatted here rather than by
  * pino's generic serializer, which cost a busy server about 4 µs a line (twice
  * this): the same keys in the same order as pino writes them (level, time, and
- * pino's base pid and hostname first, msg last), which test/logs.test.ts checks
+ * pino's base pid and hostname first, msg last), which test/operations/logs.test.ts checks
  * against pino's own lines.
  *
  * With traceIds (tracing on), every line written inside a span (a call's

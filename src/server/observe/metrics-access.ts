@@ -41,7 +41,7 @@ export function metricsNotPublicError(): ApiError {
  * The start-up line saying where metrics can be scraped, or that they are
  * private and how to change that. listenerUrl: the PLATFORM_METRICS_ADDR
  * listener's address, once bound. (No "Bearer " in it: a log line holding
- * that word is taken for a leaked header, test/logs.test.ts.)
+ * that word is taken for a leaked header, test/operations/logs.test.ts.)
  */
 export function metricsStartupNote(settings: MetricsSettings, listenerUrl?: string): { fields: Record<string, string>; msg: string } {
   const bearer = "scrapers sending PLATFORM_METRICS_TOKEN in the Authorization header";

@@ -1,0 +1,297 @@
+/**
+ * The store conformance suite on PostgreSQL (a throwaway cluster, a fresh
+ * database per test), and what only several processes can show: races
+ * between two pools on one database.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Code } from "@connectrpc/connect";
+import pg from "pg";
+import { AbortedError } from "../../src/domain/errors.js";
+import { createCachingStore } from "../../src/store/decorators/caching.js";
+import { PART_NAMES, STORE_PARTS } from "../../src/store/parts.js";
+import { PgGroupStore } from "../../src/store/postgres/groups.js";
+import { openPostgresStore } from "../../src/store/postgres/index.js";
+import type { Queryable } from "../../src/store/postgres/list.js";
+import { CLAIM_VERSION_BUCKET, migratePostgres } from "../../src/store/postgres/migrations.js";
+import { MAX_ATTEMPTS, serializable, type ClientSource } from "../../src/store/postgres/tx.js";
+import type { Store } from "../../src/store/store.js";
+import { AUTHZ_TABLES, VERSIONED_TABLES } from "../../src/store/versions.js";
+import { until } from "../support/assertions.js";
+import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { runStoreConformance } from "../support/store-conformance.js";
+import { A, B, group, invite, role } from "../support/store-fixtures.js";
+
+if (!pgAvailable()) {
+  test("PostgreSQL conformance", { skip: "PostgreSQL is not installed (apt-get install postgresql)" }, () => {});
+} else {
+  // Behind its caches, as the server runs it (SQLite runs the suite on its bare engine too); every first read reaches the engine.
+  runStoreConformance("postgresql behind its caches", async () =>
+    createCachingStore(await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 4 })),
+  );
+
+  test("the engine's transactionThenVersions answers the versions after its commit, and a rolled-back one moves nothing", async () => {
+    const store = await openPostgresStore({ url: await freshPgDatabase(), maxConnections: 2 });
+    try {
+      const before = await store.readVersions();
+      const [result, versions] = await store.transactionThenVersions!(async (tx) => {
+        await tx.groups.create(group(A, null, "org"));
+        return "done";
+      });
+      assert.equal(result, "done");
+      assert.ok(versions.groups > before.groups, "the answered versions include the transaction's own write");
+      assert.deepEqual(versions, await store.readVersions(), "and are what readVersions() reads right after");
+      await assert.rejects(
+        store.transactionThenVersions!(async (tx) => {
+          await tx.groups.create(group(B, null, "other"));
+          throw new Error("abort");
+        }),
+        /abort/,
+      );
+      assert.equal(await store.groups.get(B), null);
+      assert.deepEqual(await store.readVersions(), versions, "a rolled-back transaction moves nothing");
+    } finally {
+      await store.close();
+    }
+  });
+
+  describe("postgresql: two processes on one database", () => {
+    let a: Store;
+    let b: Store;
+    before(async () => {
+      const url = await freshPgDatabase();
+      a = createCachingStore(await openPostgresStore({ url }));
+      b = createCachingStore(await openPostgresStore({ url }));
+    });
+    after(async () => {
+      await a.close();
+      await b.close();
+    });
+
+    test("40 concurrent redemptions of one single-use invite over two pools: exactly one succeeds", async () => {
+      const org = "1".repeat(40);
+      await a.groups.create(group(org, null, "race org"));
+      const viewer = "2".repeat(40);
+      await a.roles.create(role(viewer, null, "viewer"));
+      const uid = `${org}/${"3".repeat(16)}`;
+      await a.groupInvites.create(invite(uid, org, viewer, "race-key"));
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).groupInvites.consume(uid)));
+      assert.equal(results.filter(Boolean).length, 1);
+    });
+
+    test("30 rounds of delete-parent against create-child on the other pool: never an orphan", async () => {
+      let orphans = 0;
+      for (let i = 0; i < 30; i++) {
+        const parent = i.toString(16).padStart(40, "a");
+        const child = `${parent}/${"4".repeat(16)}`;
+        await a.groups.create(group(parent, null, `parent ${i}`));
+        await Promise.allSettled([a.groups.delete(parent), b.groups.create(group(child, parent, `child ${i}`))]);
+        const [p, c] = [await a.groups.get(parent), await a.groups.get(child)];
+        if (c !== null && p === null) orphans++;
+      }
+      assert.equal(orphans, 0);
+    });
+
+    test("an authorization change committed by one process is seen by the other's next refresh", async () => {
+      await b.refresh();
+      const before = b.version(AUTHZ_TABLES);
+      await a.roles.create(role("5".repeat(40), null, "another"));
+      await b.refresh();
+      assert.notEqual(b.version(AUTHZ_TABLES), before);
+    });
+  });
+
+  test("a transaction that keeps failing serialization ends in ABORTED after MAX_ATTEMPTS, each attempt rolled back", async () => {
+    const statements: string[] = [];
+    const failing = {
+      query: async (text: string) => {
+        statements.push(text);
+        if (text.startsWith("INSERT")) throw Object.assign(new Error("could not serialize access"), { code: "40001" });
+        return { rows: [], rowCount: 0 };
+      },
+    };
+    const source = { ...failing, connect: async () => ({ ...failing, release: () => {} }) } as unknown as ClientSource;
+    await assert.rejects(
+      serializable(source, async (q) => q.query("INSERT INTO groups VALUES (1)")),
+      (err: unknown) => err instanceof AbortedError && err.code === Code.Aborted,
+    );
+    assert.equal(statements.filter((s) => s.startsWith("INSERT")).length, MAX_ATTEMPTS);
+    assert.equal(statements.filter((s) => s === "ROLLBACK").length, MAX_ATTEMPTS);
+  });
+
+  describe("postgresql: version buckets", () => {
+    test("each connection claims a bucket of its own, moves only its bucket, and frees it when it goes", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 6 });
+      pool.on("connect", (client) => void client.query(CLAIM_VERSION_BUCKET));
+      // Every client checked out is given back however the test ends: pool.end() waits for them all.
+      const out = new Set<pg.PoolClient>();
+      const take = async () => {
+        const c = await pool.connect();
+        out.add(c);
+        return c;
+      };
+      const giveBack = (c: pg.PoolClient, destroy = false) => {
+        out.delete(c);
+        c.release(destroy);
+      };
+      try {
+        await migratePostgres(pool);
+        const clients = await Promise.all(Array.from({ length: 6 }, take));
+        const bucketOf = async (c: pg.PoolClient) =>
+          Number((await c.query<{ b: string }>("SELECT current_setting('platform_versions.bucket', true) AS b")).rows[0]!.b);
+        const buckets = await Promise.all(clients.map(bucketOf));
+        assert.equal(new Set(buckets).size, 6, `six connections, six buckets: ${buckets.join(", ")}`);
+        await clients[3]!.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", [
+          "1".repeat(40),
+        ]);
+        const { rows } = await clients[0]!.query<{ bucket: number; groups: string }>(
+          "SELECT bucket, groups FROM version_buckets WHERE groups > 0",
+        );
+        assert.deepEqual(
+          rows.map((r) => r.bucket),
+          [buckets[3]],
+          "the write moved its connection's bucket only",
+        );
+        giveBack(clients[3]!, true); // closed: its advisory lock goes with its backend
+        // The backend ends after the client has gone; wait for its lock to go (an event, not a time).
+        const held = async () =>
+          Number(
+            (
+              await clients[0]!.query<{ n: string }>(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 2 AND objid = $1",
+                [buckets[3]],
+              )
+            ).rows[0]!.n,
+          );
+        await until(30_000, async () => (await held()) === 0, "the closed connection's bucket lock released");
+        const next = await take();
+        assert.equal(await bucketOf(next), buckets[3], "a new connection takes the freed bucket");
+      } finally {
+        for (const c of [...out]) giveBack(c, true);
+        await pool.end();
+      }
+    });
+
+    test("every versioned table, each part's among them, has its column in version_buckets and its version trigger", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 1 });
+      try {
+        await migratePostgres(pool);
+        const { rows: columns } = await pool.query<{ name: string }>(
+          "SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'version_buckets' AND column_name <> 'bucket'",
+        );
+        assert.deepEqual(columns.map((c) => c.name).sort(), [...VERSIONED_TABLES].sort());
+        const { rows: triggers } = await pool.query<{ name: string }>("SELECT tgname AS name FROM pg_trigger WHERE NOT tgisinternal");
+        const present = new Set(triggers.map((t) => t.name));
+        assert.deepEqual(
+          VERSIONED_TABLES.filter((t) => !present.has(`${t}_version`)),
+          [],
+        );
+        for (const name of PART_NAMES) {
+          const { table, cached } = STORE_PARTS[name];
+          assert.ok(table === null ? !cached : VERSIONED_TABLES.includes(table), `${name}'s table is versioned, or the part is not cached`);
+        }
+      } finally {
+        await pool.end();
+      }
+    });
+
+    test("migration 2 carries every table's version over from table_versions: no version moves backwards", async () => {
+      const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 2 });
+      try {
+        await migratePostgres(pool, 1);
+        await pool.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, 'org', 1, 1)", [
+          "1".repeat(40),
+        ]);
+        await pool.query("UPDATE groups SET name = 'renamed'");
+        const { rows: old } = await pool.query<{ name: string; v: string }>(
+          "SELECT name, sum(version) AS v FROM table_versions GROUP BY name",
+        );
+        const oldGroups = Number(old.find((r) => r.name === "groups")!.v);
+        assert.ok(oldGroups >= 2);
+        await migratePostgres(pool);
+        const store = await openPostgresStore({ url: pool.options.connectionString!, maxConnections: 2 });
+        try {
+          const versions = await store.readVersions();
+          assert.equal(versions.groups, oldGroups);
+          assert.equal(versions.roles, 0);
+          await store.groups.update("1".repeat(40), { description: "moved" }, 2);
+          assert.equal((await store.readVersions()).groups, oldGroups + 1);
+        } finally {
+          await store.close();
+        }
+      } finally {
+        await pool.end();
+      }
+    });
+  });
+
+  describe("postgresql: query plans on 20,000 groups", () => {
+    let pool: pg.Pool;
+    before(async () => {
+      pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 2 });
+      await migratePostgres(pool);
+      // 200 organizations of 99 folders each, uids as the server makes them.
+      await pool.query(`
+        INSERT INTO groups (uid, parent_uid, name, create_time, update_time)
+        SELECT lpad(to_hex(o), 40, '0'), NULL, 'org ' || o, o, o FROM generate_series(1, 200) AS o;
+        INSERT INTO groups (uid, parent_uid, name, create_time, update_time)
+        SELECT lpad(to_hex(o), 40, '0') || '/' || lpad(to_hex(f), 16, '0'), lpad(to_hex(o), 40, '0'), 'folder ' || f, o * 1000 + f, o * 1000 + f
+          FROM generate_series(1, 200) AS o, generate_series(1, 99) AS f;
+        ANALYZE groups;`);
+    });
+    after(async () => {
+      await pool.end();
+    });
+
+    /** The statements a list runs, captured, then explained against the real table. */
+    async function plansOf(list: (store: PgGroupStore) => Promise<unknown>): Promise<string[]> {
+      const seen: { text: string; params?: unknown[] }[] = [];
+      const recorder: Queryable = {
+        query: async <R>(text: string, params?: unknown[]) => {
+          seen.push({ text, params });
+          return (await pool.query(text, params)) as unknown as { rows: R[]; rowCount: number | null };
+        },
+      };
+      await list(new PgGroupStore({ q: recorder, atomically: (fn) => fn(recorder) }, []));
+      const plans: string[] = [];
+      for (const { text, params } of seen) plans.push(JSON.stringify((await pool.query(`EXPLAIN (FORMAT JSON) ${text}`, params)).rows));
+      return plans;
+    }
+
+    const org = lpad(7);
+    const q = (over: object) => ({
+      hierarchy: {},
+      filter: {},
+      order: { field: "uid" as const, desc: false },
+      after: null,
+      offset: 0,
+      limit: 50,
+      visibleWithin: null,
+      ...over,
+    });
+    for (const [label, query] of [
+      ["descendants of an organization", q({ hierarchy: { descendantsOf: org } })],
+      ["children of an organization", q({ hierarchy: { childrenOf: org } })],
+      [
+        "a keyset page in create_time order below an organization",
+        q({
+          hierarchy: { descendantsOf: org },
+          order: { field: "created_at", desc: false },
+          after: { key: 7_050, uid: `${org}/0000000000000032` },
+        }),
+      ],
+      ["visible within two organizations", q({ visibleWithin: [org, lpad(9)] })],
+    ] as const) {
+      test(`${label}: the page and its count use the indexes, no sequential scan of groups`, async () => {
+        const plans = await plansOf((store) => store.list(query as never));
+        assert.equal(plans.length, 2, "one page statement, one count");
+        for (const plan of plans) assert.doesNotMatch(plan, /"Node Type":"Seq Scan"[^}]*"Relation Name":"groups"/, plan);
+      });
+    }
+  });
+}
+
+/** An organization uid of the plan fixture. */
+function lpad(n: number): string {
+  return n.toString(16).padStart(40, "0");
+}
