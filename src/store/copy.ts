@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { FailedPreconditionError, type PreconditionViolation } from "../domain/errors.js";
-import type { FeedPosition } from "../domain/events.js";
 import { nulFieldOf } from "../domain/text-rules.js";
-import { EVERYWHERE } from "./event-store.js";
+import { SKIPPED, type CopyAll } from "./copy-steps.js";
+import { PART_NAMES, STORE_PARTS } from "./parts.js";
 import type { ListQuery, ListResult, PartName, Store, StoreParts } from "./store.js";
 
 /** Records read from the source per page. */
@@ -33,156 +33,13 @@ async function* everything<T extends { uid: string }, TFilter>(
   }
 }
 
-/** Copies every record of one kind, counted under `kind`: listed from the source, written by write (SKIPPED when it left one alone). */
-type CopyAll = <T extends { uid: string }, TFilter>(
-  kind: string,
-  list: (q: ListQuery<TFilter, "uid">) => Promise<ListResult<T>>,
-  filter: TFilter,
-  write: (record: T) => Promise<unknown>,
-) => Promise<void>;
-
-/** The parts copied record by record: every part but keys (the signing keys and secrets, copied on their own). */
-type ListedPart = Exclude<PartName, "keys">;
-
 /**
- * How each part's records are copied, in the order they are written (a
- * record's group, role or repo before it). Typed over every part but keys,
- * so a new part is a type error here until it says how it is copied.
+ * The parts in the order their records are copied, each by the `copy` of its
+ * STORE_PARTS row (parts.ts): STORE_PARTS' order (a record's group, role or
+ * repo before it), but roles before identities, the order migrate-to-postgres
+ * has always copied and counted them in.
  */
-const COPY_STEPS: { readonly [P in ListedPart]: (from: Store, tx: StoreParts, copyAll: CopyAll) => Promise<void> } = {
-  groups: (from, tx, copyAll) =>
-    copyAll(
-      "groups",
-      (q) => from.groups.list(q),
-      {},
-      (g) => tx.groups.create(g),
-    ),
-  // Built-in roles have the same uid everywhere: the target's own are kept.
-  roles: (from, tx, copyAll) =>
-    copyAll(
-      "roles",
-      (q) => from.roles.list(q),
-      {},
-      async (r) => ((await tx.roles.get(r.uid)) ? SKIPPED : tx.roles.create(r)),
-    ),
-  identities: (from, tx, copyAll) =>
-    copyAll(
-      "identities",
-      (q) => from.identities.list(q),
-      {},
-      (i) => tx.identities.create(i),
-    ),
-  roleBindings: (from, tx, copyAll) =>
-    copyAll(
-      "role bindings",
-      (q) => from.roleBindings.list(q),
-      {},
-      (b) => tx.roleBindings.create([b]),
-    ),
-  identityProviders: (from, tx, copyAll) =>
-    copyAll(
-      "identity providers",
-      (q) => from.identityProviders.list(q),
-      {},
-      (p) => tx.identityProviders.create(p),
-    ),
-  accountAssociations: (from, tx, copyAll) =>
-    copyAll(
-      "account associations",
-      (q) => from.accountAssociations.list(q),
-      {},
-      (a) => tx.accountAssociations.create(a),
-    ),
-  groupInvites: (from, tx, copyAll) =>
-    copyAll(
-      "group invites",
-      (q) => from.groupInvites.list(q),
-      {},
-      (i) => tx.groupInvites.create(i),
-    ),
-  repos: (from, tx, copyAll) =>
-    copyAll(
-      "repos",
-      (q) => from.repos.list(q),
-      {},
-      (r) => tx.repos.create(r),
-    ),
-  // Then what the registry's notifications left: the time each tag was set at in the registry, and the digests
-  // deleted from each repo, so a late notification is decided in the copy as it would have been in the source.
-  tags: async (from, tx, copyAll) => {
-    await copyAll(
-      "tags",
-      (q) => from.tags.list(q),
-      { includeReferrers: true, includeDates: true, includeEpochs: true },
-      (t) => tx.tags.put(t),
-    );
-    await copyAll(
-      "tag registry times",
-      async (q) =>
-        page(
-          (await from.tags.registrySourceTimes(q.after?.uid ?? "", q.limit)).map((t) => ({ ...t, uid: t.tagUid })),
-          q.limit,
-        ),
-      {},
-      ({ tagUid, timeUs }) => tx.tags.restoreRegistryMemory({ sourceTimes: [{ tagUid, timeUs }], deletedDigests: [] }),
-    );
-    await copyAll(
-      "deleted digests",
-      async (q) => {
-        const [repoUid = "", digest = ""] = q.after?.uid.split(" ") ?? [];
-        const rows = await from.tags.deletedDigests(q.after && { repoUid, digest }, q.limit);
-        return page(
-          rows.map((d) => ({ ...d, uid: `${d.repoUid} ${d.digest}` })),
-          q.limit,
-        );
-      },
-      {},
-      ({ repoUid, digest, timeUs }) => tx.tags.restoreRegistryMemory({ sourceTimes: [], deletedDigests: [{ repoUid, digest, timeUs }] }),
-    );
-  },
-  advisories: (from, tx, copyAll) =>
-    copyAll(
-      "advisories",
-      (q) => from.advisories.list(q),
-      {},
-      (a) => tx.advisories.upsert([a]),
-    ),
-  // Last, in feed order, in the one transaction: the copies keep their order (one txid, rising seqs) and their ids.
-  events: (from, tx, copyAll) => {
-    const positions = new Map<string, FeedPosition>();
-    return copyAll(
-      "events",
-      async (q) => {
-        const after = q.after === null ? null : (positions.get(q.after.uid) ?? null);
-        const read = await from.events.read({ after, typePrefix: "", hierarchy: {}, visible: EVERYWHERE, limit: q.limit });
-        positions.clear();
-        for (const e of read.events) positions.set(e.id, e.position);
-        return page(
-          read.events.map((e) => ({ ...e, uid: e.id })),
-          q.limit,
-        );
-      },
-      {},
-      ({ id, kind, type, subject, groupUid, time, data }) => tx.events.append([{ id, kind, type, subject, groupUid, time, data }]),
-    );
-  },
-  // With their secrets and creators. Feed positions differ between engines, so each copy's delivery starts with
-  // the events written after the copy: run migrate-to-postgres with the servers stopped and delivered up.
-  subscriptions: (from, tx, copyAll) => {
-    const copiedAt = Date.now();
-    return copyAll(
-      "subscriptions",
-      (q) => from.subscriptions.list(q),
-      {},
-      (s) => tx.subscriptions.create(s, copiedAt),
-    );
-  },
-  // Delivery state (cursors, retries, leases) and logs are the source's own: created afresh with each subscription.
-  deliveries: async () => {},
-  // Sign-ins in progress last minutes, and sessions are not carried to another engine: people sign in again.
-  signInFlows: async () => {},
-  refreshTokens: async () => {},
-};
+const COPY_ORDER: readonly PartName[] = ["groups", "roles", ...PART_NAMES.filter((name) => name !== "groups" && name !== "roles")];
 
 /** How many records of each kind were copied. */
 export type CopyCounts = Record<string, number>;
@@ -241,7 +98,11 @@ export async function copyStore(from: Store, to: Store): Promise<CopyCounts> {
     ["admin-subject", await from.keys.secret("admin-subject", () => randomBytes(20))],
   ] as const;
   await to.transaction(async (tx: StoreParts) => {
-    for (const step of Object.values(COPY_STEPS)) await step(from, tx, copyAll);
+    for (const name of COPY_ORDER) {
+      const { copy } = STORE_PARTS[name];
+      // "by hand": the keys, below; null: not copied.
+      if (typeof copy === "function") await copy(from, tx, copyAll);
+    }
     if (unstorableRows > MAX_NAMED_ROWS) {
       unstorable.push({
         type: "UNSTORABLE_TEXT",
@@ -282,11 +143,3 @@ function unstorableRow(table: string, uid: string, field: string): PreconditionV
     description: `${table} row ${uid}: field ${field} holds a NUL character (U+0000), which PostgreSQL cannot store; fix or delete it in SQLite`,
   };
 }
-
-/** A list's answer for records read a page at a time by a key (limit of them: maybe more). */
-function page<T>(items: T[], limit: number): ListResult<T> {
-  return { items, hasMore: items.length === limit, totalCount: 0 };
-}
-
-/** What a copy function returns for a record it left alone. */
-const SKIPPED = Symbol("skipped");

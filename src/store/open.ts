@@ -1,10 +1,10 @@
 import { createCachingStore, DEFAULT_CACHE_LIMITS } from "./decorators/caching.js";
+import { guardStoredText } from "./decorators/text-guard.js";
 import type { MigrationLog } from "./migration-log.js";
 import { driverUrl, tlsStartupError } from "./postgres/url.js";
 import { requireDatabase } from "./sqlite/data-dir.js";
 import { openSqliteStore } from "./sqlite/index.js";
 import type { Store } from "./store.js";
-import { guardStoredText } from "./decorators/text-guard.js";
 
 /** Where the data lives. */
 export interface StoreLocation {

@@ -14,7 +14,6 @@ import type { EventDraft } from "../domain/events.js";
 import type { HierarchyFilter } from "../domain/hierarchy-filter.js";
 import type { Async } from "./async-type.js";
 import type { EventStore, SyncEventStore } from "./event-store.js";
-import type { Cursor, ListQuery, ListResult } from "./sql/list-query.js";
 import type {
   RefreshTokenRecord,
   RefreshTokenStore,
@@ -26,8 +25,8 @@ import type {
   SyncRefreshTokenStore,
   SyncSignInFlowStore,
 } from "./sign-in-store.js";
+import type { Cursor, ListQuery, ListResult } from "./sql/list-query.js";
 import type { DeliveryStore, SubscriptionStore, SyncDeliveryStore, SyncSubscriptionStore } from "./subscription-store.js";
-import type { TableVersions, VersionedTable } from "./versions.js";
 
 export type { ClaimMatchRecord, HierarchyFilter };
 
@@ -691,6 +690,35 @@ export interface SyncStoreParts {
 
 /** A part's name. */
 export type PartName = keyof SyncStoreParts;
+
+/**
+ * The versioned table of each part that has one (its version moves with every
+ * write to it, and caches are checked against it): a part named here says
+ * this table in its STORE_PARTS row (parts.ts), a part not named says `table:
+ * null`, both held by the compiler. VERSIONED_TABLES (versions.ts) is read
+ * from those rows. Declared here, by type only, so that this file needs
+ * nothing of parts.ts.
+ */
+export interface PartTables {
+  groups: "groups";
+  identities: "identities";
+  roles: "roles";
+  roleBindings: "role_bindings";
+  identityProviders: "identity_providers";
+  accountAssociations: "account_associations";
+  groupInvites: "group_invites";
+  repos: "repos";
+  tags: "tags";
+  advisories: "advisories";
+  keys: "signing_keys";
+  subscriptions: "subscriptions";
+}
+
+/** A table caches are checked against (versions.ts): a part's, as PartTables says. */
+export type VersionedTable = PartTables[PartName & keyof PartTables];
+
+/** Each table's version at one moment. */
+export type TableVersions = Readonly<Record<VersionedTable, number>>;
 
 /** The parts of a store, by role: each part's asynchronous form. */
 export type StoreParts = { readonly [P in PartName]: Async<SyncStoreParts[P]> };

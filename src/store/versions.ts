@@ -8,11 +8,16 @@
  * served once a newer write is known, and nothing is time-based.
  */
 
+import { PART_NAMES, STORE_PARTS } from "./parts.js";
+import type { TableVersions, VersionedTable } from "./store.js";
+
+export type { TableVersions, VersionedTable };
+
 /**
  * The tables the first version-trigger migrations cover (SQLite's 7th,
  * PostgreSQL's 1st). Frozen with them: a table versioned later gets its
- * row (and on PostgreSQL its trigger) in a migration of its own and joins
- * VERSIONED_TABLES.
+ * row (and on PostgreSQL its column and trigger) in a migration of its own,
+ * and joins VERSIONED_TABLES by its part's STORE_PARTS row.
  */
 export const FIRST_VERSIONED_TABLES = [
   "groups",
@@ -26,15 +31,14 @@ export const FIRST_VERSIONED_TABLES = [
   "tags",
   "advisories",
   "signing_keys",
-] as const;
+] as const satisfies readonly VersionedTable[];
 
-/** The tables caches are checked against. */
-export const VERSIONED_TABLES = [...FIRST_VERSIONED_TABLES, "subscriptions"] as const;
-
-export type VersionedTable = (typeof VERSIONED_TABLES)[number];
-
-/** Each table's version at one moment. */
-export type TableVersions = Readonly<Record<VersionedTable, number>>;
+/**
+ * The tables caches are checked against: every part's `table` in STORE_PARTS
+ * (parts.ts), in its order (the first eleven are FIRST_VERSIONED_TABLES, then
+ * subscriptions). PartTables (store.ts) is the same list as a type.
+ */
+export const VERSIONED_TABLES: readonly VersionedTable[] = PART_NAMES.flatMap((name) => STORE_PARTS[name].table ?? []);
 
 /** The tables authorization is derived from: a change to any of them changes who may do what. */
 export const AUTHZ_TABLES: readonly VersionedTable[] = ["identities", "roles", "role_bindings"];

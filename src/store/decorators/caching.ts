@@ -1,9 +1,9 @@
-import { decorateParts, type PartMethod } from "./decorate.js";
 import { ownParts, STORE_PARTS } from "../parts.js";
-import { QueryCache } from "./query-cache.js";
 import { splitSignal } from "../signal.js";
 import type { ListQuery, ListResult, Store } from "../store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
+import { decorateParts, type PartMethod } from "./decorate.js";
+import { QueryCache } from "./query-cache.js";
 
 /** Budgets of the caches: answers by bytes of their JSON text, counts by number. */
 export interface CacheLimits {

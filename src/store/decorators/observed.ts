@@ -1,5 +1,5 @@
-import { decorateStore } from "./decorate.js";
 import type { Store } from "../store.js";
+import { decorateStore } from "./decorate.js";
 
 /**
  * The store observed: each part method's duration, until its promise

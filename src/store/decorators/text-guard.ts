@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from "../../domain/errors.js";
 import { nulFieldOf } from "../../domain/text-rules.js";
-import { decorateStore } from "./decorate.js";
 import type { Store } from "../store.js";
+import { decorateStore } from "./decorate.js";
 
 /**
  * The store refusing any call whose arguments hold a NUL in their text:

@@ -1,9 +1,9 @@
 import { Code } from "@connectrpc/connect";
 import { SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from "@opentelemetry/api";
 import { ApiError } from "../../domain/errors.js";
-import { decorateStore } from "./decorate.js";
 import { STORE_PARTS } from "../parts.js";
 import type { Store } from "../store.js";
+import { decorateStore } from "./decorate.js";
 
 /** What the traced store needs of tracing: its tracer and the context each call runs in. */
 export interface StoreTracing {

@@ -1,5 +1,15 @@
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import {
+  USED_REFRESH_TOKENS_KEPT,
+  type RefreshTokenRecord,
+  type RefreshTokenStore,
+  type RotateResult,
+  type SignInFlowChanges,
+  type SignInFlowRecord,
+  type SignInFlowStatus,
+  type SignInFlowStore,
+} from "../sign-in-store.js";
+import {
   REFRESH_SQL,
   insertValues as refreshValues,
   sameFamily,
@@ -17,16 +27,6 @@ import {
   type FlowHashColumn,
   type SignInFlowRow,
 } from "../sql/sign-in-flows.js";
-import {
-  USED_REFRESH_TOKENS_KEPT,
-  type RefreshTokenRecord,
-  type RefreshTokenStore,
-  type RotateResult,
-  type SignInFlowChanges,
-  type SignInFlowRecord,
-  type SignInFlowStatus,
-  type SignInFlowStore,
-} from "../sign-in-store.js";
 import { exists, numbered, one, type Queryable } from "./list.js";
 import { sqlState, type Runner } from "./tx.js";
 

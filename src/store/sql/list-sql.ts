@@ -1,6 +1,6 @@
 import { ancestorsOf } from "../../domain/uidp.js";
-import { keysetClause, type Clause, type ListDialect, type TableSpec } from "./table.js";
 import type { HierarchyFilter, ListQuery } from "../store.js";
+import { keysetClause, type Clause, type ListDialect, type TableSpec } from "./table.js";
 import { pastCursor, planVisibility, topRange, type VisibilityPlan } from "./visibility.js";
 
 /** The statements of one list page. */

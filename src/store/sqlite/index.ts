@@ -1,8 +1,7 @@
 import Database from "better-sqlite3";
 import { StartupError } from "../../startup-error.js";
 import type { MigrationLog } from "../migration-log.js";
-import { makeParts, ownParts, STORE_PARTS, type PartName } from "../parts.js";
-import { GROUP_CHILD_KINDS } from "../sql/groups.js";
+import { GROUP_CHILD_KINDS, makeParts, ownParts, STORE_PARTS, type PartName } from "../parts.js";
 import { throwIfCancelled } from "../signal.js";
 import type { Store, StoreParts, SyncStoreParts } from "../store.js";
 import { versionsFromRows, type TableVersions } from "../versions.js";
@@ -82,6 +81,7 @@ export function openSqliteStore(opts: SqliteStoreOptions): Store {
   const db = openDatabase(file, opts.migrationLog);
 
   const lists = new ListRunner(db);
+  // Each part's class: this engine's one record of its parts, which the compiler holds complete.
   const bare: SyncStoreParts = {
     groups: new SqliteGroupStore(db, lists, GROUP_CHILD_KINDS),
     identities: new SqliteIdentityStore(db, lists),

@@ -1,6 +1,16 @@
 import type { Database, Statement } from "better-sqlite3";
 import { AlreadyExistsError, NotFoundError } from "../../domain/errors.js";
 import {
+  USED_REFRESH_TOKENS_KEPT,
+  type RefreshTokenRecord,
+  type RotateResult,
+  type SignInFlowChanges,
+  type SignInFlowRecord,
+  type SignInFlowStatus,
+  type SyncRefreshTokenStore,
+  type SyncSignInFlowStore,
+} from "../sign-in-store.js";
+import {
   REFRESH_SQL,
   insertValues as refreshValues,
   sameFamily,
@@ -19,16 +29,6 @@ import {
   type FlowHashColumn,
   type SignInFlowRow,
 } from "../sql/sign-in-flows.js";
-import {
-  USED_REFRESH_TOKENS_KEPT,
-  type RefreshTokenRecord,
-  type RotateResult,
-  type SignInFlowChanges,
-  type SignInFlowRecord,
-  type SignInFlowStatus,
-  type SyncRefreshTokenStore,
-  type SyncSignInFlowStore,
-} from "../sign-in-store.js";
 
 /** Statements built from a flow's shape (which hashes it holds, which fields change), prepared once each. */
 class StatementCache {
