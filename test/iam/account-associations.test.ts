@@ -1,29 +1,21 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest } from "../../gen/google/rpc/error_details_pb.js";
+import { before, describe, test } from "node:test";
 import { AccountAssociationsService, type AccountAssociation } from "../../gen/platformapi/iam/v2beta1/account_associations_pb.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
-import { grpcClient, grpcStatus } from "../support/grpc.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
+import { assertRestError, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
+import { describeListContract } from "../support/list-contract.js";
 import { as, builtinRole, createCaller, ok } from "../support/principals.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import { assertDeletedOnce, assertSameDenial, createStranger, iso, restOn, serveForSuite } from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup } from "../support/server.js";
 
 const START = Date.parse("2031-05-06T07:08:09.123Z");
 const PATH = "/iam/v2beta1/accountAssociations";
 const SERVICE_IDENTITY = `${"c".repeat(40)}/0123456789abcdef`;
 
 let clock = START;
-let srv: TestServer;
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
-});
-after(async () => {
-  await srv.close();
-});
-
-const call = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => rest(srv.url, method, path, body, headers);
-const iso = (ms: number) => new Date(ms).toISOString();
+const srv = serveForSuite({ now: () => clock });
+const call = restOn(srv);
 const amazon = { account: "123456789012" };
 const google = { projectId: "acme-prod", projectNumber: "987654321" };
 const azure = { tenantId: "72f988bf-86f1-41af-91ab-2d7cd011db47", clientIds: { ingester: "11111111-2222-3333-4444-555555555555" } };
@@ -38,18 +30,6 @@ const github = {
     },
   },
 };
-
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
 
 describe("create and get", () => {
   test("the association's uid is its group's; every provider round-trips; Get returns the same", async () => {
@@ -241,11 +221,8 @@ describe("delete", () => {
   test("delete is idempotent: {} whether or not the association exists; the group then deletes", async () => {
     const org = await createGroup(srv.url, null, "aa delete org");
     await ok(call("POST", `${PATH}/${org.uid}`, { name: "doomed" }));
-    const err = assertRestError(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), 400, 9, "FAILED_PRECONDITION");
-    assert.match(preconditionViolations(err)[0]!.description, /account associations/);
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${org.uid}`)), {});
-    assertRestError(await call("GET", `${PATH}/${org.uid}`), 404, 5, "NOT_FOUND");
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${org.uid}`)), {});
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), "RESOURCE_NOT_EMPTY", /account associations/);
+    await assertDeletedOnce(srv, `${PATH}/${org.uid}`, true);
     assert.deepEqual(await ok(call("DELETE", `/iam/v2beta1/groups/${org.uid}`)), {});
     // Gone with its group: still {}.
     assert.deepEqual(await ok(call("DELETE", `${PATH}/${org.uid}`)), {});
@@ -262,129 +239,61 @@ describe("authorization", () => {
     assertRestError(await call("POST", `${PATH}/${folder.uid}`, { name: "x" }, as(reader)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("PATCH", `${PATH}/${org.uid}`, { name: "x" }, as(reader)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("DELETE", `${PATH}/${org.uid}`, undefined, as(reader)), 403, 7, "PERMISSION_DENIED");
-    const other = await createGroup(srv.url, null, "aa authz other");
-    const stranger = await createCaller(srv, other.uid, "aa stranger", await builtinRole(srv, "owner"));
-    const a = assertRestError(await call("GET", `${PATH}/${org.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    const b = assertRestError(await call("GET", `${PATH}/${folder.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    assert.deepEqual(a, b);
+    const stranger = await createStranger(srv, "aa");
+    await assertSameDenial(srv, stranger, `${PATH}/${org.uid}`, `${PATH}/${folder.uid}`);
     assertRestError(await call("DELETE", `${PATH}/${org.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
     assert.equal((await ok(call("GET", `${PATH}/${org.uid}`))).name, "org clouds");
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let items: { uid: string; name: string; createTime: string; updateTime: string }[];
-  let folders: { uid: string }[];
-  before(async () => {
-    org = await createGroup(srv.url, null, "aa list org");
-    folders = [];
-    for (let i = 0; i < 6; i++) folders.push(await createGroup(srv.url, i < 3 ? org.uid : folders[0]!.uid, `aa list folder ${i}`));
-    items = [];
-    const names = ["beta", "alpha", "beta", "gamma", "alpha", "delta", "beta"];
-    const groups = [org, ...folders];
-    for (let i = 0; i < groups.length; i++) {
-      clock += i % 2;
-      items.push(await ok(call("POST", `${PATH}/${groups[i]!.uid}`, { name: names[i], amazon })));
-    }
-    clock += 10;
-    items[2] = await ok(call("PATCH", `${PATH}/${items[2]!.uid}`, { description: "touched" }));
-    items[5] = await ok(call("PATCH", `${PATH}/${items[5]!.uid}`, { description: "touched" }));
-  });
-
-  const uids = async (query: string, headers?: Record<string, string>) => {
-    const body = await ok(call("GET", `${PATH}?${query}`, undefined, headers));
-    return (body.accountAssociations as { uid: string }[]).map((a) => a.uid);
-  };
-  const sorted = (idx: number[]) => idx.map((i) => items[i]!.uid).sort();
-
-  test("the default order is group (the uid), ascending", async () => {
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`), sorted([1, 2, 3, 4, 5, 6]));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&order_by=group%20desc`), sorted([1, 2, 3, 4, 5, 6]).reverse());
-  });
-
-  test("uidp and name filters", async () => {
-    assert.deepEqual(await uids(`uidp.children_of=${folders[0]!.uid}`), sorted([4, 5, 6]));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=beta`), sorted([2, 6]));
-    assert.deepEqual(await uids(`uidp.ids=${org.uid}`), [org.uid]);
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=bet`), []);
-  });
-
-  test("the list is narrowed to where the caller may list associations", async () => {
-    const folderViewer = await createCaller(srv, org.uid, "aa folder viewer", await builtinRole(srv, "viewer"), folders[0]!.uid);
-    assert.deepEqual(await uids("", as(folderViewer)), sorted([1, 4, 5, 6]));
-    const nobody = await createCaller(srv, org.uid, "aa nobody", null);
-    assert.deepEqual(await uids("", as(nobody)), []);
-  });
-
-  test("bad orders and filters are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", `${PATH}?order_by=account`), ["order_by"]);
-    assertViolations(await call("GET", `${PATH}?uidp.children_of=x`), ["uidp.children_of"]);
-    assertViolations(await call("GET", `${PATH}?skip=-1`), ["skip"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "accountAssociations", `uidp.ids=${items.map((i) => i.uid).join("&uidp.ids=")}`, items, [
-      "group",
-      "name",
-      "created_at",
-      "updated_at",
-    ]);
-  });
+// Each association is its group's: the plan makes a group for every one.
+describeListContract({
+  resource: "account associations",
+  srv,
+  path: PATH,
+  seed: {
+    create: async (parent, name) =>
+      ok(call("POST", `${PATH}/${(await createGroup(srv.url, parent, `aa list ${name}`)).uid}`, { name, amazon })),
+    advance: (ms) => (clock += ms),
+  },
+  orderFields: ["group", "name", "created_at", "updated_at"],
+  defaultOrder: "group",
+  unsortable: ["account"],
+  lister: "viewer",
 });
 
-describe("AccountAssociationsService over native gRPC", () => {
-  test("create, get, list, update, delete; int64 GitHub ids round-trip", async () => {
-    const client = grpcClient(AccountAssociationsService, srv.port);
-    try {
-      const org = await createGroup(srv.url, null, "aa grpc org");
-      const created: AccountAssociation = await client.call("createAccountAssociation", {
-        parent: org.uid,
-        accountAssociation: {
-          name: "grpc clouds",
-          github: { appInstallations: { "9007199254740993": { installations: [{ installationId: 9007199254740995n, name: "big" }] } } },
-        },
-      });
-      assert.equal(created.uid, org.uid);
-      assert.equal(created.github?.appInstallations["9007199254740993"]?.installations[0]?.installationId, 9007199254740995n);
-      const got: AccountAssociation = await client.call("getAccountAssociation", { uid: org.uid });
-      assert.equal(got.name, "grpc clouds");
-      const rest = await ok(call("GET", `${PATH}/${org.uid}`));
-      assert.deepEqual(rest.github, {
-        appInstallations: { "9007199254740993": { installations: [{ installationId: "9007199254740995", name: "big" }] } },
-      });
-      const listed = await client.call("listAccountAssociations", { uidp: { ids: [org.uid] } });
-      assert.deepEqual(
-        listed.accountAssociations.map((a: AccountAssociation) => a.uid),
-        [org.uid],
-      );
-      assert.equal(listed.totalCount, 1n);
-      const updated: AccountAssociation = await client.call("updateAccountAssociation", {
-        accountAssociation: { uid: org.uid, amazon: { account: "210987654321" } },
-        updateMask: { paths: ["amazon", "github"] },
-      });
-      assert.equal(updated.amazon?.account, "210987654321");
-      assert.equal(updated.github, undefined);
-      const bad = await client.call("updateAccountAssociation", { accountAssociation: { uid: org.uid, amazon: { account: "x" } } }).then(
-        () => assert.fail("expected INVALID_ARGUMENT"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(bad.code, 3);
-      assert.deepEqual(
-        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
-          (v) => v.field,
-        ),
-        ["amazon.account"],
-      );
-      await client.call("deleteAccountAssociation", { uid: org.uid });
-      await client.call("deleteAccountAssociation", { uid: org.uid });
-      const gone = await client.call("getAccountAssociation", { uid: org.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(gone.code, 5);
-    } finally {
-      client.close();
-    }
+describeOverGrpc(srv, AccountAssociationsService, "create, get, list, update, delete; int64 GitHub ids round-trip", async (client, org) => {
+  const created: AccountAssociation = await client.call("createAccountAssociation", {
+    parent: org,
+    accountAssociation: {
+      name: "grpc clouds",
+      github: { appInstallations: { "9007199254740993": { installations: [{ installationId: 9007199254740995n, name: "big" }] } } },
+    },
   });
+  assert.equal(created.uid, org);
+  assert.equal(created.github?.appInstallations["9007199254740993"]?.installations[0]?.installationId, 9007199254740995n);
+  const got: AccountAssociation = await client.call("getAccountAssociation", { uid: org });
+  assert.equal(got.name, "grpc clouds");
+  const rest = await ok(call("GET", `${PATH}/${org}`));
+  assert.deepEqual(rest.github, {
+    appInstallations: { "9007199254740993": { installations: [{ installationId: "9007199254740995", name: "big" }] } },
+  });
+  const listed = await client.call("listAccountAssociations", { uidp: { ids: [org] } });
+  assert.deepEqual(
+    listed.accountAssociations.map((a: AccountAssociation) => a.uid),
+    [org],
+  );
+  assert.equal(listed.totalCount, 1n);
+  const updated: AccountAssociation = await client.call("updateAccountAssociation", {
+    accountAssociation: { uid: org, amazon: { account: "210987654321" } },
+    updateMask: { paths: ["amazon", "github"] },
+  });
+  assert.equal(updated.amazon?.account, "210987654321");
+  assert.equal(updated.github, undefined);
+  const bad = await grpcError(client.call("updateAccountAssociation", { accountAssociation: { uid: org, amazon: { account: "x" } } }));
+  assert.equal(bad.code, 3);
+  assert.deepEqual(grpcViolations(bad), ["amazon.account"]);
+  await client.call("deleteAccountAssociation", { uid: org });
+  await client.call("deleteAccountAssociation", { uid: org });
+  assert.equal((await grpcError(client.call("getAccountAssociation", { uid: org }))).code, 5);
 });

@@ -43,7 +43,9 @@ let beforeB: Json;
 let bAdvisory: string;
 const closers: (() => void)[] = [];
 before(async () => {
-  srv = await startTestServer();
+  // Owner A makes some thousands of calls as fast as the machine answers them: the per-identity rate limit
+  // (test/security/security-rate-limit.test.ts) would refuse some on a fast, idle machine and none on a busy one.
+  srv = await startTestServer({ env: { PLATFORM_CALLS_PER_IDENTITY: "0" } });
   fx = await buildAuthzFixture(srv);
   ownerA = fx.A.owner;
   beforeB = await snapshot(srv, fx.B.org.uid);

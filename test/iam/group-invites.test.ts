@@ -1,18 +1,19 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes, randomInt } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest } from "../../gen/google/rpc/error_details_pb.js";
 import { AuthService } from "../../gen/platformapi/auth/v1/auth_pb.js";
 import { GroupInvitesService, type GroupInvite } from "../../gen/platformapi/iam/v2beta1/group_invites_pb.js";
 import { INVITE_ADDRESS_FAILURE_LIMIT } from "../../src/services/auth/auth.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
+import { assertRestError, MILLIS_TIMESTAMP } from "../support/assertions.js";
 import { requestFrom } from "../support/from-address.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
 import { grpcClient, grpcStatus } from "../support/grpc.js";
+import { describeListContract } from "../support/list-contract.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
 import { as, builtinRole, createCaller, customRole, ok, type Caller } from "../support/principals.js";
-import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import { assertCreated, assertDeletedOnce, assertSameDenial, createStranger, iso, serveForSuite } from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup, mintAdminToken, rest, setDefaultToken, type RestResult } from "../support/server.js";
 
 const BASE = "http://api.test";
 const AUTH = "http://issuer.test";
@@ -23,7 +24,6 @@ const DAY = 24 * 3600;
 const INVITE_INVALID = "Permission denied: the invite code is invalid, expired or already used";
 
 let clock = Date.now();
-let srv: TestServer;
 let people: OidcIssuer;
 let viewer: string;
 let owner: string;
@@ -34,17 +34,17 @@ const codes: string[] = [];
 /** Indexes in seen of the REST Create responses, the only bodies that may hold a code. */
 const createBodies = new Set<number>();
 
-before(async () => {
-  people = await OidcIssuer.start("people");
-  srv = await startTestServer({
-    env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: people.url },
-    now: () => clock,
-  });
-  viewer = await builtinRole(srv, "viewer");
-  owner = await builtinRole(srv, "owner");
-});
+const srv = serveForSuite(
+  async () => {
+    people = await OidcIssuer.start("people");
+    return { env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PLATFORM_USER_ISSUERS: people.url }, now: () => clock };
+  },
+  async () => {
+    viewer = await builtinRole(srv, "viewer");
+    owner = await builtinRole(srv, "owner");
+  },
+);
 after(async () => {
-  await srv.close();
   await people.close();
 });
 
@@ -53,7 +53,6 @@ async function call(method: string, path: string, body?: unknown, headers?: Reco
   seen.push(JSON.stringify(res.body ?? ""));
   return res;
 }
-const iso = (ms: number) => new Date(ms).toISOString();
 const invite = (roleUid: string, extra: object = {}) => ({ roleUid, ttl: `${DAY}s`, ...extra });
 
 async function createInvite(group: string, body: object, headers?: Record<string, string>) {
@@ -88,17 +87,6 @@ function assertRefused(res: RestResult & { text: string }): string {
   return res.text;
 }
 
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  return err;
-}
-
 /** The (group, role) pairs an identity is bound to. */
 async function bindingsOf(uid: string): Promise<[string, string][]> {
   const body = await ok(call("GET", `/iam/v2beta1/roleBindings?identity=${uid}&page_size=200`));
@@ -131,10 +119,8 @@ describe("create, get, list, delete", () => {
     );
     const m = CODE.exec(inv.code);
     assert.ok(m, inv.code);
-    assert.match(inv.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
     const viewerRole = await ok(call("GET", `/iam/v2beta1/roles/${viewer}`));
-    assert.deepEqual(inv, {
-      uid: inv.uid,
+    assertCreated(inv, org.uid, {
       roleUid: viewer,
       role: { uid: viewer, name: "viewer", description: viewerRole.description, capabilities: viewerRole.capabilities },
       email: "new@acme.example",
@@ -223,16 +209,8 @@ describe("create, get, list, delete", () => {
     assert.equal((await ok(call("GET", `${PATH}/${inv.uid}`, undefined, as(reader)))).code, "");
     assertRestError(await call("POST", `${PATH}/${org.uid}`, invite(viewer), as(reader)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("DELETE", `${PATH}/${inv.uid}`, undefined, as(reader)), 403, 7, "PERMISSION_DENIED");
-    const other = await createGroup(srv.url, null, "invite stranger org");
-    const stranger = await createCaller(srv, other.uid, "invite stranger", owner);
-    const a = assertRestError(await call("GET", `${PATH}/${inv.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    const b = assertRestError(
-      await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)),
-      403,
-      7,
-      "PERMISSION_DENIED",
-    );
-    assert.deepEqual(a, b);
+    const stranger = await createStranger(srv, "invite");
+    await assertSameDenial(srv, stranger, `${PATH}/${inv.uid}`, `${PATH}/${org.uid}/0123456789abcdef`);
     assertRestError(await call("POST", `${PATH}/${org.uid}`, invite(viewer), as(stranger)), 403, 7, "PERMISSION_DENIED");
   });
 
@@ -246,11 +224,8 @@ describe("create, get, list, delete", () => {
   test("delete returns {}; the invite is gone, its code stops working, and a second delete is NOT_FOUND", async () => {
     const g = await createGroup(srv.url, null, "invite delete org");
     const inv = await createInvite(g.uid, invite(viewer));
-    const err = assertRestError(await call("DELETE", `/iam/v2beta1/groups/${g.uid}`), 400, 9, "FAILED_PRECONDITION");
-    assert.match(preconditionViolations(err)[0]!.description, /group invites/);
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${inv.uid}`)), {});
-    assertRestError(await call("GET", `${PATH}/${inv.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `${PATH}/${inv.uid}`), 404, 5, "NOT_FOUND");
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${g.uid}`), "RESOURCE_NOT_EMPTY", /group invites/);
+    await assertDeletedOnce(srv, `${PATH}/${inv.uid}`);
     const caller = await createCaller(srv, org.uid, "invite after delete", null);
     assertRefused(await register(caller, inv.code));
     assert.deepEqual(await bindingsOf(caller.uid), []);
@@ -262,115 +237,55 @@ describe("create, get, list, delete", () => {
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let team: { uid: string };
-  let items: GroupInviteJson[];
-  type GroupInviteJson = { uid: string; keyId: string; code: string; createTime: string; expirationTime: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "invite list org");
-    team = await createGroup(srv.url, org.uid, "invite list team");
-    items = [];
-    // Clock steps of 0 and repeated ttls exercise the uid tie-break.
-    const plan: [string, number, number][] = [
-      [org.uid, 0, 60],
-      [org.uid, 1, 30],
-      [team.uid, 0, 60],
-      [org.uid, 0, 10],
-      [team.uid, 2, 5],
-      [team.uid, 0, 60],
-      [org.uid, 1, 3600],
-    ];
-    for (const [group, step, ttl] of plan) {
-      clock += step;
-      items.push(await createInvite(group, invite(viewer, { ttl: `${ttl}s` })));
-    }
-  });
+/** The planned invites' ttls in seconds: repeated ones, like equal create times, need the uid tie-break. */
+const TTLS = [60, 30, 60, 10, 5, 60, 3600];
 
-  const uids = async (query: string, headers?: Record<string, string>) => {
-    const body = await ok(call("GET", `${PATH}?${query}`, undefined, headers));
-    for (const i of body.groupInvites) assert.equal(i.code, "");
-    return (body.groupInvites as { uid: string }[]).map((i) => i.uid);
-  };
-  const sorted = (idx: number[]) => idx.map((i) => items[i]!.uid).sort();
-
-  test("the default order is created_at desc (ties by uid desc)", async () => {
-    const want = items
-      .map((i, n) => ({ ...i, n }))
-      .sort((a, b) => Date.parse(b.createTime) - Date.parse(a.createTime) || (a.uid < b.uid ? 1 : -1))
-      .map((i) => i.uid);
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`), want);
-  });
-
-  test("uidp and key_id filters", async () => {
-    assert.deepEqual((await uids(`uidp.children_of=${team.uid}`)).sort(), sorted([2, 4, 5]));
-    assert.deepEqual(await uids(`key_id=${items[3]!.keyId}`), [items[3]!.uid]);
-    assert.deepEqual(await uids(`keyId=${items[3]!.keyId}&uidp.descendants_of=${team.uid}`), []);
-    assert.deepEqual(await uids(`key_id=${"0".repeat(32)}`), []);
-  });
-
-  test("the list is narrowed to where the caller may list invites", async () => {
-    const teamViewer = await createCaller(srv, org.uid, "invite team viewer", viewer, team.uid);
-    assert.deepEqual((await uids("", as(teamViewer))).sort(), sorted([2, 4, 5]));
-    const nobody = await createCaller(srv, org.uid, "invite nobody", null);
-    assert.deepEqual(await uids("", as(nobody)), []);
-  });
-
-  test("bad orders are INVALID_ARGUMENT on order_by", async () => {
-    for (const order of ["name", "updated_at", "email"]) assertViolations(await call("GET", `${PATH}?order_by=${order}`), ["order_by"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "groupInvites", `uidp.descendants_of=${org.uid}`, items, [
-      "uid",
-      "created_at",
-      "expiration_time",
-    ]);
-  });
+describeListContract({
+  resource: "group invites",
+  srv,
+  path: PATH,
+  seed: {
+    create: (parent, _name, i) => createInvite(parent, invite(viewer, { ttl: `${TTLS[i]}s` })),
+    advance: (ms) => (clock += ms),
+  },
+  orderFields: ["uid", "created_at", "expiration_time"],
+  defaultOrder: "created_at desc",
+  unsortable: ["name", "updated_at", "email"],
+  filters: ({ items, team }) => [
+    [`key_id=${items[0].keyId}`, (i) => i.uid === items[0].uid],
+    // The first invite is in the organization, not the team.
+    [`keyId=${items[0].keyId}&uidp.children_of=${team}`, () => false],
+    [`key_id=${"0".repeat(32)}`, () => false],
+  ],
+  lister: "viewer",
+  check: (item) => {
+    assert.equal(item.code, "");
+    seen.push(JSON.stringify(item));
+  },
 });
 
-describe("GroupInvitesService over native gRPC", () => {
-  test("create (code shown once), get, list, delete", async () => {
-    const client = grpcClient(GroupInvitesService, srv.port);
-    try {
-      const org = await createGroup(srv.url, null, "invite grpc org");
-      const created: GroupInvite = await client.call("createGroupInvite", {
-        parent: org.uid,
-        groupInvite: { roleUid: viewer, ttl: { seconds: 3600n }, singleUse: true },
-      });
-      assert.match(created.code, CODE);
-      codes.push(created.code);
-      assert.equal(created.role?.name, "viewer");
-      const got: GroupInvite = await client.call("getGroupInvite", { uid: created.uid });
-      assert.equal(got.code, "");
-      assert.equal(got.keyId, created.keyId);
-      const listed = await client.call("listGroupInvites", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(
-        listed.groupInvites.map((i: GroupInvite) => [i.uid, i.code]),
-        [[created.uid, ""]],
-      );
-      assert.equal(listed.totalCount, 1n);
-      const bad = await client.call("createGroupInvite", { parent: org.uid, groupInvite: { roleUid: viewer } }).then(
-        () => assert.fail("expected INVALID_ARGUMENT"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(bad.code, 3);
-      assert.deepEqual(
-        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
-          (v) => v.field,
-        ),
-        ["ttl"],
-      );
-      await client.call("deleteGroupInvite", { uid: created.uid });
-      const gone = await client.call("getGroupInvite", { uid: created.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(gone.code, 5);
-    } finally {
-      client.close();
-    }
+describeOverGrpc(srv, GroupInvitesService, "create (code shown once), get, list, delete", async (client, org) => {
+  const created: GroupInvite = await client.call("createGroupInvite", {
+    parent: org,
+    groupInvite: { roleUid: viewer, ttl: { seconds: 3600n }, singleUse: true },
   });
+  assert.match(created.code, CODE);
+  codes.push(created.code);
+  assert.equal(created.role?.name, "viewer");
+  const got: GroupInvite = await client.call("getGroupInvite", { uid: created.uid });
+  assert.equal(got.code, "");
+  assert.equal(got.keyId, created.keyId);
+  const listed = await client.call("listGroupInvites", { uidp: { descendantsOf: org } });
+  assert.deepEqual(
+    listed.groupInvites.map((i: GroupInvite) => [i.uid, i.code]),
+    [[created.uid, ""]],
+  );
+  assert.equal(listed.totalCount, 1n);
+  const bad = await grpcError(client.call("createGroupInvite", { parent: org, groupInvite: { roleUid: viewer } }));
+  assert.equal(bad.code, 3);
+  assert.deepEqual(grpcViolations(bad), ["ttl"]);
+  await client.call("deleteGroupInvite", { uid: created.uid });
+  assert.equal((await grpcError(client.call("getGroupInvite", { uid: created.uid }))).code, 5);
 });
 
 describe("accepting an invite (POST /auth/v1/register)", () => {
@@ -494,10 +409,7 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     try {
       const statuses = new Set<string>();
       for (const [, code] of cases) {
-        const err = await client.call("register", { code }).then(
-          () => assert.fail("expected PERMISSION_DENIED"),
-          (e: ServiceError) => e,
-        );
+        const err = await grpcError(client.call("register", { code }));
         assert.equal(err.code, 7);
         statuses.add(JSON.stringify(grpcStatus(err)));
       }
@@ -525,10 +437,7 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     assert.doesNotMatch(body.message, /invite code is invalid/);
     const client = grpcClient(AuthService, srv.port, { token: guesser.token });
     try {
-      const err = await client.call("register", { code: wrongCode(inv) }).then(
-        () => assert.fail("expected RESOURCE_EXHAUSTED"),
-        (e: ServiceError) => e,
-      );
+      const err = await grpcError(client.call("register", { code: wrongCode(inv) }));
       assert.equal(err.code, 8);
     } finally {
       client.close();
@@ -577,10 +486,7 @@ describe("accepting an invite (POST /auth/v1/register)", () => {
     try {
       const session = (await client.call("register", { code: inv.code })) as { group?: { uid: string } };
       assert.equal(session.group?.uid, org.uid);
-      const err = await client.call("register", { code: wrongCode(inv) }).then(
-        () => assert.fail("expected RESOURCE_EXHAUSTED"),
-        (e: ServiceError) => e,
-      );
+      const err = await grpcError(client.call("register", { code: wrongCode(inv) }));
       assert.equal(err.code, 8, "a failure over gRPC from the limited address");
     } finally {
       client.close();

@@ -1,13 +1,14 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest } from "../../gen/google/rpc/error_details_pb.js";
 import { IdentitiesService, type Identity } from "../../gen/platformapi/iam/v2beta1/identities_pb.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
-import { grpcClient, grpcStatus } from "../support/grpc.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
-import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
+import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
+import { describeListContract } from "../support/list-contract.js";
+import { ok } from "../support/principals.js";
+import { assertChildOf, assertDeletedOnce, groupForSuite, iso, restOn, serveForSuite } from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup } from "../support/server.js";
 
 const START = Date.parse("2030-03-04T05:06:07.890Z");
 const YEAR_MS = 365 * 24 * 3600 * 1000;
@@ -27,42 +28,15 @@ const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "k"];
 
 // A clock the tests move by hand, so timestamps are exact values.
 let clock = START;
-let srv: TestServer;
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
-});
-after(async () => {
-  await srv.close();
-});
-
-const call = (method: string, path: string, body?: unknown) => rest(srv.url, method, path, body);
-const iso = (ms: number) => new Date(ms).toISOString();
+const srv = serveForSuite({ now: () => clock });
+const call = restOn(srv);
 const claimMatch = (subject = "repo:acme/app:ref:refs/heads/main") => ({ issuer: ISSUER, subject });
 const staticKeys = (extra: object = {}) => ({ issuer: "https://offline.example", subject: "robot", issuerKeys: PUBLIC_JWKS, ...extra });
 
-async function createIdentity(parent: string, body: object) {
-  const res = await call("POST", `/iam/v2beta1/identities/${parent}`, body);
-  assert.equal(res.status, 200, JSON.stringify(res.body));
-  return res.body;
-}
-
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: Awaited<ReturnType<typeof call>>, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
+const createIdentity = (parent: string, body: object) => ok(call("POST", `/iam/v2beta1/identities/${parent}`, body));
 
 describe("create", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "identity org");
-  });
+  const org = groupForSuite(srv, "identity org");
 
   test("a claim-match identity gets a child uid, lastSeenTime = createTime, empty output-only emails", async () => {
     const id = await createIdentity(org.uid, {
@@ -73,7 +47,7 @@ describe("create", () => {
       uid: "f".repeat(40),
       claimMatch: { ...claimMatch(), audience: "my-aud", claims: { ref: "refs/heads/main" }, claimPatterns: { workflow: "deploy-.*" } },
     });
-    assert.match(id.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
+    assertChildOf(id.uid, org.uid);
     assert.equal(id.name, "ci deployer");
     assert.equal(id.description, "deploys from CI");
     assert.equal(id.company, "Acme");
@@ -221,30 +195,20 @@ describe("get and delete", () => {
   test("delete returns {}, then the identity is gone; a second delete is NOT_FOUND", async () => {
     const org = await createGroup(srv.url, null, "delete org");
     const id = await createIdentity(org.uid, { name: "doomed", claimMatch: claimMatch() });
-    const res = await call("DELETE", `/iam/v2beta1/identities/${id.uid}`);
-    assert.equal(res.status, 200);
-    assert.deepEqual(res.body, {});
-    assertRestError(await call("GET", `/iam/v2beta1/identities/${id.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `/iam/v2beta1/identities/${id.uid}`), 404, 5, "NOT_FOUND");
+    await assertDeletedOnce(srv, `/iam/v2beta1/identities/${id.uid}`);
   });
 
   test("a group holding an identity cannot be deleted: RESOURCE_NOT_EMPTY naming identities", async () => {
     const org = await createGroup(srv.url, null, "busy with identities");
     const id = await createIdentity(org.uid, { name: "resident", claimMatch: claimMatch() });
-    const err = assertRestError(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), 400, 9, "FAILED_PRECONDITION");
-    const violations = preconditionViolations(err);
-    assert.equal(violations[0]!.type, "RESOURCE_NOT_EMPTY");
-    assert.match(violations[0]!.description, /identities/);
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), "RESOURCE_NOT_EMPTY", /identities/);
     assert.equal((await call("DELETE", `/iam/v2beta1/identities/${id.uid}`)).status, 200);
     assert.equal((await call("DELETE", `/iam/v2beta1/groups/${org.uid}`)).status, 200);
   });
 });
 
 describe("update", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "update org");
-  });
+  const org = groupForSuite(srv, "update org");
 
   test("without a mask exactly the fields in the body change; updateTime moves, createTime stays", async () => {
     const id = await createIdentity(org.uid, { name: "before", description: "old", company: "acme", claimMatch: claimMatch() });
@@ -311,101 +275,31 @@ describe("update", () => {
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let team: { uid: string };
-  let items: { uid: string; name: string; createTime: string; updateTime: string }[];
-  before(async () => {
-    org = await createGroup(srv.url, null, "list org");
-    team = await createGroup(srv.url, org.uid, "list team");
-    items = [];
-    // Repeated names and clock steps of 0 exercise the uid tie-break.
-    const plan: [string, string, number, boolean][] = [
-      [org.uid, "alpha", 0, false],
-      [org.uid, "beta", 1, true],
-      [team.uid, "alpha", 0, false],
-      [org.uid, "gamma", 0, true],
-      [team.uid, "beta", 2, false],
-      [org.uid, "alpha", 1, false],
-      [team.uid, "delta", 0, true],
-    ];
-    for (const [parent, name, step, isStatic] of plan) {
-      clock += step;
-      items.push(await createIdentity(parent, isStatic ? { name, staticKeys: staticKeys() } : { name, claimMatch: claimMatch(name) }));
-    }
-    clock += 10;
-    // Move two update times so updated_at differs from created_at.
-    items[0] = (await call("PATCH", `/iam/v2beta1/identities/${items[0]!.uid}`, { description: "touched" })).body;
-    items[3] = (await call("PATCH", `/iam/v2beta1/identities/${items[3]!.uid}`, { description: "touched" })).body;
-  });
+/** The plan's items with static keys; the others match claims. */
+const STATIC = new Set([1, 3, 6]);
+const isStatic = (item: { staticKeys?: object }) => item.staticKeys !== undefined;
 
-  const uids = async (query: string) => {
-    const res = await call("GET", `/iam/v2beta1/identities?${query}`);
-    assert.equal(res.status, 200, JSON.stringify(res.body));
-    return (res.body.identities as { uid: string }[]).map((i) => i.uid).sort();
-  };
-  const pick = (pred: (i: number) => boolean) =>
-    items
-      .filter((_, i) => pred(i))
-      .map((i) => i.uid)
-      .sort();
-
-  test("uidp, name and relationship_type filters", async () => {
-    const all = `uidp.descendants_of=${org.uid}`;
-    assert.deepEqual(
-      await uids(all),
-      pick(() => true),
-    );
-    assert.deepEqual(
-      await uids(`uidp.children_of=${team.uid}`),
-      pick((i) => [2, 4, 6].includes(i)),
-    );
-    assert.deepEqual(
-      await uids(`${all}&name=alpha`),
-      pick((i) => [0, 2, 5].includes(i)),
-    );
-    assert.deepEqual(await uids(`${all}&name=alph`), []);
-    assert.deepEqual(
-      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_STATIC`),
-      pick((i) => [1, 3, 6].includes(i)),
-    );
-    assert.deepEqual(
-      await uids(`${all}&relationshipType=RELATIONSHIP_TYPE_CLAIM_MATCH`),
-      pick((i) => [0, 2, 4, 5].includes(i)),
-    );
-    assert.deepEqual(
-      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_UNSPECIFIED`),
-      pick(() => true),
-    );
-    assert.deepEqual(
-      await uids(`${all}&relationship_type=RELATIONSHIP_TYPE_CLAIM_MATCH&name=beta`),
-      pick((i) => i === 4),
-    );
-  });
-
-  for (const type of ["RELATIONSHIP_TYPE_AWS_IDENTITY", "RELATIONSHIP_TYPE_SERVICE_PRINCIPAL"]) {
-    test(`${type} matches nothing`, async () => {
-      const res = await call("GET", `/iam/v2beta1/identities?uidp.descendants_of=${org.uid}&relationship_type=${type}`);
-      assert.equal(res.status, 200);
-      assert.deepEqual(res.body.identities, []);
-      assert.equal(res.body.totalCount, "0");
-      assert.equal(res.body.nextPageToken, undefined);
-    });
-  }
-
-  test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", "/iam/v2beta1/identities?uidp.descendants_of=nope"), ["uidp.descendants_of"]);
-    assertViolations(await call("GET", "/iam/v2beta1/identities?order_by=email"), ["order_by"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, "/iam/v2beta1/identities", "identities", `uidp.descendants_of=${org.uid}`, items, [
-      "uid",
-      "name",
-      "created_at",
-      "updated_at",
-    ]);
-  });
+describeListContract({
+  resource: "identities",
+  srv,
+  path: "/iam/v2beta1/identities",
+  seed: {
+    create: (parent, name, i) =>
+      createIdentity(parent, STATIC.has(i) ? { name, staticKeys: staticKeys() } : { name, claimMatch: claimMatch(name) }),
+    advance: (ms) => (clock += ms),
+  },
+  unsortable: ["email"],
+  filters: ({ items }) => [
+    ["relationship_type=RELATIONSHIP_TYPE_STATIC", isStatic],
+    ["relationshipType=RELATIONSHIP_TYPE_CLAIM_MATCH", (i) => !isStatic(i)],
+    ["relationship_type=RELATIONSHIP_TYPE_UNSPECIFIED", () => true],
+    [`relationship_type=RELATIONSHIP_TYPE_CLAIM_MATCH&name=${items[1].name}`, (i) => !isStatic(i) && i.name === items[1].name],
+    // Kinds no identity here has match nothing.
+    ["relationship_type=RELATIONSHIP_TYPE_AWS_IDENTITY", () => false],
+    ["relationship_type=RELATIONSHIP_TYPE_SERVICE_PRINCIPAL", () => false],
+  ],
+  invalid: [["relationship_type=RELATIONSHIP_TYPE_BOGUS", ["relationship_type"]]],
+  lister: "viewer",
 });
 
 describe("lookup", () => {
@@ -427,50 +321,30 @@ describe("lookup", () => {
   });
 });
 
-describe("IdentitiesService over native gRPC", () => {
-  test("create, get, list, lookup, delete", async () => {
-    const client = grpcClient(IdentitiesService, srv.port);
-    try {
-      const org = await createGroup(srv.url, null, "grpc identities");
-      const created: Identity = await client.call("createIdentity", {
-        parent: org.uid,
-        identity: {
-          name: "grpc bot",
-          relationship: { case: "claimMatch", value: { iss: { case: "issuer", value: ISSUER }, sub: { case: "subject", value: "s" } } },
-        },
-      });
-      assert.ok(created.uid.startsWith(`${org.uid}/`));
-      assert.equal(timestampMs(created.lastSeenTime!), clock);
-      assert.equal(created.relationship.case, "claimMatch");
-      const got: Identity = await client.call("getIdentity", { uid: created.uid });
-      assert.equal(got.name, "grpc bot");
-      const listed = await client.call("listIdentities", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(
-        listed.identities.map((i: Identity) => i.uid),
-        [created.uid],
-      );
-      assert.equal(listed.totalCount, 1n);
-      const looked = await client.call("lookupIdentity", { issuer: ISSUER, subject: "s" });
-      assert.match(looked.uid, /^[0-9a-f]{40}$/);
-      await client.call("deleteIdentity", { uid: created.uid });
-      const err = await client.call("getIdentity", { uid: created.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(err.code, 5);
-      const bad = await client.call("createIdentity", { parent: org.uid, identity: { name: "no relationship" } }).then(
-        () => assert.fail("expected INVALID_ARGUMENT"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(bad.code, 3);
-      const status = grpcStatus(bad);
-      const badRequest = status.details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(
-        badRequest.fieldViolations.map((v) => v.field),
-        ["claim_match"],
-      );
-    } finally {
-      client.close();
-    }
+describeOverGrpc(srv, IdentitiesService, "create, get, list, lookup, delete", async (client, org) => {
+  const created: Identity = await client.call("createIdentity", {
+    parent: org,
+    identity: {
+      name: "grpc bot",
+      relationship: { case: "claimMatch", value: { iss: { case: "issuer", value: ISSUER }, sub: { case: "subject", value: "s" } } },
+    },
   });
+  assert.ok(created.uid.startsWith(`${org}/`));
+  assert.equal(timestampMs(created.lastSeenTime!), clock);
+  assert.equal(created.relationship.case, "claimMatch");
+  const got: Identity = await client.call("getIdentity", { uid: created.uid });
+  assert.equal(got.name, "grpc bot");
+  const listed = await client.call("listIdentities", { uidp: { descendantsOf: org } });
+  assert.deepEqual(
+    listed.identities.map((i: Identity) => i.uid),
+    [created.uid],
+  );
+  assert.equal(listed.totalCount, 1n);
+  const looked = await client.call("lookupIdentity", { issuer: ISSUER, subject: "s" });
+  assert.match(looked.uid, /^[0-9a-f]{40}$/);
+  await client.call("deleteIdentity", { uid: created.uid });
+  assert.equal((await grpcError(client.call("getIdentity", { uid: created.uid }))).code, 5);
+  const bad = await grpcError(client.call("createIdentity", { parent: org, identity: { name: "no relationship" } }));
+  assert.equal(bad.code, 3);
+  assert.deepEqual(grpcViolations(bad), ["claim_match"]);
 });

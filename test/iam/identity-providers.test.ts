@@ -1,17 +1,26 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest } from "../../gen/google/rpc/error_details_pb.js";
 import { IdentityProvidersService, type IdentityProvider } from "../../gen/platformapi/iam/v2beta1/identity_providers_pb.js";
 import { SecurityTokenService } from "../../gen/platformapi/oidc/v1/sts_pb.js";
 import { providerUserUid } from "../../src/domain/user-identity.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
-import { grpcClient, grpcStatus } from "../support/grpc.js";
+import { assertRestError, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
+import { grpcClient } from "../support/grpc.js";
+import { describeListContract } from "../support/list-contract.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
 import { as, builtinRole, createCaller, customRole, ok } from "../support/principals.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import {
+  assertCreated,
+  assertDeletedOnce,
+  assertSameDenial,
+  createStranger,
+  groupForSuite,
+  iso,
+  serveForSuite,
+} from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup, rest, type RestResult } from "../support/server.js";
 
 const BASE = "http://api.test";
 const AUTH = "http://issuer.test";
@@ -21,7 +30,6 @@ const SECRET = `cs-${randomBytes(16).toString("hex")}`;
 const PATH = "/iam/v2beta1/identityProviders";
 
 let clock = Date.now();
-let srv: TestServer;
 let A: OidcIssuer;
 let B: OidcIssuer;
 let viewer: string;
@@ -29,14 +37,17 @@ let owner: string;
 /** Every REST and gRPC response body seen, for the secret scan. */
 const seen: string[] = [];
 
-before(async () => {
-  [A, B] = await Promise.all([OidcIssuer.start("idp-a"), OidcIssuer.start("idp-b")]);
-  srv = await startTestServer({ env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH }, now: () => clock });
-  viewer = await builtinRole(srv, "viewer");
-  owner = await builtinRole(srv, "owner");
-});
+const srv = serveForSuite(
+  async () => {
+    [A, B] = await Promise.all([OidcIssuer.start("idp-a"), OidcIssuer.start("idp-b")]);
+    return { env: { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH }, now: () => clock };
+  },
+  async () => {
+    viewer = await builtinRole(srv, "viewer");
+    owner = await builtinRole(srv, "owner");
+  },
+);
 after(async () => {
-  await srv.close();
   await Promise.all([A.close(), B.close()]);
 });
 
@@ -45,29 +56,13 @@ async function call(method: string, path: string, body?: unknown, headers?: Reco
   seen.push(JSON.stringify(res.body ?? ""));
   return res;
 }
-const iso = (ms: number) => new Date(ms).toISOString();
 const oidc = (extra: object = {}) => ({ issuer: "https://login.acme.example", clientId: CLIENT_ID, clientSecret: SECRET, ...extra });
 const provider = (extra: object = {}) => ({ name: "acme sso", defaultRole: viewer, oidc: oidc(), ...extra });
 const createProvider = async (parent: string, body: object = provider(), headers?: Record<string, string>) =>
   ok(call("POST", `${PATH}/${parent}`, body, headers));
 
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
-
 describe("create and get", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "idp org");
-  });
+  const org = groupForSuite(srv, "idp org");
 
   test("returns the provider under its group, the secret blanked; Get returns the same", async () => {
     const p = await createProvider(
@@ -83,9 +78,7 @@ describe("create and get", () => {
         }),
       }),
     );
-    assert.match(p.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
-    assert.deepEqual(p, {
-      uid: p.uid,
+    assertCreated(p, org.uid, {
       name: "acme sso",
       description: "corporate",
       defaultRole: viewer,
@@ -216,35 +209,20 @@ describe("authorization and escalation", () => {
     assert.equal((await ok(call("PATCH", `${PATH}/${p.uid}`, { description: "still mine" }, as(manager)))).description, "still mine");
   });
 
-  test("a viewer can read but not create, update or delete; a caller in another org sees nothing", async () => {
+  test("a viewer can read but not create, update or delete; a caller in another org reaches nothing", async () => {
     const p = await createProvider(org.uid);
     const reader = await createCaller(srv, org.uid, "idp reader", viewer);
     assert.equal((await ok(call("GET", `${PATH}/${p.uid}`, undefined, as(reader)))).uid, p.uid);
     assertRestError(await call("POST", `${PATH}/${org.uid}`, provider(), as(reader)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("PATCH", `${PATH}/${p.uid}`, { description: "x" }, as(reader)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("DELETE", `${PATH}/${p.uid}`, undefined, as(reader)), 403, 7, "PERMISSION_DENIED");
-    const other = await createGroup(srv.url, null, "idp stranger org");
-    const stranger = await createCaller(srv, other.uid, "idp stranger", owner);
     // Same answer for another org's provider and a missing one.
-    const a = assertRestError(await call("GET", `${PATH}/${p.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
-    const b = assertRestError(
-      await call("GET", `${PATH}/${org.uid}/0123456789abcdef`, undefined, as(stranger)),
-      403,
-      7,
-      "PERMISSION_DENIED",
-    );
-    assert.deepEqual(a, b);
-    const listed = await ok(call("GET", `${PATH}?uidp.descendants_of=${org.uid}`, undefined, as(stranger)));
-    assert.deepEqual(listed.identityProviders, []);
-    assert.equal(listed.totalCount, "0");
+    await assertSameDenial(srv, await createStranger(srv, "idp"), `${PATH}/${p.uid}`, `${PATH}/${org.uid}/0123456789abcdef`);
   });
 });
 
 describe("update", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "idp update org");
-  });
+  const org = groupForSuite(srv, "idp update org");
 
   test("without a mask exactly the body's fields change; updateTime moves, createTime stays", async () => {
     const p = await createProvider(org.uid, provider({ description: "old" }));
@@ -359,138 +337,69 @@ describe("delete", () => {
   test("delete returns {}, then the provider is gone; a second delete is NOT_FOUND", async () => {
     const org = await createGroup(srv.url, null, "idp delete org");
     const p = await createProvider(org.uid);
-    assertRestError(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), 400, 9, "FAILED_PRECONDITION");
-    assert.match(
-      preconditionViolations((await call("DELETE", `/iam/v2beta1/groups/${org.uid}`)).body)[0]!.description,
-      /identity providers/,
-    );
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${p.uid}`)), {});
-    assertRestError(await call("GET", `${PATH}/${p.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `${PATH}/${p.uid}`), 404, 5, "NOT_FOUND");
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${org.uid}`), "RESOURCE_NOT_EMPTY", /identity providers/);
+    await assertDeletedOnce(srv, `${PATH}/${p.uid}`);
     assert.deepEqual(await ok(call("DELETE", `/iam/v2beta1/groups/${org.uid}`)), {});
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let team: { uid: string };
-  let items: { uid: string; name: string; createTime: string; updateTime: string }[];
-  before(async () => {
-    org = await createGroup(srv.url, null, "idp list org");
-    team = await createGroup(srv.url, org.uid, "idp list team");
-    items = [];
-    const plan: [string, string, number][] = [
-      [org.uid, "alpha", 0],
-      [org.uid, "beta", 1],
-      [team.uid, "alpha", 0],
-      [org.uid, "gamma", 0],
-      [team.uid, "beta", 2],
-      [team.uid, "delta", 0],
-    ];
-    for (const [parent, name, step] of plan) {
-      clock += step;
-      items.push(await createProvider(parent, provider({ name })));
-    }
-    clock += 10;
-    items[0] = await ok(call("PATCH", `${PATH}/${items[0]!.uid}`, { description: "touched" }));
-    items[3] = await ok(call("PATCH", `${PATH}/${items[3]!.uid}`, { description: "touched" }));
-  });
-
-  const uids = async (query: string, headers?: Record<string, string>) => {
-    const body = await ok(call("GET", `${PATH}?${query}`, undefined, headers));
-    return (body.identityProviders as { uid: string }[]).map((p) => p.uid).sort();
-  };
-  const pick = (idx: number[]) => idx.map((i) => items[i]!.uid).sort();
-
-  test("uidp and name filters", async () => {
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`), pick([0, 1, 2, 3, 4, 5]));
-    assert.deepEqual(await uids(`uidp.children_of=${team.uid}`), pick([2, 4, 5]));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=alpha`), pick([0, 2]));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=alph`), []);
-  });
-
-  test("the list is narrowed to where the caller may list providers", async () => {
-    const teamViewer = await createCaller(srv, org.uid, "idp team viewer", viewer, team.uid);
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`, as(teamViewer)), pick([2, 4, 5]));
-    const nobody = await createCaller(srv, org.uid, "idp nobody", null);
-    assert.deepEqual(await uids("", as(nobody)), []);
-  });
-
-  test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", `${PATH}?uidp.descendants_of=nope`), ["uidp.descendants_of"]);
-    assertViolations(await call("GET", `${PATH}?order_by=issuer`), ["order_by"]);
-    assertViolations(await call("GET", `${PATH}?page_size=-1`), ["page_size"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "identityProviders", `uidp.descendants_of=${org.uid}`, items, [
-      "uid",
-      "name",
-      "created_at",
-      "updated_at",
-    ]);
-  });
+describeListContract({
+  resource: "identity providers",
+  srv,
+  path: PATH,
+  seed: {
+    create: (parent, name) => createProvider(parent, provider({ name })),
+    advance: (ms) => (clock += ms),
+  },
+  unsortable: ["issuer"],
+  lister: "viewer",
+  check: (item) => seen.push(JSON.stringify(item)),
 });
 
-describe("IdentityProvidersService over native gRPC", () => {
-  test("create, get, list, update, delete; the secret is never in a response", async () => {
-    const client = grpcClient(IdentityProvidersService, srv.port);
-    try {
-      const org = await createGroup(srv.url, null, "idp grpc org");
-      const oidcValue = { issuer: "https://login.acme.example", clientId: CLIENT_ID, clientSecret: SECRET };
-      const created: IdentityProvider = await client.call("createIdentityProvider", {
-        parent: org.uid,
-        identityProvider: { name: "grpc sso", defaultRole: viewer, configuration: { case: "oidc", value: oidcValue } },
-      });
-      assert.ok(created.uid.startsWith(`${org.uid}/`));
-      const responses: IdentityProvider[] = [created];
-      responses.push(await client.call("getIdentityProvider", { uid: created.uid }));
-      const listed = await client.call("listIdentityProviders", { uidp: { descendantsOf: org.uid } });
-      assert.deepEqual(
-        listed.identityProviders.map((p: IdentityProvider) => p.uid),
-        [created.uid],
-      );
-      assert.equal(listed.totalCount, 1n);
-      responses.push(...listed.identityProviders);
-      const updated: IdentityProvider = await client.call("updateIdentityProvider", {
-        identityProvider: {
-          uid: created.uid,
-          description: "via grpc",
-          configuration: { case: "oidc", value: { ...oidcValue, clientSecret: "", clientId: "c9" } },
-        },
-      });
-      assert.equal(updated.description, "via grpc");
-      assert.equal(updated.configuration.case === "oidc" && updated.configuration.value.clientId, "c9");
-      responses.push(updated);
-      for (const r of responses) {
-        assert.equal(r.configuration.case, "oidc");
-        assert.equal(r.configuration.value?.clientSecret, "");
-        seen.push(JSON.stringify(r, (_k, v) => (typeof v === "bigint" ? v.toString() : v)));
-      }
-      const bad = await client
-        .call("createIdentityProvider", { parent: org.uid, identityProvider: { name: "grpc sso", defaultRole: viewer } })
-        .then(
-          () => assert.fail("expected INVALID_ARGUMENT"),
-          (e: ServiceError) => e,
-        );
-      assert.equal(bad.code, 3);
-      assert.deepEqual(
-        (grpcStatus(bad).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest | undefined)?.fieldViolations.map(
-          (v) => v.field,
-        ),
-        ["oidc"],
-      );
-      await client.call("deleteIdentityProvider", { uid: created.uid });
-      const gone = await client.call("getIdentityProvider", { uid: created.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(gone.code, 5);
-    } finally {
-      client.close();
+describeOverGrpc(
+  srv,
+  IdentityProvidersService,
+  "create, get, list, update, delete; the secret is never in a response",
+  async (client, org) => {
+    const oidcValue = { issuer: "https://login.acme.example", clientId: CLIENT_ID, clientSecret: SECRET };
+    const created: IdentityProvider = await client.call("createIdentityProvider", {
+      parent: org,
+      identityProvider: { name: "grpc sso", defaultRole: viewer, configuration: { case: "oidc", value: oidcValue } },
+    });
+    assert.ok(created.uid.startsWith(`${org}/`));
+    const responses: IdentityProvider[] = [created];
+    responses.push(await client.call("getIdentityProvider", { uid: created.uid }));
+    const listed = await client.call("listIdentityProviders", { uidp: { descendantsOf: org } });
+    assert.deepEqual(
+      listed.identityProviders.map((p: IdentityProvider) => p.uid),
+      [created.uid],
+    );
+    assert.equal(listed.totalCount, 1n);
+    responses.push(...listed.identityProviders);
+    const updated: IdentityProvider = await client.call("updateIdentityProvider", {
+      identityProvider: {
+        uid: created.uid,
+        description: "via grpc",
+        configuration: { case: "oidc", value: { ...oidcValue, clientSecret: "", clientId: "c9" } },
+      },
+    });
+    assert.equal(updated.description, "via grpc");
+    assert.equal(updated.configuration.case === "oidc" && updated.configuration.value.clientId, "c9");
+    responses.push(updated);
+    for (const r of responses) {
+      assert.equal(r.configuration.case, "oidc");
+      assert.equal(r.configuration.value?.clientSecret, "");
+      seen.push(JSON.stringify(r, (_k, v) => (typeof v === "bigint" ? v.toString() : v)));
     }
-  });
-});
+    const bad = await grpcError(
+      client.call("createIdentityProvider", { parent: org, identityProvider: { name: "grpc sso", defaultRole: viewer } }),
+    );
+    assert.equal(bad.code, 3);
+    assert.deepEqual(grpcViolations(bad), ["oidc"]);
+    await client.call("deleteIdentityProvider", { uid: created.uid });
+    assert.equal((await grpcError(client.call("getIdentityProvider", { uid: created.uid }))).code, 5);
+  },
+);
 
 describe("sign-in through an organization's identity provider", () => {
   let org: { uid: string };

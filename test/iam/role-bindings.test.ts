@@ -1,20 +1,19 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceError } from "@grpc/grpc-js";
 import { RoleBindingsService, type RoleBinding } from "../../gen/platformapi/iam/v2beta1/role_bindings_pb.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
-import { grpcClient } from "../support/grpc.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import { assertRestError, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError } from "../support/grpc-suite.js";
+import { describeListContract } from "../support/list-contract.js";
+import { ok } from "../support/principals.js";
+import { assertCreated, assertDeletedOnce, restOn, serveForSuite } from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup, type RestResult } from "../support/server.js";
 
 const START = Date.parse("2032-07-08T09:10:11.456Z");
 const ISSUER = "https://issuer.example";
 const JWKS = JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", x: "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo" }] });
 
-let clock = START;
-let srv: TestServer;
-const call = (method: string, path: string, body?: unknown) => rest(srv.url, method, path, body);
 const BASE = "/iam/v2beta1/roleBindings";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -23,11 +22,10 @@ let org: Json, team: Json, other: Json;
 let idOrg: Json, idTeam: Json, idStatic: Json, idOther: Json;
 let viewer: Json, roleOrg: Json, roleTeam: Json, roleOther: Json;
 
-async function ok(res: Promise<RestResult>): Promise<Json> {
-  const r = await res;
-  assert.equal(r.status, 200, JSON.stringify(r.body));
-  return r.body;
-}
+let clock = START;
+const srv = serveForSuite({ now: () => clock }, makeFixtures);
+const call = restOn(srv);
+
 const identity = (parent: string, name: string, subject: string) =>
   ok(call("POST", `/iam/v2beta1/identities/${parent}`, { name, description: `${name} desc`, claimMatch: { issuer: ISSUER, subject } }));
 const role = (parent: string, name: string, capabilities = ["CAP_REPO_LIST"]) =>
@@ -36,25 +34,8 @@ const bind = (group: string, identityUid: string, roleUid: string) => call("POST
 const groupBindings = async (group: string) =>
   ((await ok(call("GET", `${BASE}?group=${group}`))).roleBindings as Json[]).map((b) => b.uid).sort();
 
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  return err;
-}
-
-/** Asserts NOT_FOUND naming the kind and uid of the reference. */
-function assertNotFound(res: RestResult, kind: string, uid: string) {
-  const err = assertRestError(res, 404, 5, "NOT_FOUND");
-  assert.ok(err.message.includes(`${kind} ${uid}`), err.message);
-}
-
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
+/** The groups, identities and roles the tests bind, in two organizations. */
+async function makeFixtures(): Promise<void> {
   org = await createGroup(srv.url, null, "binding org", "the org");
   team = await createGroup(srv.url, org.uid, "binding team", "a team");
   other = await createGroup(srv.url, null, "other org");
@@ -73,17 +54,18 @@ before(async () => {
   roleOrg = await role(org.uid, "org role");
   roleTeam = await role(team.uid, "team role");
   roleOther = await role(other.uid, "other role");
-});
-after(async () => {
-  await srv.close();
-});
+}
+
+/** Asserts NOT_FOUND naming the kind and uid of the reference. */
+function assertNotFound(res: RestResult, kind: string, uid: string) {
+  const err = assertRestError(res, 404, 5, "NOT_FOUND");
+  assert.ok(err.message.includes(`${kind} ${uid}`), err.message);
+}
 
 describe("create", () => {
   test("the response is hydrated: identity, group, role, createTime, no updateTime; inputs echoed", async () => {
     const b = await ok(bind(team.uid, idOrg.uid, viewer.uid));
-    assert.match(b.uid, new RegExp(`^${team.uid}/[0-9a-f]{16}$`));
-    assert.deepEqual(b, {
-      uid: b.uid,
+    assertCreated(b, team.uid, {
       identity: { uid: idOrg.uid, name: "org bot", description: "org bot desc", subject: "sub-org", issuer: ISSUER, email: "" },
       group: { uid: team.uid, name: "binding team", description: "a team" },
       role: { uid: viewer.uid, name: "viewer", description: viewer.description },
@@ -140,8 +122,7 @@ describe("create", () => {
   ];
   for (const [label, body, fields] of CASES) {
     test(`${label} is INVALID_ARGUMENT on ${fields.join(", ")}`, async () => {
-      const err = assertViolations(await call("POST", `${BASE}/${org.uid}`, body), fields);
-      assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
+      assertViolations(await call("POST", `${BASE}/${org.uid}`, body), fields);
     });
   }
 
@@ -189,9 +170,7 @@ describe("get, update, delete", () => {
 
   test("delete is idempotent: {} whether or not the binding exists", async () => {
     const b = await ok(bind(org.uid, idOrg.uid, viewer.uid));
-    assert.deepEqual(await ok(call("DELETE", `${BASE}/${b.uid}`)), {});
-    assertRestError(await call("GET", `${BASE}/${b.uid}`), 404, 5, "NOT_FOUND");
-    assert.deepEqual(await ok(call("DELETE", `${BASE}/${b.uid}`)), {});
+    await assertDeletedOnce(srv, `${BASE}/${b.uid}`, true);
     assertViolations(await call("DELETE", `${BASE}/nope`), ["uid"]);
   });
 
@@ -205,10 +184,7 @@ describe("get, update, delete", () => {
   test("a group holding a binding cannot be deleted: RESOURCE_NOT_EMPTY naming role bindings", async () => {
     const g = await createGroup(srv.url, null, "busy with bindings");
     const b = await ok(bind(g.uid, idOrg.uid, viewer.uid));
-    const err = assertRestError(await call("DELETE", `/iam/v2beta1/groups/${g.uid}`), 400, 9, "FAILED_PRECONDITION");
-    const violations = preconditionViolations(err);
-    assert.equal(violations[0]!.type, "RESOURCE_NOT_EMPTY");
-    assert.match(violations[0]!.description, /role bindings/);
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${g.uid}`), "RESOURCE_NOT_EMPTY", /role bindings/);
     await ok(call("DELETE", `${BASE}/${b.uid}`));
     await ok(call("DELETE", `/iam/v2beta1/groups/${g.uid}`));
   });
@@ -282,123 +258,74 @@ describe("batch create", () => {
   });
 });
 
-describe("list", () => {
-  let lorg: Json, lteam: Json;
-  let items: Json[];
-  before(async () => {
-    lorg = await createGroup(srv.url, null, "binding list org");
-    lteam = await createGroup(srv.url, lorg.uid, "binding list team");
-    const a = await identity(lorg.uid, "list bot a", "la");
-    const b = await identity(lteam.uid, "list bot b", "lb");
-    const r = await role(lorg.uid, "list role");
-    items = [];
-    const plan: [Json, Json, Json, number][] = [
-      [lorg, a, viewer, 0],
-      [lteam, b, r, 1],
-      [lorg, b, r, 0],
-      [lteam, a, viewer, 0],
-      [lorg, a, r, 2],
-      [lteam, b, viewer, 0],
-      [lteam, a, r, 1],
+/** Who each planned binding binds to what: two identities and two roles, every pair at most once per group. */
+const PAIRS = ["a viewer", "b custom", "b custom", "a custom", "a viewer", "b viewer", "a custom"];
+let listSubjects: Record<string, Json>;
+
+describeListContract({
+  resource: "role bindings",
+  srv,
+  path: BASE,
+  seed: {
+    create: async (parent, _name, i) => {
+      // The plan's first item is in its organization: the identities and the custom role are made there.
+      if (i === 0) {
+        listSubjects = {
+          a: await identity(parent, "list bot a", "la"),
+          b: await identity(parent, "list bot b", "lb"),
+          custom: await role(parent, "list role"),
+          viewer,
+        };
+      }
+      const [who, what] = PAIRS[i]!.split(" ");
+      return ok(bind(parent, listSubjects[who!].uid, listSubjects[what!].uid));
+    },
+    advance: (ms) => (clock += ms),
+  },
+  orderFields: ["uid", "created_at"],
+  unsortable: ["name"],
+  filters: ({ items, team }) => {
+    const [a, custom] = [items[0].identityUid, items[1].roleUid];
+    return [
+      [`identity=${a}`, (b) => b.identityUid === a],
+      [`group=${team}`, (b) => b.group.uid === team],
+      [`role=${custom}`, (b) => b.roleUid === custom],
+      [`role=${viewer.uid}&identity=${a}`, (b) => b.roleUid === viewer.uid && b.identityUid === a],
     ];
-    for (const [g, i, ro, step] of plan) {
-      clock += step;
-      items.push(await ok(bind(g.uid, i.uid, ro.uid)));
-    }
-  });
-
-  const uids = async (query: string) => {
-    const res = await ok(call("GET", `${BASE}?${query}`));
-    for (const b of res.roleBindings) assert.ok(b.identity.name && b.group.name && b.role.name, "every item is hydrated");
-    return (res.roleBindings as Json[]).map((b) => b.uid).sort();
-  };
-  const pick = (pred: (b: Json) => boolean) =>
-    items
-      .filter(pred)
-      .map((b) => b.uid)
-      .sort();
-
-  test("identity, group, role and uidp filters combine", async () => {
-    const all = `uidp.descendants_of=${lorg.uid}`;
-    assert.deepEqual(
-      await uids(all),
-      pick(() => true),
-    );
-    const a = items[0].identityUid;
-    const r = items[1].roleUid;
-    assert.deepEqual(
-      await uids(`identity=${a}`),
-      pick((b) => b.identityUid === a),
-    );
-    assert.deepEqual(
-      await uids(`group=${lteam.uid}`),
-      pick((b) => b.group.uid === lteam.uid),
-    );
-    assert.deepEqual(
-      await uids(`role=${r}`),
-      pick((b) => b.roleUid === r),
-    );
-    assert.deepEqual(
-      await uids(`${all}&role=${viewer.uid}&identity=${a}`),
-      pick((b) => b.roleUid === viewer.uid && b.identityUid === a),
-    );
-    assert.deepEqual(
-      await uids(`uidp.children_of=${lteam.uid}`),
-      pick((b) => b.group.uid === lteam.uid),
-    );
-  });
-
-  test("malformed filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", `${BASE}?identity=x`), ["identity"]);
-    assertViolations(await call("GET", `${BASE}?group=x&role=y`), ["group", "role"]);
-    assertViolations(await call("GET", `${BASE}?order_by=name`), ["order_by"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, BASE, "roleBindings", `uidp.descendants_of=${lorg.uid}`, items, ["uid", "created_at"]);
-  });
+  },
+  invalid: [
+    ["identity=x", ["identity"]],
+    ["group=x&role=y", ["group", "role"]],
+  ],
+  check: (b) => assert.ok(b.identity.name && b.group.name && b.role.name, "every item is hydrated"),
 });
 
-describe("RoleBindingsService over native gRPC", () => {
-  test("create, batch create, get, list, delete", async () => {
-    const client = grpcClient(RoleBindingsService, srv.port);
-    try {
-      const g = await createGroup(srv.url, org.uid, "grpc bindings");
-      const b: RoleBinding = await client.call("createRoleBinding", {
-        parent: g.uid,
-        roleBinding: { identityUid: idOrg.uid, roleUid: viewer.uid },
-      });
-      assert.ok(b.uid.startsWith(`${g.uid}/`));
-      assert.equal(b.identity?.name, "org bot");
-      assert.equal(b.group?.name, "grpc bindings");
-      assert.equal(b.role?.name, "viewer");
-      assert.equal(timestampMs(b.createTime!), clock);
-      const batch = await client.call("batchCreateRoleBindings", {
-        parent: g.uid,
-        roleUid: roleOrg.uid,
-        requests: [{ parent: g.uid, roleBinding: { identityUid: idTeam.uid } }],
-      });
-      assert.equal(batch.roleBindings[0].role.name, "org role");
-      assert.equal((await client.call("getRoleBinding", { uid: b.uid })).identityUid, idOrg.uid);
-      const listed = await client.call("listRoleBindings", { group: g.uid });
-      assert.deepEqual(listed.roleBindings.map((x: RoleBinding) => x.uid).sort(), [b.uid, batch.roleBindings[0].uid].sort());
-      assert.equal(listed.totalCount, 2n);
-      await client.call("deleteRoleBinding", { uid: b.uid });
-      await client.call("deleteRoleBinding", { uid: b.uid });
-      const gone = await client.call("getRoleBinding", { uid: b.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(gone.code, 5);
-      const missing = await client
-        .call("createRoleBinding", { parent: g.uid, roleBinding: { identityUid: idOrg.uid, roleUid: roleOther.uid } })
-        .then(
-          () => assert.fail("expected NOT_FOUND"),
-          (e: ServiceError) => e,
-        );
-      assert.equal(missing.code, 5);
-    } finally {
-      client.close();
-    }
+describeOverGrpc(srv, RoleBindingsService, "create, batch create, get, list, delete", async (client) => {
+  const g = await createGroup(srv.url, org.uid, "grpc bindings");
+  const b: RoleBinding = await client.call("createRoleBinding", {
+    parent: g.uid,
+    roleBinding: { identityUid: idOrg.uid, roleUid: viewer.uid },
   });
+  assert.ok(b.uid.startsWith(`${g.uid}/`));
+  assert.equal(b.identity?.name, "org bot");
+  assert.equal(b.group?.name, "grpc bindings");
+  assert.equal(b.role?.name, "viewer");
+  assert.equal(timestampMs(b.createTime!), clock);
+  const batch = await client.call("batchCreateRoleBindings", {
+    parent: g.uid,
+    roleUid: roleOrg.uid,
+    requests: [{ parent: g.uid, roleBinding: { identityUid: idTeam.uid } }],
+  });
+  assert.equal(batch.roleBindings[0].role.name, "org role");
+  assert.equal((await client.call("getRoleBinding", { uid: b.uid })).identityUid, idOrg.uid);
+  const listed = await client.call("listRoleBindings", { group: g.uid });
+  assert.deepEqual(listed.roleBindings.map((x: RoleBinding) => x.uid).sort(), [b.uid, batch.roleBindings[0].uid].sort());
+  assert.equal(listed.totalCount, 2n);
+  await client.call("deleteRoleBinding", { uid: b.uid });
+  await client.call("deleteRoleBinding", { uid: b.uid });
+  assert.equal((await grpcError(client.call("getRoleBinding", { uid: b.uid }))).code, 5);
+  const missing = await grpcError(
+    client.call("createRoleBinding", { parent: g.uid, roleBinding: { identityUid: idOrg.uid, roleUid: roleOther.uid } }),
+  );
+  assert.equal(missing.code, 5);
 });

@@ -1,57 +1,25 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceError } from "@grpc/grpc-js";
 import type { PreconditionFailure } from "../../gen/google/rpc/error_details_pb.js";
 import { Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { RolesService, type Role } from "../../gen/platformapi/iam/v2beta1/roles_pb.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
-import { grpcClient, grpcStatus } from "../support/grpc.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError } from "../support/grpc-suite.js";
+import { grpcStatus } from "../support/grpc.js";
+import { describeListContract } from "../support/list-contract.js";
+import { ok } from "../support/principals.js";
+import { assertChildOf, assertDeletedOnce, groupForSuite, iso, restOn, serveForSuite } from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup } from "../support/server.js";
 
 const START = Date.parse("2031-05-06T07:08:09.123Z");
 const ROOT_UID = /^[0-9a-f]{40}$/;
 
 let clock = START;
-let srv: TestServer;
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
-});
-after(async () => {
-  await srv.close();
-});
-
-const call = (method: string, path: string, body?: unknown) => rest(srv.url, method, path, body);
-const iso = (ms: number) => new Date(ms).toISOString();
-
-async function createRole(parent: string, body: object) {
-  const res = await call("POST", `/iam/v2beta1/roles/${parent}`, body);
-  assert.equal(res.status, 200, JSON.stringify(res.body));
-  return res.body;
-}
-
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
-
-/** Asserts FAILED_PRECONDITION with one violation of the given type. */
-function assertPrecondition(res: RestResult, type: string, description: RegExp) {
-  const err = assertRestError(res, 400, 9, "FAILED_PRECONDITION");
-  assert.match(err.message, /^Precondition failed: /);
-  const violations = preconditionViolations(err);
-  assert.equal(violations.length, 1);
-  assert.equal(violations[0]!.type, type);
-  assert.match(violations[0]!.description, description);
-}
+const srv = serveForSuite({ now: () => clock });
+const call = restOn(srv);
+const createRole = (parent: string, body: object) => ok(call("POST", `/iam/v2beta1/roles/${parent}`, body));
 
 async function builtIn(name: string) {
   const res = await call("GET", `/iam/v2beta1/roles?name=${name}&uidp.in_root=true`);
@@ -93,10 +61,7 @@ describe("built-in roles", () => {
 });
 
 describe("create", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "roles org");
-  });
+  const org = groupForSuite(srv, "roles org");
 
   test("a custom role gets a child uid; capabilities come back sorted and de-duplicated", async () => {
     const role = await createRole(org.uid, {
@@ -106,7 +71,7 @@ describe("create", () => {
       uid: "e".repeat(40),
       createTime: "2001-01-01T00:00:00Z",
     });
-    assert.match(role.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
+    assertChildOf(role.uid, org.uid);
     assert.equal(role.name, "Registry Puller (CI)");
     assert.equal(role.description, "pulls images");
     assert.deepEqual(role.capabilities, ["CAP_IAM_GROUPS_LIST", "CAP_REPO_BLOBS_GET", "CAP_REPO_LIST"]);
@@ -165,10 +130,7 @@ describe("create", () => {
 });
 
 describe("get, update, delete", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "role edits");
-  });
+  const org = groupForSuite(srv, "role edits");
 
   test("a missing role is NOT_FOUND; a malformed uid INVALID_ARGUMENT on uid", async () => {
     assertRestError(await call("GET", `/iam/v2beta1/roles/${org.uid}/0123456789abcdef`), 404, 5, "NOT_FOUND");
@@ -217,11 +179,7 @@ describe("get, update, delete", () => {
 
   test("delete returns {}; a second delete is NOT_FOUND", async () => {
     const role = await createRole(org.uid, { name: "doomed", capabilities: ["CAP_REPO_LIST"] });
-    const res = await call("DELETE", `/iam/v2beta1/roles/${role.uid}`);
-    assert.equal(res.status, 200);
-    assert.deepEqual(res.body, {});
-    assertRestError(await call("GET", `/iam/v2beta1/roles/${role.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `/iam/v2beta1/roles/${role.uid}`), 404, 5, "NOT_FOUND");
+    await assertDeletedOnce(srv, `/iam/v2beta1/roles/${role.uid}`);
   });
 
   test("a bound role cannot be deleted (ROLE_IN_USE) until its binding goes", async () => {
@@ -249,96 +207,55 @@ describe("get, update, delete", () => {
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let team: { uid: string };
-  let items: { uid: string; name: string; createTime: string; updateTime: string }[];
-  before(async () => {
-    org = await createGroup(srv.url, null, "role list org");
-    team = await createGroup(srv.url, org.uid, "role list team");
-    items = [];
-    const plan: [string, string, number][] = [
-      [org.uid, "viewer", 0],
-      [team.uid, "puller", 1],
-      [org.uid, "puller", 0],
-      [team.uid, "auditor", 0],
-      [org.uid, "zeta", 2],
-      [team.uid, "viewer", 0],
-    ];
-    for (const [parent, name, step] of plan) {
-      clock += step;
-      items.push(await createRole(parent, { name, capabilities: ["CAP_REPO_LIST"] }));
-    }
-    clock += 10;
-    items[1] = (await call("PATCH", `/iam/v2beta1/roles/${items[1]!.uid}`, { description: "touched" })).body;
-  });
-
-  const uids = async (query: string) => {
-    const res = await call("GET", `/iam/v2beta1/roles?${query}`);
-    assert.equal(res.status, 200, JSON.stringify(res.body));
-    return (res.body.roles as { uid: string }[]).map((r) => r.uid).sort();
-  };
-
-  test("name is exact and sees built-in and custom roles; uidp narrows to custom roles below a group", async () => {
-    const viewer = await builtIn("viewer");
-    const named = await uids("name=viewer&page_size=200");
-    assert.ok(named.includes(viewer.uid));
-    assert.ok(named.includes(items[0]!.uid) && named.includes(items[5]!.uid));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=viewer`), [items[0]!.uid, items[5]!.uid].sort());
-    assert.deepEqual(await uids(`uidp.children_of=${team.uid}`), [items[1]!.uid, items[3]!.uid, items[5]!.uid].sort());
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=view`), []);
-  });
-
-  test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", "/iam/v2beta1/roles?uidp.children_of=x"), ["uidp.children_of"]);
-    assertViolations(await call("GET", "/iam/v2beta1/roles?order_by=capabilities"), ["order_by"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, "/iam/v2beta1/roles", "roles", `uidp.descendants_of=${org.uid}`, items, [
-      "uid",
-      "name",
-      "created_at",
-      "updated_at",
-    ]);
-  });
-});
-
-describe("RolesService over native gRPC", () => {
-  test("create, get, list, delete", async () => {
-    const client = grpcClient(RolesService, srv.port);
-    try {
-      const org = await createGroup(srv.url, null, "grpc roles");
-      const role: Role = await client.call("createRole", {
-        parent: org.uid,
-        role: { name: "grpc role", capabilities: [Capability.CAP_TAG_LIST, Capability.CAP_REPO_LIST] },
-      });
-      assert.ok(role.uid.startsWith(`${org.uid}/`));
-      assert.deepEqual(role.capabilities, [Capability.CAP_REPO_LIST, Capability.CAP_TAG_LIST]);
-      assert.equal(timestampMs(role.createTime!), clock);
-      assert.deepEqual((await client.call("getRole", { uid: role.uid })).name, "grpc role");
-      const listed = await client.call("listRoles", { uidp: { descendantsOf: org.uid } });
+// Custom roles named like the built-in viewer: a name filter without uidp sees both kinds.
+describeListContract(
+  {
+    resource: "roles",
+    srv,
+    path: "/iam/v2beta1/roles",
+    seed: {
+      create: (parent, name) => createRole(parent, { name, capabilities: ["CAP_REPO_LIST"] }),
+      names: ["viewer", "puller", "puller", "auditor", "viewer", "zeta", "auditor"],
+      advance: (ms) => (clock += ms),
+    },
+    unsortable: ["capabilities"],
+    lister: "viewer",
+  },
+  (listed) => {
+    test("name is exact and sees built-in and custom roles", async () => {
+      const named = await listed.uids("name=viewer");
       assert.deepEqual(
-        listed.roles.map((r: Role) => r.uid),
-        [role.uid],
+        named.filter((uid) => uid.includes("/")),
+        listed.items
+          .filter((r) => r.name === "viewer")
+          .map((r) => r.uid)
+          .sort(),
       );
-      assert.equal(listed.totalCount, 1n);
-      await client.call("deleteRole", { uid: role.uid });
-      const gone = await client.call("getRole", { uid: role.uid }).then(
-        () => assert.fail("expected NOT_FOUND"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(gone.code, 5);
-      const viewer = await builtIn("viewer");
-      const refused = await client.call("deleteRole", { uid: viewer.uid }).then(
-        () => assert.fail("expected FAILED_PRECONDITION"),
-        (e: ServiceError) => e,
-      );
-      assert.equal(refused.code, 9);
-      const failure = grpcStatus(refused).details.find((d) => d.$typeName === "google.rpc.PreconditionFailure") as PreconditionFailure;
-      assert.equal(failure.violations[0]!.type, "BUILT_IN_ROLE");
-    } finally {
-      client.close();
-    }
+      assert.ok(named.includes((await builtIn("viewer")).uid));
+    });
+  },
+);
+
+describeOverGrpc(srv, RolesService, "create, get, list, delete", async (client, org) => {
+  const role: Role = await client.call("createRole", {
+    parent: org,
+    role: { name: "grpc role", capabilities: [Capability.CAP_TAG_LIST, Capability.CAP_REPO_LIST] },
   });
+  assert.ok(role.uid.startsWith(`${org}/`));
+  assert.deepEqual(role.capabilities, [Capability.CAP_REPO_LIST, Capability.CAP_TAG_LIST]);
+  assert.equal(timestampMs(role.createTime!), clock);
+  assert.deepEqual((await client.call("getRole", { uid: role.uid })).name, "grpc role");
+  const listed = await client.call("listRoles", { uidp: { descendantsOf: org } });
+  assert.deepEqual(
+    listed.roles.map((r: Role) => r.uid),
+    [role.uid],
+  );
+  assert.equal(listed.totalCount, 1n);
+  await client.call("deleteRole", { uid: role.uid });
+  assert.equal((await grpcError(client.call("getRole", { uid: role.uid }))).code, 5);
+  const viewer = await builtIn("viewer");
+  const refused = await grpcError(client.call("deleteRole", { uid: viewer.uid }));
+  assert.equal(refused.code, 9);
+  const failure = grpcStatus(refused).details.find((d) => d.$typeName === "google.rpc.PreconditionFailure") as PreconditionFailure;
+  assert.equal(failure.violations[0]!.type, "BUILT_IN_ROLE");
 });

@@ -19,19 +19,20 @@ import {
 } from "../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import { advisoryMessage, advisoryRecord } from "../../src/services/vulnerabilities/advisory-messages.js";
 import type { AdvisoryEventRecord, AdvisoryRecord } from "../../src/store/store.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { assertRestError, MILLIS_TIMESTAMP } from "../support/assertions.js";
 import { grpcClient, type GrpcTestClient } from "../support/grpc.js";
+import { describeListContract } from "../support/list-contract.js";
 import { assertPagedWalks } from "../support/paged-walk.js";
 import { importCounts, platformCli } from "../support/platform-cli.js";
 import { as, builtinRole, createCaller, ok, type Caller } from "../support/principals.js";
-import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
+import { assertChildOf, assertSameDenial, serveForSuite } from "../support/resource-suite.js";
+import { createGroup, rest } from "../support/server.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = any;
 const PATH = "/vulnerabilities/v2beta1/advisories";
 const DATA = fileURLToPath(new URL("../data/osv", import.meta.url));
 
-let srv: TestServer;
 let orgA: string;
 let orgB: string;
 let hand: AdvisoryRecord;
@@ -104,8 +105,7 @@ async function importInto(group: string, ...paths: string[]) {
   return importCounts(run);
 }
 
-before(async () => {
-  srv = await startTestServer();
+const srv = serveForSuite({}, async () => {
   orgA = (await createGroup(srv.url, null, "org a")).uid;
   orgB = (await createGroup(srv.url, null, "org b")).uid;
   // A copy of a real record with its fix removed: the one advisory whose latest event is its detection.
@@ -123,10 +123,9 @@ before(async () => {
   all = (await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgA}&page_size=200`))).advisories;
   grpc = grpcClient(AdvisoriesService, srv.port);
 });
-after(async () => {
+after(() => {
   grpc.close();
   rmSync(tmp, { recursive: true, force: true });
-  await srv.close();
 });
 
 const byId = (id: string) => all.filter((a) => a.advisoryId === id);
@@ -159,7 +158,7 @@ describe("GetAdvisory", () => {
     });
     assert.equal(events.length, 2);
     for (const e of events) {
-      assert.match(e.uid, new RegExp(`^${crypto.uid}/[0-9a-f]{16}$`), "event uids are children of the advisory");
+      assertChildOf(e.uid, crypto.uid, "event uids are children of the advisory");
       assert.equal(e.author, "osv-import");
       assert.equal(e.reviewState, "REVIEW_STATE_APPROVED");
       assert.match(e.createTime, MILLIS_TIMESTAMP);
@@ -202,111 +201,85 @@ describe("GetAdvisory", () => {
   });
 });
 
-describe("ListAdvisories filters", () => {
-  const cases: [string, (a: Json) => boolean, number][] = [
-    [
-      "advisory_ids=GO-2022-0236&advisory_ids=GHSA-3ww4-gg4f-jr7f",
-      (a) => ["GO-2022-0236", "GHSA-3ww4-gg4f-jr7f"].includes(a.advisoryId),
-      3,
+/** Filters of ListAdvisories, the advisories of org A each keeps, and how many those are. */
+const FILTERS: [string, (a: Json) => boolean, number][] = [
+  ["advisory_ids=GO-2022-0236&advisory_ids=GHSA-3ww4-gg4f-jr7f", (a) => ["GO-2022-0236", "GHSA-3ww4-gg4f-jr7f"].includes(a.advisoryId), 3],
+  ["legacy_advisory_ids=CGA-LEGACY-1", (a) => a.legacyAdvisoryId === "CGA-LEGACY-1", 1],
+  ["aliases=CVE-2021-31525", (a) => a.aliases.includes("CVE-2021-31525"), 2],
+  ["aliases=CVE-2024-22859&aliases=CVE-0000-0000", (a) => a.aliases.includes("CVE-2024-22859"), 2],
+  ["artifact_names=golang.org/x/net", (a) => a.artifactName === "golang.org/x/net", 2],
+  ["artifact_types=apk", (a) => a.artifactType === "apk", 1],
+  ["artifact_architectures=x86_64", (a) => a.artifactArchitecture === "x86_64", 1],
+  ["component_names=stdlib", (a) => a.componentName === "stdlib", 3],
+  ["component_types=pypi&component_types=packagist", (a) => ["pypi", "packagist"].includes(a.componentType), 2],
+  ["component_locations=./PKGINFO", (a) => a.componentLocation === "./PKGINFO", 1],
+  // origin replaces artifact_names.
+  ["origin=golang.org/x/text&artifact_names=stdlib", (a) => a.artifactName === "golang.org/x/text", 2],
+  ["query=GOLANG.ORG/X/TEXT", (a) => a.artifactName === "golang.org/x/text", 2],
+  ["query=cve-2023-5078", (a) => a.advisoryId === "GHSA-3ww4-gg4f-jr7f", 1],
+  ["query=ppp9-7JFF", (a) => a.aliases.includes("GHSA-ppp9-7jff-5vj2"), 1],
+  ["query=LibSSL", (a) => a.componentName === "libssl3", 1],
+  ["query=golang.org&component_types=go&artifact_names=golang.org/x/net", (a) => a.artifactName === "golang.org/x/net", 2],
+  ["query=%25", () => false, 0],
+  ["event_types=EVENT_TYPE_FILTER_FIXED", (a) => a.events.some((e: Json) => "fixed" in e), 12],
+  ["event_types=EVENT_TYPE_FILTER_FALSE_POSITIVE_DETERMINATION&event_types=EVENT_TYPE_FILTER_PATCHED", (a) => a.uid === hand.uid, 1],
+  ["latest_event_type=EVENT_TYPE_FILTER_FIXED", (a) => a.author === "osv-import" && a.advisoryId !== "GO-TEST-UNFIXED", 12],
+  ["latest_event_type=EVENT_TYPE_FILTER_DETECTION", (a) => a.advisoryId === "GO-TEST-UNFIXED", 1],
+  ["latest_event_type=EVENT_TYPE_FILTER_FALSE_POSITIVE_DETERMINATION", (a) => a.uid === hand.uid, 1],
+  ["latest_event_type=EVENT_TYPE_FILTER_FIX_NOT_PLANNED", () => false, 0],
+  ["event_review_states=REVIEW_STATE_PENDING", (a) => a.uid === hand.uid, 1],
+  ["event_review_states=REVIEW_STATE_APPROVED&event_review_states=REVIEW_STATE_REJECTED", () => true, 14],
+  ["event_authors=alice&event_authors=nobody", (a) => a.uid === hand.uid, 1],
+  ["event_authors=osv-import", (a) => a.author === "osv-import", 13],
+  ["exclude_event_authors=osv-import", (a) => a.uid === hand.uid, 1],
+  ["exclude_event_authors=mallory", (a) => a.uid !== hand.uid, 13],
+  ["event_reviewers=rita", (a) => a.uid === hand.uid, 1],
+];
+
+describeListContract(
+  {
+    resource: "advisories",
+    srv,
+    path: PATH,
+    seed: async () => ({ root: orgA, items: all }),
+    orderFields: ["uid", "advisory_id", "created_at", "updated_at"],
+    unsortable: ["name"],
+    filters: ({ items }) =>
+      FILTERS.map(([query, keep, count]) => {
+        assert.equal(items.filter(keep).length, count, `${query}: the expectation selects what the case says`);
+        return [query, keep];
+      }),
+    invalid: [
+      ["event_types=EVENT_TYPE_FILTER_UNSPECIFIED", ["event_types"]],
+      ["event_review_states=REVIEW_STATE_UNSPECIFIED", ["event_review_states"]],
+      ["latest_event_type=EVENT_TYPE_FILTER_UNSPECIFIED", ["latest_event_type"]],
     ],
-    ["legacy_advisory_ids=CGA-LEGACY-1", (a) => a.legacyAdvisoryId === "CGA-LEGACY-1", 1],
-    ["aliases=CVE-2021-31525", (a) => a.aliases.includes("CVE-2021-31525"), 2],
-    ["aliases=CVE-2024-22859&aliases=CVE-0000-0000", (a) => a.aliases.includes("CVE-2024-22859"), 2],
-    ["artifact_names=golang.org/x/net", (a) => a.artifactName === "golang.org/x/net", 2],
-    ["artifact_types=apk", (a) => a.artifactType === "apk", 1],
-    ["artifact_architectures=x86_64", (a) => a.artifactArchitecture === "x86_64", 1],
-    ["component_names=stdlib", (a) => a.componentName === "stdlib", 3],
-    ["component_types=pypi&component_types=packagist", (a) => ["pypi", "packagist"].includes(a.componentType), 2],
-    ["component_locations=./PKGINFO", (a) => a.componentLocation === "./PKGINFO", 1],
-    // origin replaces artifact_names.
-    ["origin=golang.org/x/text&artifact_names=stdlib", (a) => a.artifactName === "golang.org/x/text", 2],
-    ["query=GOLANG.ORG/X/TEXT", (a) => a.artifactName === "golang.org/x/text", 2],
-    ["query=cve-2023-5078", (a) => a.advisoryId === "GHSA-3ww4-gg4f-jr7f", 1],
-    ["query=ppp9-7JFF", (a) => a.aliases.includes("GHSA-ppp9-7jff-5vj2"), 1],
-    ["query=LibSSL", (a) => a.componentName === "libssl3", 1],
-    ["query=golang.org&component_types=go&artifact_names=golang.org/x/net", (a) => a.artifactName === "golang.org/x/net", 2],
-    ["query=%25", () => false, 0],
-    ["event_types=EVENT_TYPE_FILTER_FIXED", (a) => a.events.some((e: Json) => "fixed" in e), 12],
-    ["event_types=EVENT_TYPE_FILTER_FALSE_POSITIVE_DETERMINATION&event_types=EVENT_TYPE_FILTER_PATCHED", (a) => a.uid === hand.uid, 1],
-    ["latest_event_type=EVENT_TYPE_FILTER_FIXED", (a) => a.author === "osv-import" && a.advisoryId !== "GO-TEST-UNFIXED", 12],
-    ["latest_event_type=EVENT_TYPE_FILTER_DETECTION", (a) => a.advisoryId === "GO-TEST-UNFIXED", 1],
-    ["latest_event_type=EVENT_TYPE_FILTER_FALSE_POSITIVE_DETERMINATION", (a) => a.uid === hand.uid, 1],
-    ["latest_event_type=EVENT_TYPE_FILTER_FIX_NOT_PLANNED", () => false, 0],
-    ["event_review_states=REVIEW_STATE_PENDING", (a) => a.uid === hand.uid, 1],
-    ["event_review_states=REVIEW_STATE_APPROVED&event_review_states=REVIEW_STATE_REJECTED", () => true, 14],
-    ["event_authors=alice&event_authors=nobody", (a) => a.uid === hand.uid, 1],
-    ["event_authors=osv-import", (a) => a.author === "osv-import", 13],
-    ["exclude_event_authors=osv-import", (a) => a.uid === hand.uid, 1],
-    ["exclude_event_authors=mallory", (a) => a.uid !== hand.uid, 13],
-    ["event_reviewers=rita", (a) => a.uid === hand.uid, 1],
-  ];
-
-  for (const [filter, keep, count] of cases) {
-    test(filter, async () => {
-      const body = await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgA}&${filter}&page_size=200`));
-      const want = all.filter(keep);
-      assert.equal(want.length, count, "the expectation selects what the case says");
-      assert.deepEqual(uids(body.advisories), uids(want));
-      assert.equal(body.totalCount, String(count));
-    });
-  }
-
-  test("the same filters over gRPC, enums as numbers", async () => {
-    const list = async (req: object) =>
-      uids((await grpc.call("listAdvisories", { uidp: { descendantsOf: orgA }, pageSize: 200, ...req })).advisories);
-    assert.deepEqual(
-      await list({ eventTypes: [EventTypeFilter.FIXED] }),
-      uids(all.filter((a) => a.events.some((e: Json) => "fixed" in e))),
-    );
-    assert.deepEqual(await list({ latestEventType: EventTypeFilter.DETECTION }), uids(byId("GO-TEST-UNFIXED")));
-    assert.deepEqual(
-      await list({ aliases: ["CVE-2021-31525"], componentNames: ["stdlib"] }),
-      uids(byId("GO-2022-0236").filter((a) => a.componentName === "stdlib")),
-    );
-    assert.deepEqual(await list({ eventReviewStates: [ReviewState.PENDING], excludeEventAuthors: ["alice"] }), []);
-    assert.deepEqual(await list({ origin: "openssl", artifactNames: ["nothing"] }), [hand.uid]);
-    assert.deepEqual(await list({ query: "CRYPTOGRAPHY" }), uids(byId("GHSA-3ww4-gg4f-jr7f")));
-  });
-
-  test("unknown enum values, UNSPECIFIED and unknown orders are INVALID_ARGUMENT", async () => {
-    const bad: [string, string][] = [
-      ["event_types=EVENT_TYPE_FILTER_UNSPECIFIED", "event_types"],
-      ["event_review_states=REVIEW_STATE_UNSPECIFIED", "event_review_states"],
-      ["latest_event_type=EVENT_TYPE_FILTER_UNSPECIFIED", "latest_event_type"],
-      ["order_by=name", "order_by"],
-    ];
-    for (const [query, field] of bad) {
-      const err = assertRestError(await rest(srv.url, "GET", `${PATH}?${query}`), 400, 3, "INVALID_ARGUMENT");
+  },
+  () => {
+    test("the same filters over gRPC, enums as numbers", async () => {
+      const list = async (req: object) =>
+        uids((await grpc.call("listAdvisories", { uidp: { descendantsOf: orgA }, pageSize: 200, ...req })).advisories);
       assert.deepEqual(
-        fieldViolations(err).map((v) => v.field),
-        [field],
-        query,
+        await list({ eventTypes: [EventTypeFilter.FIXED] }),
+        uids(all.filter((a) => a.events.some((e: Json) => "fixed" in e))),
       );
-    }
-  });
-});
+      assert.deepEqual(await list({ latestEventType: EventTypeFilter.DETECTION }), uids(byId("GO-TEST-UNFIXED")));
+      assert.deepEqual(
+        await list({ aliases: ["CVE-2021-31525"], componentNames: ["stdlib"] }),
+        uids(byId("GO-2022-0236").filter((a) => a.componentName === "stdlib")),
+      );
+      assert.deepEqual(await list({ eventReviewStates: [ReviewState.PENDING], excludeEventAuthors: ["alice"] }), []);
+      assert.deepEqual(await list({ origin: "openssl", artifactNames: ["nothing"] }), [hand.uid]);
+      assert.deepEqual(await list({ query: "CRYPTOGRAPHY" }), uids(byId("GHSA-3ww4-gg4f-jr7f")));
+    });
 
-describe("ListAdvisories paging", () => {
-  test("every order, both ways, at every page size from 1 to N+1", async () => {
-    await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}`, all, [
-      "uid",
-      "advisory_id",
-      "created_at",
-      "updated_at",
-    ]);
-  });
-
-  test("a filtered list pages too, and the default order is uid", async () => {
-    const go = all.filter((a) => a.componentType === "go");
-    assert.equal(go.length, 11);
-    await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}&component_types=go`, go, ["advisory_id"]);
-    const byDefault = await ok(rest(srv.url, "GET", `${PATH}?uidp.descendants_of=${orgA}&page_size=200`));
-    assert.deepEqual(
-      byDefault.advisories.map((a: Json) => a.uid),
-      uids(all),
-    );
-  });
-});
+    test("a filtered list pages too", async () => {
+      const go = all.filter((a) => a.componentType === "go");
+      assert.equal(go.length, 11);
+      await assertPagedWalks(srv.url, PATH, "advisories", `uidp.descendants_of=${orgA}&component_types=go`, go, ["advisory_id"]);
+    });
+  },
+);
 
 describe("ListAdvisories and GetAdvisory authorization", () => {
   let puller: Caller;
@@ -327,14 +300,7 @@ describe("ListAdvisories and GetAdvisory authorization", () => {
     const list = await ok(rest(srv.url, "GET", PATH, undefined, as(puller)));
     assert.deepEqual(list.advisories, []);
     assert.equal(list.totalCount, "0");
-    const denied = assertRestError(await rest(srv.url, "GET", `${PATH}/${hand.uid}`, undefined, as(puller)), 403, 7, "PERMISSION_DENIED");
-    const ghost = assertRestError(
-      await rest(srv.url, "GET", `${PATH}/${orgA}/${"9".repeat(16)}`, undefined, as(puller)),
-      403,
-      7,
-      "PERMISSION_DENIED",
-    );
-    assert.deepEqual(ghost, denied);
+    await assertSameDenial(srv, puller, `${PATH}/${hand.uid}`, `${PATH}/${orgA}/${"9".repeat(16)}`);
     const pullerGrpc = grpcClient(AdvisoriesService, srv.port, { token: puller.token });
     try {
       await assert.rejects(pullerGrpc.call("getAdvisory", { uid: hand.uid }), (err: ServiceError) => err.code === 7);

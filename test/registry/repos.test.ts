@@ -1,60 +1,38 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest, PreconditionFailure } from "../../gen/google/rpc/error_details_pb.js";
+import type { PreconditionFailure } from "../../gen/google/rpc/error_details_pb.js";
 import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { CatalogTier, ReposService, type Repo } from "../../gen/platformapi/registry/v2beta1/repos_pb.js";
-import { assertRestError, fieldViolations, MILLIS_TIMESTAMP, preconditionViolations } from "../support/assertions.js";
+import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "../support/assertions.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
 import { grpcClient, grpcStatus } from "../support/grpc.js";
-import { assertPagedWalks } from "../support/paged-walk.js";
+import { describeListContract } from "../support/list-contract.js";
 import { as, builtinRole, createCaller, ok, type Caller } from "../support/principals.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import {
+  assertChildOf,
+  assertCreated,
+  assertDeletedOnce,
+  createStranger,
+  groupForSuite,
+  iso,
+  restOn,
+  serveForSuite,
+} from "../support/resource-suite.js";
+import { assertPrecondition, assertViolations } from "../support/rest-errors.js";
+import { createGroup } from "../support/server.js";
 
 const PATH = "/registry/v2beta1/repos";
 const DIGEST = `sha256:${"c".repeat(64)}`;
 const START = Date.parse("2031-05-06T07:08:09.123Z");
 
 let clock = START;
-let srv: TestServer;
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
-});
-after(async () => {
-  await srv.close();
-});
-
-const call = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => rest(srv.url, method, path, body, headers);
-const iso = (ms: number) => new Date(ms).toISOString();
+const srv = serveForSuite({ now: () => clock });
+const call = restOn(srv);
 const createRepo = (parent: string, body: object, headers?: Record<string, string>) => ok(call("POST", `${PATH}/${parent}`, body, headers));
 
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
-
-/** Asserts FAILED_PRECONDITION RESOURCE_NOT_EMPTY whose description names the child kind. */
-function assertNotEmpty(res: RestResult, kind: RegExp) {
-  const err = assertRestError(res, 400, 9, "FAILED_PRECONDITION");
-  assert.match(err.message, /^Precondition failed: /);
-  const violations = preconditionViolations(err);
-  assert.equal(violations.length, 1);
-  assert.equal(violations[0]!.type, "RESOURCE_NOT_EMPTY");
-  assert.match(violations[0]!.description, kind);
-}
-
 describe("create and get", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "repo org");
-  });
+  const org = groupForSuite(srv, "repo org");
 
   test("a repo gets a child uid of its group and every field, defaults emitted; Get returns the same", async () => {
     const repo = await createRepo(org.uid, {
@@ -63,9 +41,7 @@ describe("create and get", () => {
       uid: "e".repeat(40),
       createTime: "2001-01-01T00:00:00Z",
     });
-    assert.match(repo.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
-    assert.deepEqual(repo, {
-      uid: repo.uid,
+    assertCreated(repo, org.uid, {
       name: "nginx",
       description: "web server",
       catalogTier: "CATALOG_TIER_UNSPECIFIED",
@@ -160,10 +136,7 @@ describe("create and get", () => {
 });
 
 describe("update and delete", () => {
-  let org: { uid: string };
-  before(async () => {
-    org = await createGroup(srv.url, null, "repo edits");
-  });
+  const org = groupForSuite(srv, "repo edits");
 
   test("without a mask exactly the fields in the body change; updateTime moves", async () => {
     const repo = await createRepo(org.uid, { name: "editable", description: "a", bundles: ["base"] });
@@ -212,16 +185,14 @@ describe("update and delete", () => {
 
   test("delete returns {}; a second delete is NOT_FOUND; the name is free again", async () => {
     const repo = await createRepo(org.uid, { name: "doomed" });
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${repo.uid}`)), {});
-    assertRestError(await call("GET", `${PATH}/${repo.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `${PATH}/${repo.uid}`), 404, 5, "NOT_FOUND");
+    await assertDeletedOnce(srv, `${PATH}/${repo.uid}`);
     await createRepo(org.uid, { name: "doomed" });
   });
 
   test("a repo with tags cannot be deleted: 400 FAILED_PRECONDITION RESOURCE_NOT_EMPTY naming tags, nothing deleted", async () => {
     const repo = await createRepo(org.uid, { name: "tagged" });
     const tag = await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: DIGEST }));
-    assertNotEmpty(await call("DELETE", `${PATH}/${repo.uid}`), /tags/);
+    assertPrecondition(await call("DELETE", `${PATH}/${repo.uid}`), "RESOURCE_NOT_EMPTY", /tags/);
     assert.deepEqual(await ok(call("GET", `${PATH}/${repo.uid}`)), repo);
     assert.deepEqual(await ok(call("GET", `/registry/v2beta1/tags/${tag.uid}`)), tag);
     await ok(call("DELETE", `/registry/v2beta1/tags/${tag.uid}`));
@@ -231,7 +202,7 @@ describe("update and delete", () => {
   test("a group holding repos cannot be deleted: 400 FAILED_PRECONDITION RESOURCE_NOT_EMPTY naming repos, nothing deleted", async () => {
     const group = await createGroup(srv.url, null, "busy with repos");
     const repo = await createRepo(group.uid, { name: "resident" });
-    assertNotEmpty(await call("DELETE", `/iam/v2beta1/groups/${group.uid}`), /repos/);
+    assertPrecondition(await call("DELETE", `/iam/v2beta1/groups/${group.uid}`), "RESOURCE_NOT_EMPTY", /repos/);
     assert.equal((await ok(call("GET", `/iam/v2beta1/groups/${group.uid}`))).uid, group.uid);
     assert.deepEqual(await ok(call("GET", `${PATH}/${repo.uid}`)), repo);
     await ok(call("DELETE", `${PATH}/${repo.uid}`));
@@ -239,66 +210,18 @@ describe("update and delete", () => {
   });
 });
 
-describe("list", () => {
-  let org: { uid: string };
-  let team: { uid: string };
-  let items: { uid: string; name: string; createTime: string; updateTime: string }[];
-  before(async () => {
-    org = await createGroup(srv.url, null, "repo list org");
-    team = await createGroup(srv.url, org.uid, "repo list team");
-    items = [];
-    const plan: [string, string, number][] = [
-      [org.uid, "nginx", 0],
-      [team.uid, "python", 1],
-      [org.uid, "python", 0],
-      [team.uid, "nginx", 0],
-      [org.uid, "go/builder", 2],
-      [team.uid, "zeta", 0],
-    ];
-    for (const [parent, name, step] of plan) {
-      clock += step;
-      items.push(await createRepo(parent, { name }));
-    }
-    clock += 10;
-    items[1] = await ok(call("PATCH", `${PATH}/${items[1]!.uid}`, { description: "touched" }));
-  });
-
-  const uids = async (query: string) => {
-    const body = await ok(call("GET", `${PATH}?${query}`));
-    assert.equal(body.totalCount, String(body.repos.length));
-    return (body.repos as { uid: string }[]).map((r) => r.uid).sort();
-  };
-  const pick = (...i: number[]) => i.map((n) => items[n]!.uid).sort();
-
-  test("uidp and the exact name filter combine", async () => {
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}`), pick(0, 1, 2, 3, 4, 5));
-    assert.deepEqual(await uids(`uidp.children_of=${team.uid}`), pick(1, 3, 5));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=nginx`), pick(0, 3));
-    assert.deepEqual(await uids(`uidp.children_of=${org.uid}&name=python`), pick(2));
-    assert.deepEqual(await uids(`uidp.descendants_of=${org.uid}&name=ngin`), []);
-    assert.deepEqual(await uids(`uidp.ids=${items[4]!.uid}&uidp.ids=${items[5]!.uid}`), pick(4, 5));
-  });
-
-  test("skip omits the first results and is echoed; totalCount ignores page_size and skip", async () => {
-    const body = await ok(call("GET", `${PATH}?uidp.descendants_of=${org.uid}&order_by=name&skip=2&page_size=3`));
-    assert.equal(body.skipped, 2);
-    assert.equal(body.totalCount, "6");
-    assert.deepEqual(
-      body.repos.map((r: { name: string }) => r.name),
-      ["nginx", "python", "python"],
-    );
-    assert.ok(body.nextPageToken);
-  });
-
-  test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", `${PATH}?uidp.descendants_of=x`), ["uidp.descendants_of"]);
-    assertViolations(await call("GET", `${PATH}?order_by=description`), ["order_by"]);
-    assertViolations(await call("GET", `${PATH}?skip=-1`), ["skip"]);
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "repos", `uidp.descendants_of=${org.uid}`, items, ["uid", "name", "created_at", "updated_at"]);
-  });
+// Names are unique within a group; "go/builder" sorts its "/" among the letters.
+describeListContract({
+  resource: "repos",
+  srv,
+  path: PATH,
+  seed: {
+    create: (parent, name) => createRepo(parent, { name }),
+    names: ["nginx", "python", "nginx", "go/builder", "python", "zeta", "zeta"],
+    advance: (ms) => (clock += ms),
+  },
+  unsortable: ["description"],
+  lister: "viewer",
 });
 
 describe("capabilities", () => {
@@ -310,11 +233,10 @@ describe("capabilities", () => {
   let managed: { uid: string };
   before(async () => {
     org = await createGroup(srv.url, null, "repo caps");
-    const other = await createGroup(srv.url, null, "repo caps other");
     viewer = await createCaller(srv, org.uid, "repo viewer", await builtinRole(srv, "viewer"));
     editor = await createCaller(srv, org.uid, "repo editor", await builtinRole(srv, "editor"));
     owner = await createCaller(srv, org.uid, "repo owner", await builtinRole(srv, "owner"));
-    stranger = await createCaller(srv, other.uid, "repo stranger", await builtinRole(srv, "owner"));
+    stranger = await createStranger(srv, "repo caps");
     managed = await createRepo(org.uid, {
       name: "managed",
       catalogTier: "CATALOG_TIER_BASE",
@@ -400,70 +322,53 @@ describe("capabilities", () => {
     managed = res;
   });
 
-  test("a caller of another organization sees none of the repos and reaches none (7)", async () => {
-    const listed = await ok(call("GET", `${PATH}?page_size=200`, undefined, as(stranger)));
-    assert.ok(!listed.repos.some((r: { uid: string }) => r.uid.startsWith(org.uid)));
-    assert.equal((await ok(call("GET", `${PATH}?uidp.descendants_of=${org.uid}`, undefined, as(stranger)))).totalCount, "0");
+  test("a caller of another organization reaches none of the repos (7)", async () => {
     assertRestError(await call("GET", `${PATH}/${managed.uid}`, undefined, as(stranger)), 403, 7, "PERMISSION_DENIED");
     assertRestError(await call("POST", `${PATH}/${org.uid}`, { name: "intruder" }, as(stranger)), 403, 7, "PERMISSION_DENIED");
   });
 });
 
-describe("ReposService over native gRPC", () => {
-  test("create, get, list, update, delete; errors carry their details", async () => {
-    const client = grpcClient(ReposService, srv.port);
-    const groups = grpcClient(GroupsService, srv.port);
-    const fail = (p: Promise<unknown>) =>
-      p.then(
-        () => assert.fail("expected an error"),
-        (e: ServiceError) => e,
-      );
-    try {
-      const org = await createGroup(srv.url, null, "grpc repos");
-      const repo: Repo = await client.call("createRepo", {
-        parent: org.uid,
-        repo: { name: "grpc/nginx", catalogTier: CatalogTier.APPLICATION, bundles: ["application"], activeTags: ["latest"] },
-      });
-      assert.match(repo.uid, new RegExp(`^${org.uid}/[0-9a-f]{16}$`));
-      assert.equal(repo.catalogTier, CatalogTier.APPLICATION);
-      assert.equal(timestampMs(repo.createTime!), clock);
-      assert.deepEqual((await client.call("getRepo", { uid: repo.uid })).activeTags, ["latest"]);
-      const listed = await client.call("listRepos", { uidp: { descendantsOf: org.uid }, name: "grpc/nginx" });
-      assert.deepEqual(
-        listed.repos.map((r: Repo) => r.uid),
-        [repo.uid],
-      );
-      assert.equal(listed.totalCount, 1n);
-      assert.equal((await client.call("listRepos", { uidp: { descendantsOf: org.uid }, name: "nginx" })).totalCount, 0n);
-      clock += 5;
-      const updated: Repo = await client.call("updateRepo", {
-        repo: { uid: repo.uid, description: "via grpc", catalogTier: CatalogTier.DEVTOOLS },
-        updateMask: { paths: ["description", "catalog_tier"] },
-      });
-      assert.equal(updated.description, "via grpc");
-      assert.equal(updated.catalogTier, CatalogTier.DEVTOOLS);
-      assert.equal(timestampMs(updated.updateTime!), clock);
+describeOverGrpc(srv, ReposService, "create, get, list, update, delete; errors carry their details", async (client, org) => {
+  const groups = grpcClient(GroupsService, srv.port);
+  try {
+    const repo: Repo = await client.call("createRepo", {
+      parent: org,
+      repo: { name: "grpc/nginx", catalogTier: CatalogTier.APPLICATION, bundles: ["application"], activeTags: ["latest"] },
+    });
+    assertChildOf(repo.uid, org);
+    assert.equal(repo.catalogTier, CatalogTier.APPLICATION);
+    assert.equal(timestampMs(repo.createTime!), clock);
+    assert.deepEqual((await client.call("getRepo", { uid: repo.uid })).activeTags, ["latest"]);
+    const listed = await client.call("listRepos", { uidp: { descendantsOf: org }, name: "grpc/nginx" });
+    assert.deepEqual(
+      listed.repos.map((r: Repo) => r.uid),
+      [repo.uid],
+    );
+    assert.equal(listed.totalCount, 1n);
+    assert.equal((await client.call("listRepos", { uidp: { descendantsOf: org }, name: "nginx" })).totalCount, 0n);
+    clock += 5;
+    const updated: Repo = await client.call("updateRepo", {
+      repo: { uid: repo.uid, description: "via grpc", catalogTier: CatalogTier.DEVTOOLS },
+      updateMask: { paths: ["description", "catalog_tier"] },
+    });
+    assert.equal(updated.description, "via grpc");
+    assert.equal(updated.catalogTier, CatalogTier.DEVTOOLS);
+    assert.equal(timestampMs(updated.updateTime!), clock);
 
-      const invalid = await fail(client.call("createRepo", { parent: org.uid, repo: { name: "Bad Name", catalogTier: 42 } }));
-      assert.equal(invalid.code, 3);
-      const badRequest = grpcStatus(invalid).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(
-        badRequest.fieldViolations.map((v) => v.field),
-        ["name", "catalog_tier"],
-      );
+    const invalid = await grpcError(client.call("createRepo", { parent: org, repo: { name: "Bad Name", catalogTier: 42 } }));
+    assert.equal(invalid.code, 3);
+    assert.deepEqual(grpcViolations(invalid), ["name", "catalog_tier"]);
 
-      const blocked = await fail(groups.call("deleteGroup", { uid: org.uid }));
-      assert.equal(blocked.code, 9);
-      const failure = grpcStatus(blocked).details.find((d) => d.$typeName === "google.rpc.PreconditionFailure") as PreconditionFailure;
-      assert.equal(failure.violations[0]!.type, "RESOURCE_NOT_EMPTY");
-      assert.match(failure.violations[0]!.description, /repos/);
+    const blocked = await grpcError(groups.call("deleteGroup", { uid: org }));
+    assert.equal(blocked.code, 9);
+    const failure = grpcStatus(blocked).details.find((d) => d.$typeName === "google.rpc.PreconditionFailure") as PreconditionFailure;
+    assert.equal(failure.violations[0]!.type, "RESOURCE_NOT_EMPTY");
+    assert.match(failure.violations[0]!.description, /repos/);
 
-      await client.call("deleteRepo", { uid: repo.uid });
-      assert.equal((await fail(client.call("getRepo", { uid: repo.uid }))).code, 5);
-      await groups.call("deleteGroup", { uid: org.uid });
-    } finally {
-      client.close();
-      groups.close();
-    }
-  });
+    await client.call("deleteRepo", { uid: repo.uid });
+    assert.equal((await grpcError(client.call("getRepo", { uid: repo.uid }))).code, 5);
+    await groups.call("deleteGroup", { uid: org });
+  } finally {
+    groups.close();
+  }
 });

@@ -1,14 +1,15 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceError } from "@grpc/grpc-js";
-import type { BadRequest } from "../../gen/google/rpc/error_details_pb.js";
 import { TagsService, type Tag } from "../../gen/platformapi/registry/v2beta1/tags_pb.js";
 import { assertRestError, fieldViolations, MILLIS_TIMESTAMP } from "../support/assertions.js";
-import { grpcClient, grpcStatus } from "../support/grpc.js";
+import { describeOverGrpc, grpcError, grpcViolations } from "../support/grpc-suite.js";
+import { describeListContract } from "../support/list-contract.js";
 import { assertPagedWalks } from "../support/paged-walk.js";
 import { as, builtinRole, createCaller, ok, type Caller } from "../support/principals.js";
-import { createGroup, rest, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import { assertChildOf, assertCreated, assertDeletedOnce, createStranger, iso, restOn, serveForSuite } from "../support/resource-suite.js";
+import { assertViolations } from "../support/rest-errors.js";
+import { createGroup } from "../support/server.js";
 
 const PATH = "/registry/v2beta1/tags";
 const START = Date.parse("2031-05-06T07:08:09.123Z");
@@ -16,32 +17,13 @@ const digest = (c: string) => `sha256:${c.repeat(64)}`;
 const ALL_FORMS = "include_referrers=true&include_dates=true&include_epochs=true";
 
 let clock = START;
-let srv: TestServer;
 let org: { uid: string };
-before(async () => {
-  srv = await startTestServer({ now: () => clock });
+const srv = serveForSuite({ now: () => clock }, async () => {
   org = await createGroup(srv.url, null, "tag org");
 });
-after(async () => {
-  await srv.close();
-});
-
-const call = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => rest(srv.url, method, path, body, headers);
-const iso = (ms: number) => new Date(ms).toISOString();
+const call = restOn(srv);
 const createRepo = async (name: string, parent = org.uid) => ok(call("POST", `/registry/v2beta1/repos/${parent}`, { name }));
 const putTag = (repo: string, body: object, headers?: Record<string, string>) => ok(call("POST", `${PATH}/${repo}`, body, headers));
-
-/** Asserts INVALID_ARGUMENT whose violations name exactly these fields. */
-function assertViolations(res: RestResult, fields: string[]) {
-  const err = assertRestError(res, 400, 3, "INVALID_ARGUMENT");
-  assert.deepEqual(
-    fieldViolations(err).map((v) => v.field),
-    fields,
-    JSON.stringify(err),
-  );
-  assert.ok(err.message.startsWith(`Invalid argument: ${fields[0]}: `), err.message);
-  return err;
-}
 
 describe("create, get, delete", () => {
   let repo: { uid: string };
@@ -57,9 +39,7 @@ describe("create, get, delete", () => {
       uid: "e".repeat(40),
       updateTime: "2001-01-01T00:00:00Z",
     });
-    assert.match(tag.uid, new RegExp(`^${repo.uid}/[0-9a-f]{16}$`));
-    assert.deepEqual(tag, {
-      uid: tag.uid,
+    assertCreated(tag, repo.uid, {
       name: "latest",
       digest: digest("a"),
       updateTime: iso(clock),
@@ -132,102 +112,106 @@ describe("create, get, delete", () => {
 
   test("delete returns {}; a second delete is NOT_FOUND", async () => {
     const tag = await putTag(repo.uid, { name: "doomed", digest: digest("d") });
-    assert.deepEqual(await ok(call("DELETE", `${PATH}/${tag.uid}`)), {});
-    assertRestError(await call("GET", `${PATH}/${tag.uid}`), 404, 5, "NOT_FOUND");
-    assertRestError(await call("DELETE", `${PATH}/${tag.uid}`), 404, 5, "NOT_FOUND");
+    await assertDeletedOnce(srv, `${PATH}/${tag.uid}`);
   });
 });
 
-describe("list", () => {
-  let team: { uid: string };
-  let repoA: { uid: string };
-  let repoB: { uid: string };
-  const byName = new Map<string, { uid: string; name: string; updateTime: string }>();
-  let items: { uid: string; name: string; updateTime: string }[];
-  before(async () => {
-    team = await createGroup(srv.url, org.uid, "tag list team");
-    repoA = await createRepo("list-a", team.uid);
-    repoB = await createRepo("list-b", team.uid);
-    const plan: [string, string, string, number][] = [
-      ["a", "latest", "1", 0],
-      ["a", "1.25", "1", 1],
-      ["a", "sha256-abc.sig", "2", 0],
-      ["a", "1.25-20240131", "2", 0],
-      ["a", "1.25-r3", "1", 2],
-      ["b", "latest", "2", 0],
-      ["b", "1.25-20240131-r1", "3", 1],
-      ["b", "2024-01-31", "3", 0],
-      ["b", "v20240131", "1", 3],
-      ["b", "1.25-r3-dev", "1", 0],
-    ];
-    items = [];
-    for (const [repo, name, d, step] of plan) {
-      clock += step;
-      const tag = await putTag(repo === "a" ? repoA.uid : repoB.uid, { name, digest: digest(d) });
-      items.push(tag);
-      byName.set(`${repo}:${name}`, tag);
-    }
-    clock += 10;
-    // Putting a tag again moves its update time.
-    const moved = await putTag(repoA.uid, { name: "1.25", digest: digest("3") });
-    items[1] = moved;
-    byName.set("a:1.25", moved);
-  });
+/** The list's tags by repo and name ("a:latest"), as seeded. */
+const byName = new Map<string, { uid: string; name: string; updateTime: string }>();
+/** The tags the List shows by default: no referrer, dated or epoch forms. */
+const PLAIN = ["a:1.25", "a:latest", "b:1.25-r3-dev", "b:2024-01-31", "b:latest", "b:v20240131"];
 
-  const names = async (query: string) => {
-    const body = await ok(call("GET", `${PATH}?uidp.descendants_of=${team.uid}&page_size=200&${query}`));
-    assert.equal(body.totalCount, String(body.tags.length));
-    return (body.tags as { uid: string }[]).map((t) => [...byName].find(([, v]) => v.uid === t.uid)![0]).sort();
-  };
-  const PLAIN = ["a:1.25", "a:latest", "b:1.25-r3-dev", "b:2024-01-31", "b:latest", "b:v20240131"];
+// Repo a is in the team, repo b in a group below it; every form of tag name is there, some twice.
+describeListContract(
+  {
+    resource: "tags",
+    srv,
+    path: PATH,
+    seed: async () => {
+      const team = await createGroup(srv.url, org.uid, "tag list team");
+      const sub = await createGroup(srv.url, team.uid, "tag list sub");
+      const repos = { a: await createRepo("list-a", team.uid), b: await createRepo("list-b", sub.uid) };
+      const plan: ["a" | "b", string, string, number][] = [
+        ["a", "latest", "1", 0],
+        ["a", "1.25", "1", 1],
+        ["a", "sha256-abc.sig", "2", 0],
+        ["a", "1.25-20240131", "2", 0],
+        ["a", "1.25-r3", "1", 2],
+        ["b", "latest", "2", 0],
+        ["b", "1.25-20240131-r1", "3", 1],
+        ["b", "2024-01-31", "3", 0],
+        ["b", "v20240131", "1", 3],
+        ["b", "1.25-r3-dev", "1", 0],
+      ];
+      const items = [];
+      for (const [repo, name, d, step] of plan) {
+        clock += step;
+        const tag = await putTag(repos[repo].uid, { name, digest: digest(d) });
+        items.push(tag);
+        byName.set(`${repo}:${name}`, tag);
+      }
+      clock += 10;
+      // Putting a tag again moves its update time.
+      const moved = await putTag(repos.a.uid, { name: "1.25", digest: digest("3") });
+      items[1] = moved;
+      byName.set("a:1.25", moved);
+      return { root: team.uid, team: sub.uid, items };
+    },
+    orderFields: ["uid", "name", "updated_at"],
+    unsortable: ["created_at"],
+    always: ALL_FORMS,
+    filters: () => [
+      [`digest=${digest("1")}`, (t) => ["a:1.25-r3", "a:latest", "b:1.25-r3-dev", "b:v20240131"].some((n) => byName.get(n)!.uid === t.uid)],
+      [`digest=${digest("3")}&name=1.25`, (t) => t.uid === byName.get("a:1.25")!.uid],
+    ],
+    invalid: [
+      ["digest=latest", ["digest"]],
+      ["updated_since=yesterday", ["updated_since"]],
+    ],
+    lister: "viewer",
+  },
+  (listed) => {
+    /** The tags a filter lists without include flags unless it names them, as "repo:name", sorted. */
+    const names = async (query: string) =>
+      ((await listed.list(`${listed.scope}&${query}`)).tags as { uid: string }[])
+        .map((t) => [...byName].find(([, v]) => v.uid === t.uid)![0])
+        .sort();
 
-  test("referrer, dated and epoch tags are left out by default; each include flag brings its form back", async () => {
-    assert.deepEqual(await names(""), PLAIN);
-    assert.deepEqual(await names("include_referrers=true"), [...PLAIN, "a:sha256-abc.sig"].sort());
-    assert.deepEqual(await names("include_dates=true"), [...PLAIN, "a:1.25-20240131"].sort());
-    assert.deepEqual(await names("include_epochs=true"), [...PLAIN, "a:1.25-r3", "b:1.25-20240131-r1"].sort());
-    assert.deepEqual(await names(`${ALL_FORMS}`), [...byName.keys()].sort());
-    assert.deepEqual(await names("include_referrers=false&include_dates=false&include_epochs=false"), PLAIN);
-  });
+    test("referrer, dated and epoch tags are left out by default; each include flag brings its form back", async () => {
+      assert.deepEqual(await names(""), PLAIN);
+      assert.deepEqual(await names("include_referrers=true"), [...PLAIN, "a:sha256-abc.sig"].sort());
+      assert.deepEqual(await names("include_dates=true"), [...PLAIN, "a:1.25-20240131"].sort());
+      assert.deepEqual(await names("include_epochs=true"), [...PLAIN, "a:1.25-r3", "b:1.25-20240131-r1"].sort());
+      assert.deepEqual(await names(`${ALL_FORMS}`), [...byName.keys()].sort());
+      assert.deepEqual(await names("include_referrers=false&include_dates=false&include_epochs=false"), PLAIN);
+    });
 
-  test("name and digest match exactly; uidp narrows by repo", async () => {
-    assert.deepEqual(await names("name=latest"), ["a:latest", "b:latest"]);
-    assert.deepEqual(await names("name=lates"), []);
-    assert.deepEqual(await names(`digest=${digest("1")}`), ["a:latest", "b:1.25-r3-dev", "b:v20240131"]);
-    assert.deepEqual(await names(`digest=${digest("1")}&${ALL_FORMS}`), ["a:1.25-r3", "a:latest", "b:1.25-r3-dev", "b:v20240131"]);
-    assert.deepEqual(await names(`digest=${digest("3")}&name=1.25`), ["a:1.25"]);
-    const children = await ok(call("GET", `${PATH}?uidp.children_of=${repoB.uid}&${ALL_FORMS}`));
-    assert.equal(children.totalCount, "5");
-    assert.ok(children.tags.every((t: { uid: string }) => t.uid.startsWith(`${repoB.uid}/`)));
-    assert.equal((await ok(call("GET", `${PATH}?uidp.descendants_of=${repoA.uid}&${ALL_FORMS}`))).totalCount, "5");
-  });
+    test("name and digest filter the default forms too; descendants_of takes a repo", async () => {
+      assert.deepEqual(await names("name=latest"), ["a:latest", "b:latest"]);
+      assert.deepEqual(await names(`digest=${digest("1")}`), ["a:latest", "b:1.25-r3-dev", "b:v20240131"]);
+      const repoA = byName.get("a:latest")!.uid.replace(/\/[^/]+$/, "");
+      assert.equal((await listed.list(`uidp.descendants_of=${repoA}&${ALL_FORMS}`)).totalCount, "5");
+    });
 
-  test("updated_since returns only tags updated strictly after it", async () => {
-    const latest = items[1]!;
-    assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(START))}`), PLAIN, "every tag was put after START");
-    assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(latest.updateTime) - 1))}`), ["a:1.25"]);
-    assert.deepEqual(await names(`updated_since=${encodeURIComponent(latest.updateTime)}`), []);
-    const v2024 = byName.get("b:v20240131")!;
-    assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(v2024.updateTime) - 1))}`), [
-      "a:1.25",
-      "b:1.25-r3-dev",
-      "b:v20240131",
-    ]);
-  });
+    test("updated_since returns only tags updated strictly after it", async () => {
+      const latest = listed.items[1];
+      assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(START))}`), PLAIN, "every tag was put after START");
+      assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(latest.updateTime) - 1))}`), ["a:1.25"]);
+      assert.deepEqual(await names(`updated_since=${encodeURIComponent(latest.updateTime)}`), []);
+      const v2024 = byName.get("b:v20240131")!;
+      assert.deepEqual(await names(`updated_since=${encodeURIComponent(iso(Date.parse(v2024.updateTime) - 1))}`), [
+        "a:1.25",
+        "b:1.25-r3-dev",
+        "b:v20240131",
+      ]);
+    });
 
-  test("bad filters and orders are INVALID_ARGUMENT naming the parameter", async () => {
-    assertViolations(await call("GET", `${PATH}?digest=latest`), ["digest"]);
-    assertViolations(await call("GET", `${PATH}?uidp.children_of=x`), ["uidp.children_of"]);
-    assertViolations(await call("GET", `${PATH}?order_by=created_at`), ["order_by"]);
-    assertRestError(await call("GET", `${PATH}?updated_since=yesterday`), 400, 3, "INVALID_ARGUMENT");
-  });
-
-  test("every order, every page size 1..N+1: the paged walk equals the full list", async () => {
-    await assertPagedWalks(srv.url, PATH, "tags", `uidp.descendants_of=${team.uid}&${ALL_FORMS}`, items, ["uid", "name", "updated_at"]);
-    const plain = items.filter((t) => PLAIN.some((p) => byName.get(p)!.uid === t.uid));
-    await assertPagedWalks(srv.url, PATH, "tags", `uidp.descendants_of=${team.uid}`, plain, ["name", "updated_at"]);
-  });
-});
+    test("the default forms page in every order too", async () => {
+      const plain = listed.items.filter((t) => PLAIN.some((p) => byName.get(p)!.uid === t.uid));
+      await assertPagedWalks(srv.url, PATH, "tags", listed.scope, plain, ["name", "updated_at"]);
+    });
+  },
+);
 
 describe("capabilities", () => {
   let repo: { uid: string };
@@ -238,13 +222,12 @@ describe("capabilities", () => {
   let stranger: Caller;
   before(async () => {
     const group = await createGroup(srv.url, org.uid, "tag caps");
-    const other = await createGroup(srv.url, null, "tag caps other");
     repo = await createRepo("caps", group.uid);
     tag = await putTag(repo.uid, { name: "latest", digest: digest("a") });
     viewer = await createCaller(srv, group.uid, "tag viewer", await builtinRole(srv, "viewer"));
     editor = await createCaller(srv, group.uid, "tag editor", await builtinRole(srv, "editor"));
     owner = await createCaller(srv, group.uid, "tag owner", await builtinRole(srv, "owner"));
-    stranger = await createCaller(srv, other.uid, "tag stranger", await builtinRole(srv, "owner"));
+    stranger = await createStranger(srv, "tag caps");
   });
 
   test("a viewer lists and gets tags but cannot create or delete them (7)", async () => {
@@ -295,52 +278,38 @@ describe("capabilities", () => {
   });
 });
 
-describe("TagsService over native gRPC", () => {
-  test("create, create again, get, list with updated_since, delete; errors carry their details", async () => {
-    const client = grpcClient(TagsService, srv.port);
-    const fail = (p: Promise<unknown>) =>
-      p.then(
-        () => assert.fail("expected an error"),
-        (e: ServiceError) => e,
-      );
-    try {
-      const repo = await createRepo("grpc-tags");
-      const first: Tag = await client.call("createTag", { parent: repo.uid, tag: { name: "latest", digest: digest("1") } });
-      assert.match(first.uid, new RegExp(`^${repo.uid}/[0-9a-f]{16}$`));
-      assert.equal(timestampMs(first.updateTime!), clock);
-      const mark = clock;
-      clock += 7;
-      const again: Tag = await client.call("createTag", {
-        parent: repo.uid,
-        tag: { name: "latest", digest: digest("2"), bundles: ["fips"] },
-      });
-      assert.equal(again.uid, first.uid);
-      assert.equal(again.digest, digest("2"));
-      assert.equal(timestampMs(again.updateTime!), clock);
-      assert.deepEqual((await client.call("getTag", { uid: first.uid })).bundles, ["fips"]);
-      const since = await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(mark) });
-      assert.deepEqual(
-        since.tags.map((t: Tag) => t.uid),
-        [first.uid],
-      );
-      assert.equal(since.totalCount, 1n);
-      assert.equal(
-        (await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(clock) })).totalCount,
-        0n,
-      );
+describeOverGrpc(
+  srv,
+  TagsService,
+  "create, create again, get, list with updated_since, delete; errors carry their details",
+  async (client, org) => {
+    const repo = await createRepo("grpc-tags", org);
+    const first: Tag = await client.call("createTag", { parent: repo.uid, tag: { name: "latest", digest: digest("1") } });
+    assertChildOf(first.uid, repo.uid);
+    assert.equal(timestampMs(first.updateTime!), clock);
+    const mark = clock;
+    clock += 7;
+    const again: Tag = await client.call("createTag", {
+      parent: repo.uid,
+      tag: { name: "latest", digest: digest("2"), bundles: ["fips"] },
+    });
+    assert.equal(again.uid, first.uid);
+    assert.equal(again.digest, digest("2"));
+    assert.equal(timestampMs(again.updateTime!), clock);
+    assert.deepEqual((await client.call("getTag", { uid: first.uid })).bundles, ["fips"]);
+    const since = await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(mark) });
+    assert.deepEqual(
+      since.tags.map((t: Tag) => t.uid),
+      [first.uid],
+    );
+    assert.equal(since.totalCount, 1n);
+    assert.equal((await client.call("listTags", { uidp: { childrenOf: repo.uid }, updatedSince: timestampFromMs(clock) })).totalCount, 0n);
 
-      const invalid = await fail(client.call("createTag", { parent: repo.uid, tag: { name: "-bad", digest: "sha256:nope" } }));
-      assert.equal(invalid.code, 3);
-      const badRequest = grpcStatus(invalid).details.find((d) => d.$typeName === "google.rpc.BadRequest") as BadRequest;
-      assert.deepEqual(
-        badRequest.fieldViolations.map((v) => v.field),
-        ["name", "digest"],
-      );
+    const invalid = await grpcError(client.call("createTag", { parent: repo.uid, tag: { name: "-bad", digest: "sha256:nope" } }));
+    assert.equal(invalid.code, 3);
+    assert.deepEqual(grpcViolations(invalid), ["name", "digest"]);
 
-      await client.call("deleteTag", { uid: first.uid });
-      assert.equal((await fail(client.call("getTag", { uid: first.uid }))).code, 5);
-    } finally {
-      client.close();
-    }
-  });
-});
+    await client.call("deleteTag", { uid: first.uid });
+    assert.equal((await grpcError(client.call("getTag", { uid: first.uid }))).code, 5);
+  },
+);

@@ -69,8 +69,8 @@ export async function walkPages(
 
 /**
  * The paged walk every List must pass: for each order field, ascending and
- * descending, every page size from 1 to N+1 yields exactly the full list in
- * the expected order.
+ * descending, the full list is in the expected order on one page, and every
+ * page size from 1 to N+1 walks exactly that list.
  */
 export async function assertPagedWalks(
   url: string,
@@ -86,6 +86,8 @@ export async function assertPagedWalks(
       const order = encodeURIComponent(desc ? `${field} desc` : field);
       const full = await rest(url, "GET", `${path}?${query}&order_by=${order}&page_size=200`);
       assert.equal(full.status, 200, JSON.stringify(full.body));
+      assert.equal(full.body.totalCount, String(items.length));
+      assert.equal("nextPageToken" in full.body, false, "one page of 200 holds them all");
       assert.deepEqual(
         (full.body[itemsKey] as Sortable[]).map((i) => i.uid),
         want,
