@@ -7,7 +7,8 @@ import { REQUEST_CODINGS, requestCoding } from "../http/compression.js";
 import { HeaderView } from "../http/header-view.js";
 import { bearerChallenge } from "../http/www-authenticate.js";
 import { admittedValues, installRestAdmission, type RestBodyLimits } from "./body-admission.js";
-import { NDJSON_TYPE, RouteNotFoundError, type RestTranscoder } from "./transcoder.js";
+import { NDJSON_TYPE } from "./stream.js";
+import { RouteNotFoundError, type RestTranscoder } from "./transcoder.js";
 
 declare module "fastify" {
   interface FastifyInstance {
