@@ -1,10 +1,9 @@
+import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve, sep } from "node:path";
-import { readSignInProviders, type SignInProvider } from "./auth/sign-in/providers-file.js";
+import { canonicalIssuer } from "./domain/issuer.js";
+import { trustedProxyProblems } from "./domain/trusted-proxies.js";
 import { PACKAGE_ROOT } from "./package-root.js";
-import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "./server/http/byte-budget.js";
-import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "./server/http/connection-limits.js";
-import { trustedProxyProblems } from "./server/http/trusted-proxies.js";
 
 /** The server's configuration, read once at start from the environment. */
 export interface Config {
@@ -280,6 +279,79 @@ export interface Config {
    * flow that lives 10 minutes unless finished; past it, a new one is refused.
    */
   signInPendingPerAddress: number;
+}
+
+/** An upstream OpenID provider the operator configured for people to sign in at (PLATFORM_SIGN_IN_PROVIDERS_FILE). */
+export interface SignInProvider {
+  /** Short stable name, in URLs (`provider=dex`) and in flows (`op:dex`). */
+  id: string;
+  /** What the sign-in page shows ("Sign in with …"). */
+  name: string;
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  /** Scopes asked for besides openid (default email and profile). */
+  scopes: string[];
+}
+
+/** File descriptors kept free of connections, for the store, outbound issuer fetches, logs and the workers' IPC. */
+const RESERVED_FILE_DESCRIPTORS = 128;
+/** The total when the descriptor limit is higher still: about 0.5–1 GiB of idle HTTP/2 sessions and buffers. */
+const MAX_DEFAULT_CONNECTIONS = 10_000;
+/**
+ * Per address by default: well above what one client needs (a browser opens
+ * six, a gRPC channel one, a NAT of a few dozen people some tens), and a
+ * small share of the total so that one address cannot hold the port.
+ * A connection from a trusted proxy (PLATFORM_TRUSTED_PROXIES) is not
+ * counted per address: it carries many clients.
+ */
+export const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256;
+
+/**
+ * The process's open-file limit (Node raises the soft limit to the hard one
+ * at start), read from /proc on Linux; 1024, the usual soft limit, elsewhere.
+ */
+function openFileLimit(): number {
+  try {
+    const line = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+    if (line) return line[1] === "unlimited" ? Number.MAX_SAFE_INTEGER : Number(line[1]);
+  } catch {
+    // not Linux: fall through
+  }
+  return 1024;
+}
+
+/**
+ * The default total: every descriptor but the reserved ones, at most
+ * MAX_DEFAULT_CONNECTIONS. At the common 1,024 limit that is 896, so a full
+ * house of connections still leaves the store its files and sockets (the
+ * issue's attack failed legitimate requests by using every descriptor).
+ */
+export function defaultMaxConnections(fileLimit = openFileLimit()): number {
+  return Math.max(1, Math.min(MAX_DEFAULT_CONNECTIONS, fileLimit - RESERVED_FILE_DESCRIPTORS));
+}
+
+/**
+ * The smallest process-wide budget by default, and how many of the largest
+ * messages it holds when that is more: four connections' full budgets
+ * (16 MiB each) at the default 4 MiB message limit, and sixteen uploads of
+ * the largest message at once above it. An IAM API's messages are mostly
+ * under a kilobyte and a message is counted only while it is arriving, so
+ * legitimate traffic stays far below; an attacker's share is bounded memory.
+ */
+const MIN_DEFAULT_PENDING_REQUEST_BYTES = 64 * 1024 * 1024;
+const DEFAULT_PENDING_REQUEST_MESSAGES = 16;
+/** One address may hold a quarter of the total by default: one connection's budget, so filling the process takes four addresses. */
+const DEFAULT_PENDING_ADDRESS_SHARE = 4;
+
+/** The default process-wide budget for a message limit: max(64 MiB, 16 × the limit). */
+export function defaultPendingRequestBytes(maxMessageBytes: number): number {
+  return Math.max(MIN_DEFAULT_PENDING_REQUEST_BYTES, DEFAULT_PENDING_REQUEST_MESSAGES * maxMessageBytes);
+}
+
+/** The default share of one address: a quarter of the total. */
+export function defaultPendingRequestBytesPerAddress(total: number): number {
+  return Math.floor(total / DEFAULT_PENDING_ADDRESS_SHARE);
 }
 
 /** Every environment variable the server reads, with its default: `serve --help` prints them (docs/configuration.md has the same table, checked by test/docs/docs-reference.test.ts). */
@@ -743,4 +815,128 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** The setting that names the sign-in providers file, as each of its problems begins. */
+const PROVIDERS_SETTING = "PLATFORM_SIGN_IN_PROVIDERS_FILE";
+/** Providers one file may list: a sign-in page is a short list of buttons. */
+const MAX_SIGN_IN_PROVIDERS = 20;
+const PROVIDER_ID = /^[a-z0-9][a-z0-9-]{0,31}$/;
+const PROVIDER_NAME = /^[\x20-\x7e]{1,64}$/;
+const CLIENT_TEXT = /^[\x21-\x7e]{1,256}$/;
+/** RFC 6749 §3.3 scope-token characters. */
+const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
+const PROVIDER_KEYS = new Set(["id", "name", "issuer", "clientId", "clientSecret", "clientSecretFile", "scopes"]);
+const LOOPBACK_HOSTS = new Set(["127.0.0.1", "[::1]", "localhost"]);
+
+/**
+ * Reads the providers file: a JSON list of `{id, name, issuer, clientId,
+ * clientSecret | clientSecretFile, scopes?}`. Every mistake is one line in
+ * problems naming the file, the entry and the field, so the operator fixes
+ * them all in one go; the providers are returned only when there is none.
+ * Issuers must be canonical https URLs (http only on a loopback host, for a
+ * provider on the same machine): the client secret travels to them.
+ */
+function readSignInProviders(path: string, problems: string[]): SignInProvider[] {
+  if (path === "") return [];
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    problems.push(`${PROVIDERS_SETTING}=${path}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+    return [];
+  }
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    problems.push(`${PROVIDERS_SETTING}=${path}: is not JSON (${(err as Error).message})`);
+    return [];
+  }
+  if (!Array.isArray(doc)) {
+    problems.push(`${PROVIDERS_SETTING}=${path}: must be a JSON list of providers, [{"id": …, "issuer": …, "clientId": …}, …]`);
+    return [];
+  }
+  if (doc.length > MAX_SIGN_IN_PROVIDERS)
+    problems.push(`${PROVIDERS_SETTING}=${path}: lists ${doc.length} providers; at most ${MAX_SIGN_IN_PROVIDERS}`);
+  const before = problems.length;
+  const providers: SignInProvider[] = [];
+  const seen = new Set<string>();
+  doc.forEach((entry: unknown, i) => {
+    const where = `${PROVIDERS_SETTING}=${path}: provider ${i + 1}`;
+    const provider = readProvider(entry, where, problems);
+    if (!provider) return;
+    if (seen.has(provider.id)) problems.push(`${where}: id ${provider.id} is used by an earlier provider`);
+    seen.add(provider.id);
+    providers.push(provider);
+  });
+  return problems.length === before ? providers : [];
+}
+
+/** One entry, or null with its problems pushed. */
+function readProvider(entry: unknown, where: string, problems: string[]): SignInProvider | null {
+  if (typeof entry !== "object" || entry === null || Array.isArray(entry)) {
+    problems.push(`${where}: must be an object`);
+    return null;
+  }
+  const e = entry as Record<string, unknown>;
+  const before = problems.length;
+  for (const key of Object.keys(e)) if (!PROVIDER_KEYS.has(key)) problems.push(`${where}: unknown field ${JSON.stringify(key)}`);
+  const text = (field: string, rule: RegExp, what: string): string => {
+    const value = e[field];
+    if (typeof value === "string" && rule.test(value)) return value;
+    problems.push(`${where}: ${field} ${value === undefined ? "is required" : `must be ${what}`}`);
+    return "";
+  };
+  const id = text("id", PROVIDER_ID, "1 to 32 lowercase letters, digits and dashes");
+  const name = e.name === undefined ? id : text("name", PROVIDER_NAME, "1 to 64 printable characters");
+  const issuer = text("issuer", /^\S{1,2048}$/, "a URL");
+  if (issuer !== "") {
+    const problem = providerIssuerProblem(issuer);
+    if (problem) problems.push(`${where}: issuer ${problem}`);
+  }
+  const clientId = text("clientId", CLIENT_TEXT, "1 to 256 printable characters without spaces");
+  const clientSecret = secretOf(e, where, problems);
+  const scopes = e.scopes === undefined ? ["email", "profile"] : e.scopes;
+  if (!Array.isArray(scopes) || scopes.length > 20 || !scopes.every((s) => typeof s === "string" && SCOPE_TOKEN.test(s))) {
+    problems.push(`${where}: scopes must be a list of at most 20 scope names`);
+  }
+  if (problems.length > before) return null;
+  return { id, name, issuer, clientId, clientSecret, scopes: (scopes as string[]).filter((s) => s !== "openid") };
+}
+
+/** clientSecret, or the trimmed content of clientSecretFile: exactly one of them. */
+function secretOf(e: Record<string, unknown>, where: string, problems: string[]): string {
+  const inline = e.clientSecret;
+  const file = e.clientSecretFile;
+  if ((inline === undefined) === (file === undefined)) {
+    problems.push(`${where}: set exactly one of clientSecret and clientSecretFile`);
+    return "";
+  }
+  if (inline !== undefined) {
+    if (typeof inline === "string" && CLIENT_TEXT.test(inline)) return inline;
+    problems.push(`${where}: clientSecret must be 1 to 256 printable characters without spaces`);
+    return "";
+  }
+  if (typeof file !== "string" || file === "") {
+    problems.push(`${where}: clientSecretFile must be a path`);
+    return "";
+  }
+  try {
+    const secret = readFileSync(file, "utf8").trim();
+    if (CLIENT_TEXT.test(secret)) return secret;
+    problems.push(`${where}: clientSecretFile ${file} must hold 1 to 256 printable characters without spaces`);
+  } catch (err) {
+    problems.push(`${where}: clientSecretFile ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+  return "";
+}
+
+/** Why an issuer is unusable, or undefined. */
+function providerIssuerProblem(issuer: string): string | undefined {
+  if (canonicalIssuer(issuer) === undefined) return "must be a canonical URL: no userinfo, query, fragment, default port or uppercase host";
+  const url = new URL(issuer);
+  if (url.protocol === "https:") return undefined;
+  if (url.protocol === "http:" && LOOPBACK_HOSTS.has(url.hostname)) return undefined;
+  return "must use https (http only on 127.0.0.1, [::1] or localhost): the client secret is sent to it";
 }

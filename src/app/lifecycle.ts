@@ -5,11 +5,11 @@ import type { FastifyInstance } from "fastify";
 import type { Config } from "../config.js";
 import { ApiError } from "../domain/errors.js";
 import { PACKAGE_VERSION } from "../package-root.js";
-import { systemErrorCode } from "../startup-error.js";
-import type { Store, StoreDescription } from "../store/store.js";
 import type { HealthState } from "../server/grpc/health.js";
 import type { OnePortServer } from "../server/http/one-port.js";
 import { SPAN_FLUSH_MS, type Tracing } from "../server/observe/tracing.js";
+import { systemErrorCode } from "../startup-error.js";
+import type { Store, StoreDescription } from "../store/store.js";
 
 /** HOST's default: every address, IPv6 and IPv4. */
 const DUAL_STACK_HOST = "::";

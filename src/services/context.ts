@@ -6,9 +6,9 @@ import type { TokenService } from "../auth/tokens.js";
 import type { UpstreamVerifier } from "../auth/upstream.js";
 import { UnauthenticatedError } from "../domain/errors.js";
 import type { IssuerPolicy } from "../domain/issuer.js";
-import type { PageTokenSealer } from "./paging/page-token.js";
 import type { Store } from "../store/store.js";
 import type { EventDeps } from "./events.js";
+import type { PageTokenSealer } from "./paging/page-token.js";
 
 /** What every service implementation is built from. */
 export interface ServiceDeps {

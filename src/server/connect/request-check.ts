@@ -1,7 +1,7 @@
 import { fromBinary, type DescMessage, type JsonObject, type MessageShape, type Registry } from "@bufbuild/protobuf";
 import type { Compression } from "@connectrpc/connect/protocol";
-import { invalidField } from "../../domain/errors.js";
 import { messageFromJson } from "../../codec/request-json.js";
+import { invalidField } from "../../domain/errors.js";
 import { toConnectError, undecodableRequest } from "../errors.js";
 
 /**

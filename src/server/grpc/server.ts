@@ -3,13 +3,9 @@ import { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { Health, type HealthCheckRequest } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
+import { defaultPendingRequestBytes, defaultPendingRequestBytesPerAddress } from "../../config.js";
 import type { InternalErrorSink } from "../errors.js";
-import {
-  createByteBudget,
-  defaultPendingRequestBytes,
-  defaultPendingRequestBytesPerAddress,
-  type ByteBudget,
-} from "../http/byte-budget.js";
+import { createByteBudget, type ByteBudget } from "../http/byte-budget.js";
 import type { ClientAddresses } from "../http/client-address.js";
 import type { WrappedService } from "../wrap.js";
 import { grpcService, methodDefinition } from "./adapter.js";

@@ -16,29 +16,6 @@ export interface ByteBudgetLimits {
 /** Which share a take would exceed: the process's or the client address's. */
 export type ByteBudgetScope = "server" | "address";
 
-/**
- * The smallest process-wide budget by default, and how many of the largest
- * messages it holds when that is more: four connections' full budgets
- * (16 MiB each) at the default 4 MiB message limit, and sixteen uploads of
- * the largest message at once above it. An IAM API's messages are mostly
- * under a kilobyte and a message is counted only while it is arriving, so
- * legitimate traffic stays far below; an attacker's share is bounded memory.
- */
-const MIN_DEFAULT_PENDING_REQUEST_BYTES = 64 * 1024 * 1024;
-const DEFAULT_PENDING_REQUEST_MESSAGES = 16;
-/** One address may hold a quarter of the total by default: one connection's budget, so filling the process takes four addresses. */
-const DEFAULT_PENDING_ADDRESS_SHARE = 4;
-
-/** The default process-wide budget for a message limit: max(64 MiB, 16 × the limit). */
-export function defaultPendingRequestBytes(maxMessageBytes: number): number {
-  return Math.max(MIN_DEFAULT_PENDING_REQUEST_BYTES, DEFAULT_PENDING_REQUEST_MESSAGES * maxMessageBytes);
-}
-
-/** The default share of one address: a quarter of the total. */
-export function defaultPendingRequestBytesPerAddress(total: number): number {
-  return Math.floor(total / DEFAULT_PENDING_ADDRESS_SHARE);
-}
-
 /** Bytes taken and released by holders keyed by client address; all-or-nothing, never negative. */
 export interface ByteBudget {
   readonly limits: ByteBudgetLimits;

@@ -1,8 +1,8 @@
 import type { Socket } from "node:net";
 import type * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance } from "fastify";
+import { NO_TRUSTED_PROXIES, normalizeAddress, parseTrustedProxies, type TrustedProxies } from "../../domain/trusted-proxies.js";
 import { forwardedClient, type ForwardingHeader } from "./forwarded.js";
-import { NO_TRUSTED_PROXIES, normalizeAddress, parseTrustedProxies, type TrustedProxies } from "./trusted-proxies.js";
 
 /**
  * What the client address is read from: the TCP peer. An HTTP/2 request's

@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
 import { createClientAddresses, type ClientAddresses } from "./client-address.js";
 
@@ -14,43 +13,6 @@ export interface ConnectionLimits {
 
 /** Which cap closed a connection: the label of platform_connections_refused_total. */
 export type RefusedCap = "total" | "per_address";
-
-/** File descriptors kept free of connections, for the store, outbound issuer fetches, logs and the workers' IPC. */
-const RESERVED_FILE_DESCRIPTORS = 128;
-/** The total when the descriptor limit is higher still: about 0.5–1 GiB of idle HTTP/2 sessions and buffers. */
-const MAX_DEFAULT_CONNECTIONS = 10_000;
-/**
- * Per address by default: well above what one client needs (a browser opens
- * six, a gRPC channel one, a NAT of a few dozen people some tens), and a
- * small share of the total so that one address cannot hold the port.
- * A connection from a trusted proxy (PLATFORM_TRUSTED_PROXIES) is not
- * counted per address: it carries many clients.
- */
-export const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256;
-
-/**
- * The process's open-file limit (Node raises the soft limit to the hard one
- * at start), read from /proc on Linux; 1024, the usual soft limit, elsewhere.
- */
-function openFileLimit(): number {
-  try {
-    const line = /^Max open files\s+(\d+|unlimited)/m.exec(readFileSync("/proc/self/limits", "utf8"));
-    if (line) return line[1] === "unlimited" ? Number.MAX_SAFE_INTEGER : Number(line[1]);
-  } catch {
-    // not Linux: fall through
-  }
-  return 1024;
-}
-
-/**
- * The default total: every descriptor but the reserved ones, at most
- * MAX_DEFAULT_CONNECTIONS. At the common 1,024 limit that is 896, so a full
- * house of connections still leaves the store its files and sockets (the
- * issue's attack failed legitimate requests by using every descriptor).
- */
-export function defaultMaxConnections(fileLimit = openFileLimit()): number {
-  return Math.max(1, Math.min(MAX_DEFAULT_CONNECTIONS, fileLimit - RESERVED_FILE_DESCRIPTORS));
-}
 
 /** Counts open connections by client address and turns away those over a cap. */
 export interface ConnectionGate {

@@ -1,4 +1,4 @@
-import { normalizeAddress, type TrustedProxies } from "./trusted-proxies.js";
+import { normalizeAddress, type TrustedProxies } from "../../domain/trusted-proxies.js";
 
 /**
  * A hop a forwarding header names: an IP address, or null for one that

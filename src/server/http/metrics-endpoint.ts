@@ -6,9 +6,9 @@ import type { Config } from "../../config.js";
 import { ApiError } from "../../domain/errors.js";
 import { describeSystemError, StartupError } from "../../startup-error.js";
 import { DEFAULT_ERROR_DOMAIN, restErrorBody, toConnectError } from "../errors.js";
-import { bearerChallenge } from "./www-authenticate.js";
 import { metricsStartupNote } from "../observe/metrics-access.js";
 import { metricsTokenMatches } from "../observe/metrics-token.js";
+import { bearerChallenge } from "./www-authenticate.js";
 
 /** What a scrape reads: the exposition text and its content type. */
 export interface MetricsSource {

@@ -1,13 +1,9 @@
 import http from "node:http";
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
+import { DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, defaultMaxConnections } from "../../config.js";
 import { createClientAddresses, type ClientAddresses } from "./client-address.js";
-import {
-  createConnectionGate,
-  DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
-  defaultMaxConnections,
-  type ConnectionLimits,
-} from "./connection-limits.js";
+import { createConnectionGate, type ConnectionLimits } from "./connection-limits.js";
 import { trackIdleConnections } from "./idle-close.js";
 import { lingerOnClose, MAX_LINGER_MS } from "./lingering-close.js";
 import { boundPipelining } from "./pipelining.js";

@@ -1,6 +1,6 @@
 import net from "node:net";
+import { normalizeAddress } from "../../domain/trusted-proxies.js";
 import type { ClientAddresses } from "./client-address.js";
-import { normalizeAddress } from "./trusted-proxies.js";
 
 /**
  * The PROXY protocol (HAProxy's proxy-protocol.txt), versions 1 and 2: a

@@ -5,10 +5,10 @@ import { requestIdKey, type Authenticator } from "../../auth/principal.js";
 import { TokenRejectedError } from "../../auth/tokens.js";
 import { UnauthenticatedError } from "../../domain/errors.js";
 import type { OtherStreamObserver } from "../grpc/server.js";
+import { levelEnabled, type ServerLogging } from "../observe/logging.js";
+import { codeName, isStreamHandler, type AdmissionContext, type WrappedMethod, type WrappedService } from "../wrap.js";
 import type { ClientAddresses } from "./client-address.js";
 import { requestIdFrom } from "./request-id.js";
-import { codeName, isStreamHandler, type AdmissionContext, type WrappedMethod, type WrappedService } from "../wrap.js";
-import { levelEnabled, type ServerLogging } from "../observe/logging.js";
 
 /** The probes of load balancers and orchestrators, called every few seconds: their lines are at debug. */
 const PROBE_PATHS = new Set(["/healthz", "/readyz"]);

@@ -17,10 +17,10 @@ import { postEvent, subscriptionVisibility, typeMatches } from "../../delivery/s
 import { ApiError, InvalidArgumentError, invalidField, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { newChildUid } from "../../domain/uidp.js";
-import type { PagingSpec } from "../paging/paging.js";
 import type { DeliveryLogEntry, SubscriptionFilter, SubscriptionOrder, SubscriptionRecord } from "../../store/subscription-store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import type { PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<SubscriptionOrder> = {

@@ -2,9 +2,9 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import type { GroupsService } from "../../../gen/platformapi/iam/v1/groups_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { v1ListQuery } from "../paging/paging.js";
 import type { GroupRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { v1ListQuery } from "../paging/paging.js";
 
 /** The v1 group shape: id in place of uid, no timestamps. */
 function v1Group(g: GroupRecord) {

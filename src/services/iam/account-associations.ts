@@ -11,7 +11,6 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription } from "../../domain/names.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type {
   AccountAssociationChanges,
   AccountAssociationFilter,
@@ -21,6 +20,7 @@ import type {
 import type { ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 import { checkProviders, PROVIDER_FIELDS, providerMessages, providersOf } from "./account-providers.js";
 

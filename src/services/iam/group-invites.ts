@@ -13,11 +13,11 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { newInviteCode } from "../../domain/invite-code.js";
 import { isUidp, newChildUid } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { GroupInviteFilter, GroupInviteOrder, GroupInviteRecord, RoleRecord, Store } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 import { grantableRole } from "./role-refs.js";
 

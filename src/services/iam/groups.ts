@@ -8,11 +8,11 @@ import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid, newRootUid } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { GroupChanges, GroupFilter, GroupOrder, GroupRecord, RoleBindingRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { insertWithEvents, withEvents, type Change } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 import { roleBindingCreated } from "./hydrate.js";
 

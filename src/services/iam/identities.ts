@@ -15,11 +15,11 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkName } from "../../domain/names.js";
 import { newChildUid } from "../../domain/uidp.js";
 import { userIdentityUid } from "../../domain/user-identity.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { IdentityChanges, IdentityFilter, IdentityOrder, IdentityRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { identityMessage, relationshipOf } from "./identity-messages.js";
 
 const PAGING: PagingSpec<IdentityOrder> = {

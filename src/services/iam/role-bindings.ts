@@ -13,11 +13,11 @@ import { InvalidArgumentError, invalidField, NotFoundError, type FieldViolation 
 import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { isAtOrBelow, isUidp, newChildUid, parentOf } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { IdentityRecord, RoleBindingFilter, RoleBindingOrder, RoleBindingRecord, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { createHydrator, roleBindingCreated, roleBindingMessage, type BindingRefs } from "./hydrate.js";
 
 const PAGING: PagingSpec<RoleBindingOrder> = { orderFields: ["uid", "created_at"], defaultOrder: "uid" };

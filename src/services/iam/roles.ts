@@ -15,11 +15,11 @@ import { fieldsToUpdate } from "../../domain/field-mask.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription, checkRoleName } from "../../domain/names.js";
 import { newChildUid, parentOf } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { RoleChanges, RoleFilter, RoleOrder, RoleRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<RoleOrder> = {

@@ -1,9 +1,9 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Capability } from "../../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import type { HierarchyFilter } from "../../domain/hierarchy-filter.js";
-import { pageEnvelope, planPage, type PageEnvelope, type PageRequest, type PagingSpec } from "./paging.js";
 import type { Cursor, ListQuery, ListResult } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { pageEnvelope, planPage, type PageEnvelope, type PageRequest, type PagingSpec } from "./paging.js";
 
 /** What a List RPC lists, and how. */
 export interface ListSpec<TRecord, TFilter, TOrder extends string> {

@@ -1,6 +1,6 @@
 import { invalidField } from "../../domain/errors.js";
-import { PageTokenSealer } from "./page-token.js";
 import type { Cursor, HierarchyFilter, ListQuery, ListResult } from "../../store/store.js";
+import { PageTokenSealer } from "./page-token.js";
 
 const DEFAULT_PAGE_SIZE = 50;
 const MAX_PAGE_SIZE = 200;

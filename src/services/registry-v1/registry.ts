@@ -4,9 +4,9 @@ import { Capability } from "../../../gen/platformapi/capabilities/v1/capabilitie
 import { CatalogTier, RepoSchema, type RegistryService, type Repo } from "../../../gen/platformapi/registry/v1/registry_pb.js";
 import { CatalogTier as CatalogTierV2 } from "../../../gen/platformapi/registry/v2beta1/repos_pb.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { v1ListQuery } from "../paging/paging.js";
 import type { RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
+import { v1ListQuery } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 
 /** v2beta1 catalog tiers in v1 numbering: the same tiers under other names and numbers (v1 starts at APPLICATION = 4). */

@@ -14,11 +14,11 @@ import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkDescription } from "../../domain/names.js";
 import { checkActiveTags, checkAliases, checkBundles, checkRepoName } from "../../domain/registry-names.js";
 import { newChildUid } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { RepoChanges, RepoFilter, RepoOrder, RepoRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<RepoOrder> = {

@@ -6,11 +6,11 @@ import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
 import { checkBundles, checkDigest, checkTagName } from "../../domain/registry-names.js";
 import { newChildUid, parentOf } from "../../domain/uidp.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { TagFilter, TagOrder, TagRecord } from "../../store/store.js";
 import { principalOf, type ServiceDeps } from "../context.js";
 import { withEvents } from "../events.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { timestampFromMs } from "../time.js";
 
 const PAGING: PagingSpec<TagOrder> = {

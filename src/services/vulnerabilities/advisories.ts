@@ -9,10 +9,10 @@ import {
 } from "../../../gen/platformapi/vulnerabilities/v2beta1/advisories_pb.js";
 import { InvalidArgumentError, NotFoundError, type FieldViolation } from "../../domain/errors.js";
 import { hierarchyFilter, requireUidp } from "../../domain/hierarchy.js";
-import { type PagingSpec } from "../paging/paging.js";
 import type { AdvisoryFilter, AdvisoryOrder, AdvisoryRecord } from "../../store/store.js";
 import type { ServiceDeps } from "../context.js";
 import { listPage, type ListSpec } from "../paging/list-page.js";
+import { type PagingSpec } from "../paging/paging.js";
 import { advisoryCursor, advisoryMessage } from "./advisory-messages.js";
 
 const PAGING: PagingSpec<AdvisoryOrder> = {

@@ -1,5 +1,5 @@
-import type { SignInProvider } from "../../../auth/sign-in/providers-file.js";
 import type { UpstreamClient } from "../../../auth/sign-in/relying-party.js";
+import type { SignInProvider } from "../../../config.js";
 import { checkName } from "../../../domain/names.js";
 import { isUidp, rootOf } from "../../../domain/uidp.js";
 import type { IdentityProviderRecord, Store } from "../../../store/store.js";
