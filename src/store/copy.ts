@@ -47,15 +47,14 @@ export type CopyCounts = Record<string, number>;
 /**
  * Copies everything one store holds into another, empty one (another
  * engine, typically: SQLite into PostgreSQL), in one transaction of the
- * target: groups, roles, identities, role bindings, identity providers,
- * account associations, invites, repos, tags (with their registry times and the
- * deleted digests remembered), advisories, the event feed,
- * subscriptions, the signing keys and the server's secrets (not the feed
- * cursors' key: the engines' feed positions differ, so a cursor of the source
- * must not decode to a position in the target), with their uids and times.
- * Delivery state starts afresh with each subscription; sign-ins in progress and refresh tokens are not copied
- * (people sign in again). Built-in roles the
- * target already has are kept. Refuses a target that holds any group or
+ * target: every part by its STORE_PARTS row's `copy` (tags with their
+ * registry times and the deleted digests remembered; the event feed), with
+ * their uids and times, and the signing keys and the server's secrets by
+ * hand (not the feed cursors' key: the engines' feed positions differ, so a
+ * cursor of the source must not decode to a position in the target).
+ * Delivery state starts afresh with each subscription; sign-ins in progress
+ * and refresh tokens are not copied (people sign in again). Built-in roles
+ * the target already has are kept. Refuses a target that holds any group or
  * identity (FAILED_PRECONDITION), so nothing is ever merged by accident.
  * Refuses a source with text PostgreSQL cannot store (a NUL, which SQLite
  * keeps) the same way, after reading everything: one violation per bad row

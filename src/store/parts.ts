@@ -326,7 +326,7 @@ type PartMaker = <P extends PartName>(name: P) => Async<SyncStoreParts[P]>;
  * (decorated once per transaction by every wrapper) cost only the parts it
  * touches. Its getters, one per name of PART_NAMES (so every part, and no
  * other, since STORE_PARTS is complete), are defined once on its prototype,
- * so a set costs one small object, not sixteen accessors defined per call (a
+ * so a set costs one small object, not an accessor per part defined per call (a
  * create made five such sets: 9 µs of its CPU). Each getter answers what
  * part() makes for its name, typed StoreParts[P] by the compiler. Being
  * getters of a prototype, the parts are not own properties: spread a set
