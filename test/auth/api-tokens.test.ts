@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { ServiceError } from "@grpc/grpc-js";
@@ -7,13 +6,14 @@ import { createRemoteJWKSet, jwtVerify } from "jose";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { assertRestError } from "../support/assertions.js";
+import { runChild } from "../support/child-process.js";
 import { decode } from "../support/forge.js";
 import { grpcClient, grpcStatus } from "../support/grpc.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
+import { platformCli } from "../support/platform-cli.js";
 import { freePort } from "../support/serve-process.js";
 import { rest, startTestServer, type TestServer } from "../support/server.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const BUF = fileURLToPath(new URL("../../node_modules/.bin/buf", import.meta.url));
 const JWT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
@@ -38,25 +38,8 @@ after(async () => {
   await idp.close();
 });
 
-/** Runs `node bin/platform-api.js <args>` with the server's environment. */
-function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    PLATFORM_DATA_DIR: srv.dataDir,
-    PLATFORM_DATABASE_URL: srv.databaseUrl,
-    PLATFORM_BASE_URL: BASE,
-    PLATFORM_AUTH_URL: AUTH,
-    PORT: String(srv.port),
-    LOG_LEVEL: "silent",
-  };
-  delete env.NODE_TEST_CONTEXT;
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, ["bin/platform-api.js", ...args], { cwd: ROOT, env, timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") reject(err);
-      else resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
-    });
-  });
-}
+/** Runs `platform-api <args>` with the server's storage and environment. */
+const cli = (...args: string[]) => platformCli(srv, args, { PLATFORM_BASE_URL: BASE, PLATFORM_AUTH_URL: AUTH, PORT: String(srv.port) });
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
@@ -266,15 +249,10 @@ describe("requests without a token", () => {
       health.close();
     }
 
-    const reflected = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) =>
-      execFile(
-        BUF,
-        ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-services", srv.url],
-        { cwd: ROOT, timeout: 60_000 },
-        (err, stdout, stderr) =>
-          err && typeof err.code !== "number" ? reject(err) : resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
-      ),
-    );
+    const reflected = await runChild([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-services", srv.url], {
+      env: process.env,
+      timeoutMs: 60_000,
+    });
     assert.equal(reflected.code, 0, reflected.stderr);
     const services = reflected.stdout.split("\n");
     for (const name of ["platformapi.iam.v2beta1.GroupsService", "platformapi.oidc.v1.SecurityTokenService", "grpc.health.v1.Health"]) {

@@ -22,7 +22,15 @@ import { decode } from "../support/forge.js";
 import { grpcClient, grpcStatus } from "../support/grpc.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
 import { platformCli } from "../support/platform-cli.js";
-import { createGroup, mintAdminToken, rest, setDefaultToken, startTestServer, type RestResult, type TestServer } from "../support/server.js";
+import {
+  createGroup,
+  mintAdminToken,
+  rest,
+  setDefaultToken,
+  startTestServer,
+  type RestResult,
+  type TestServer,
+} from "../support/server.js";
 
 /** Identifiers only: requests go to srv.url; these are the iss/aud values in tokens. */
 const BASE = "http://api.test";

@@ -15,12 +15,11 @@ import { after, before, describe, test } from "node:test";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "../support/chromium.js";
 import {
-  authorizeUrl,
-  pkcePair,
-  startLoopbackListener,
+  loopbackCodeFlow,
   startSignInWorld,
   subjectsOn,
   tokenRequest,
+  type LoopbackListener,
   type SignInWorld,
 } from "../support/sign-in-fixture.js";
 
@@ -78,11 +77,9 @@ describe("signing in, in a real browser", { skip: SKIP }, () => {
 
   for (const host of ["127.0.0.1", "::1"] as const) {
     test(`the browser flow: our page, the upstream's form, then platform-cli's loopback listener on ${host} gets a code for a token every protocol accepts`, async () => {
-      const listener = await startLoopbackListener(host);
-      const { verifier, challenge } = pkcePair();
-      try {
-        await withPage(async (page) => {
-          const response = await page.goto(authorizeUrl(world.auth, listener.redirectUri, challenge, "browser-state"));
+      const visit = (authorize: string, listener: LoopbackListener) =>
+        withPage(async (page) => {
+          const response = await page.goto(authorize);
           // Our sign-in page: accessible, not frameable, no script.
           assert.equal(response?.status(), 200);
           const csp = response!.headers()["content-security-policy"] ?? "";
@@ -99,26 +96,18 @@ describe("signing in, in a real browser", { skip: SKIP }, () => {
           await page.getByRole("button", { name: "Sign in with Test Provider", exact: true }).click();
           await upstreamLogin(page, "browser.person@example.com");
           await page.waitForURL((u) => u.href.startsWith(listener.redirectUri));
+          // What the listener received (the page's URL is the same callback).
+          assert.equal(listener.received.length, 1);
+          return new URL(`${listener.redirectUri}?${listener.received[0]!}`);
         });
-        assert.equal(listener.received.length, 1);
-        const got = listener.received[0]!;
-        assert.deepEqual([...got.keys()].sort(), ["code", "iss", "state"]);
-        assert.equal(got.get("state"), "browser-state");
-        const tokens = await tokenRequest(world.auth, {
-          grant_type: "authorization_code",
-          client_id: "platform-cli",
-          code: got.get("code")!,
-          redirect_uri: listener.redirectUri,
-          code_verifier: verifier,
-        });
-        assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
-        const subjects = await subjectsOn(world.server, tokens.body.access_token);
-        const person = subjects.rest!;
-        assert.match(person, /^[0-9a-f]{40}$/, "a root-level person");
-        assert.deepEqual(subjects, { rest: person, grpc: person, connect: person, grpcWeb: person });
-      } finally {
-        await listener.close();
-      }
+      const { callback, tokens } = await loopbackCodeFlow(world.auth, visit, { host, state: "browser-state" });
+      assert.deepEqual([...callback.searchParams.keys()].sort(), ["code", "iss", "state"]);
+      assert.equal(callback.searchParams.get("state"), "browser-state");
+      assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
+      const subjects = await subjectsOn(world.server, tokens.body.access_token);
+      const person = subjects.rest!;
+      assert.match(person, /^[0-9a-f]{40}$/, "a root-level person");
+      assert.deepEqual(subjects, { rest: person, grpc: person, connect: person, grpcWeb: person });
     });
   }
 

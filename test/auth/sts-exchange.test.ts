@@ -825,6 +825,24 @@ async function sendToApi(token: string, name: string, tally: Tally, opts: { grpc
   }
 }
 
+/**
+ * Sends each forged token to every STS target and as an API bearer token (or to the one it is made for, by
+ * its `only`); asserts that none issued a token or was accepted, and that none met a 5xx. The tallies.
+ */
+async function battery(forged: Forged[]): Promise<{ sts: Tally; api: Tally }> {
+  const sts = new Tally();
+  const api = new Tally();
+  for (const f of forged) {
+    if (f.only !== "api") await sendToSts(f.token, f.name, sts);
+    if (f.only !== "sts") await sendToApi(f.token, f.name, api);
+  }
+  assert.deepEqual(sts.accepted, [], "no forged token was exchanged");
+  assert.deepEqual(sts.serverErrors, []);
+  assert.deepEqual(api.accepted, [], "no forged token was accepted as an API token");
+  assert.deepEqual(api.serverErrors, []);
+  return { sts, api };
+}
+
 describe("forged-token battery (RFC 8725)", () => {
   let ourKey: ServerKey;
   before(async () => {
@@ -847,16 +865,7 @@ describe("forged-token battery (RFC 8725)", () => {
     for (const target of stsTargets) await exchangeOk(control, target.params);
     const jwksBefore = A.jwksFetches;
     const forged = upstreamForgeries(srv.adminToken, ourKey);
-    const sts = new Tally();
-    const api = new Tally();
-    for (const f of forged) {
-      if (f.only !== "api") await sendToSts(f.token, f.name, sts);
-      if (f.only !== "sts") await sendToApi(f.token, f.name, api);
-    }
-    assert.deepEqual(sts.accepted, [], "no forged upstream token was exchanged");
-    assert.deepEqual(sts.serverErrors, []);
-    assert.deepEqual(api.accepted, []);
-    assert.deepEqual(api.serverErrors, []);
+    const { sts, api } = await battery(forged);
     assert.equal(A.fetches("/attacker/jwks.json"), 0, "jku is never fetched");
     assert.equal(A.fetches("/attacker/cert.pem"), 0, "x5u is never fetched");
     assert.equal(B.jwksFetches + B.discoveryFetches, 0, "an untrusted issuer is never contacted");
@@ -882,16 +891,7 @@ describe("forged-token battery (RFC 8725)", () => {
       assert.equal((await grpcNoAuth.call("getGroup", { uid: org.uid }, { authorization: `Bearer ${t}` })).uid, org.uid);
     }
     const forged = apiForgeries(ourKey, srv.server.adminSubject);
-    const api = new Tally();
-    const sts = new Tally();
-    for (const f of forged) {
-      if (f.only !== "sts") await sendToApi(f.token, f.name, api);
-      if (f.only !== "api") await sendToSts(f.token, f.name, sts);
-    }
-    assert.deepEqual(api.accepted, [], "no forged API token was accepted");
-    assert.deepEqual(api.serverErrors, []);
-    assert.deepEqual(sts.accepted, []);
-    assert.deepEqual(sts.serverErrors, []);
+    const { sts, api } = await battery(forged);
     assert.equal(A.fetches("/attacker/api-jwks.json"), 0, "jku is never fetched");
     assert.equal(A.fetches("/attacker/api-cert.pem"), 0, "x5u is never fetched");
 

@@ -19,6 +19,7 @@ import {
 } from "../../src/cli/auth/device.js";
 import { AuthCommandError } from "../../src/cli/auth/error.js";
 import type { ServerMetadata } from "../../src/cli/auth/server.js";
+import { rejectionOf } from "../support/assertions.js";
 
 /** What the stand-in answers to the next token requests, in order: an RFC 8628 error code, or "token". */
 let script: string[] = [];
@@ -80,14 +81,8 @@ function testTiming(): PollTiming & { pauses: number[] } {
   };
 }
 
-async function failure(promise: Promise<unknown>): Promise<string> {
-  const err = await promise.then(
-    () => assert.fail("it succeeded"),
-    (e: unknown) => e,
-  );
-  assert.ok(err instanceof AuthCommandError, String(err));
-  return err.message;
-}
+/** The message of the AuthCommandError promise rejects with. */
+const failure = (promise: Promise<unknown>) => rejectionOf(promise, AuthCommandError);
 
 test("the device authorization request names our client and where to sign in; its answer is read, interval 5 by default", async () => {
   received = [];

@@ -10,19 +10,17 @@
  * works. A session the server ended (a stolen refresh token replayed) is said, and forgotten.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { chromium, type Browser } from "playwright-core";
 import { credentialsPath, readCredentials, writeCredentials, type ServerCredentials } from "../../src/cli/auth/credentials.js";
 import { CHROMIUM, CHROMIUM_SKIP, chromiumArgs } from "../support/chromium.js";
+import { startPlatformCli } from "../support/platform-cli.js";
 import { signInWithFetch, startSignInWorld, subjectsOn, type SignInWorld } from "../support/sign-in-fixture.js";
 import { FetchBrowser, formOf } from "../support/upstream-oidc.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "platform-cli-auth-e2e-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -30,53 +28,8 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 const OPENER = join(dir, "opener.mjs");
 writeFileSync(OPENER, `import { appendFileSync } from "node:fs";\nappendFileSync(process.env.OPENED_FILE, process.argv[2] + "\\n");\n`);
 
-/** A running `platform-api auth …`: its output so far, a wait for a line of stderr, and its end. */
-interface RunningCli {
-  stderr(): string;
-  waitForStderr(pattern: RegExp): Promise<RegExpExecArray>;
-  done: Promise<{ code: number; stdout: string; stderr: string }>;
-}
-
-function startCli(env: Record<string, string>, args: string[]): RunningCli {
-  const child = spawn(process.execPath, ["bin/platform-api.js", "auth", ...args], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: "silent", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  const waiting: { pattern: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
-  const check = () => {
-    for (const w of [...waiting]) {
-      const m = w.pattern.exec(stderr);
-      if (m) {
-        waiting.splice(waiting.indexOf(w), 1);
-        w.resolve(m);
-      }
-    }
-  };
-  child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
-  child.stderr.on("data", (chunk: Buffer) => {
-    stderr += chunk.toString("utf8");
-    check();
-  });
-  const done = new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("close", (code) => {
-      for (const w of waiting.splice(0)) w.reject(new Error(`the command ended (${code}) without printing ${w.pattern}:\n${stderr}`));
-      resolve({ code: code ?? -1, stdout, stderr });
-    });
-  });
-  return {
-    stderr: () => stderr,
-    waitForStderr: (pattern) =>
-      new Promise((resolve, reject) => {
-        waiting.push({ pattern, resolve, reject });
-        check();
-      }),
-    done,
-  };
-}
+/** `platform-api auth <args>` started as a person runs it, with env (no data directory: the command needs none). */
+const startCli = (env: Record<string, string>, args: string[]) => startPlatformCli(join(dir, "no-data"), ["auth", ...args], env);
 
 describe("platform-api auth against the real server and a real upstream provider", () => {
   let world: SignInWorld;
@@ -103,7 +56,7 @@ describe("platform-api auth against the real server and a real upstream provider
   /** Signs in through the browser flow, the page driven with fetch; the command's result. */
   async function browserLogin(who: ReturnType<typeof person>, login: string, args: string[] = []) {
     const cli = who.start("login", ...args);
-    const [, url] = await cli.waitForStderr(/open this page in a browser on this machine:\n\n {2}(\S+)\n/);
+    const [, url] = await cli.waitFor(/open this page in a browser on this machine:\n\n {2}(\S+)\n/, "stderr");
     const back = await signInWithFetch(new FetchBrowser(), world.auth, url!, login);
     // The browser arrives at the command's listener with the code.
     const page = await fetch(back);
@@ -225,7 +178,7 @@ describe("platform-api auth against the real server and a real upstream provider
   test("auth login --provider signs in through that provider only", async () => {
     const dave = person();
     const cli = dave.start("login", "--provider", "test2");
-    const [, url] = await cli.waitForStderr(/open this page in a browser on this machine:\n\n {2}(\S+)\n/);
+    const [, url] = await cli.waitFor(/open this page in a browser on this machine:\n\n {2}(\S+)\n/, "stderr");
     assert.equal(new URL(url!).searchParams.get("provider"), "test2");
     const browser = new FetchBrowser();
     const page = await browser.follow(url!);
@@ -262,9 +215,9 @@ describe("platform-api auth against the real server and a real upstream provider
   test("auth login --headless: the code and page printed, typed on /device, allowed there; the command polls until signed in", async () => {
     const erin = person();
     const cli = erin.start("login", "--headless");
-    const [, uri] = await cli.waitForStderr(/open this page in a browser on any device:\n\n {2}(\S+)\n/);
-    const [, userCode] = await cli.waitForStderr(/and enter the code: (\S+)\n/);
-    const [, complete] = await cli.waitForStderr(/Or open this page, which has the code filled in:\n\n {2}(\S+)\n/);
+    const [, uri] = await cli.waitFor(/open this page in a browser on any device:\n\n {2}(\S+)\n/, "stderr");
+    const [, userCode] = await cli.waitFor(/and enter the code: (\S+)\n/, "stderr");
+    const [, complete] = await cli.waitFor(/Or open this page, which has the code filled in:\n\n {2}(\S+)\n/, "stderr");
     assert.equal(uri, `${world.auth}/device`);
     assert.equal(new URL(complete!).searchParams.get("user_code"), userCode);
     assert.match(await onDevicePage(complete!, userCode!, "erin.cli@example.com", "allow"), /Device allowed/);
@@ -281,8 +234,8 @@ describe("platform-api auth against the real server and a real upstream provider
   test("auth login --headless denied on the device page: one line, exit 1, nothing stored", async () => {
     const frank = person();
     const cli = frank.start("login", "--headless");
-    const [, userCode] = await cli.waitForStderr(/and enter the code: (\S+)\n/);
-    const [, complete] = await cli.waitForStderr(/Or open this page, which has the code filled in:\n\n {2}(\S+)\n/);
+    const [, userCode] = await cli.waitFor(/and enter the code: (\S+)\n/, "stderr");
+    const [, complete] = await cli.waitFor(/Or open this page, which has the code filled in:\n\n {2}(\S+)\n/, "stderr");
     assert.match(await onDevicePage(complete!, userCode!, "frank.cli@example.com", "deny"), /Device denied/);
     const result = await cli.done;
     assert.equal(result.code, 1);
@@ -304,7 +257,7 @@ describe("platform-api auth against the real server and a real upstream provider
     test("auth login: Chromium opens the printed URL, the person signs in, and the command's page says to close the tab", async () => {
       const grace = person();
       const cli = grace.start("login");
-      const [, url] = await cli.waitForStderr(/open this page in a browser on this machine:\n\n {2}(\S+)\n/);
+      const [, url] = await cli.waitFor(/open this page in a browser on this machine:\n\n {2}(\S+)\n/, "stderr");
       const context = await browser.newContext();
       try {
         const page = await context.newPage();

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { AuthCommandError } from "../../src/cli/auth/error.js";
 import { listenForCallback, type CallbackExpectation } from "../../src/cli/auth/loopback.js";
+import { rejectionOf } from "../support/assertions.js";
 
 const ISSUER = "http://127.0.0.1:8080";
 const expectation = (overrides: Partial<CallbackExpectation> = {}): CallbackExpectation => ({
@@ -26,14 +27,7 @@ async function arrive(redirectUri: string, params: Record<string, string>) {
 }
 
 /** The promise's rejection message (it must reject with AuthCommandError). */
-async function refusal(code: Promise<string>): Promise<string> {
-  const err = await code.then(
-    () => assert.fail("the sign-in succeeded"),
-    (e: unknown) => e,
-  );
-  assert.ok(err instanceof AuthCommandError, String(err));
-  return err.message;
-}
+const refusal = (code: Promise<string>) => rejectionOf(code, AuthCommandError);
 
 test("a response with this sign-in's state and the issuer gives the code, and the browser a page saying so", async () => {
   const listener = await listenForCallback(expectation());

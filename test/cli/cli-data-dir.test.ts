@@ -7,14 +7,13 @@
  * with `list-keys`, which names the directory it looked in when no server has made a database there.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { defaultDataDir } from "../../src/config.js";
-import { cleanEnv } from "../support/serve-process.js";
+import { cleanEnv, runChild } from "../support/child-process.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const dir = realpathSync(mkdtempSync(join(tmpdir(), "platform-data-dir-")));
@@ -32,21 +31,20 @@ function packageAt(root: string): string {
   return root;
 }
 
-function run(file: string, args: string[], cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
+/**
+ * Runs file from cwd: the command of a copied package, by npm exec or by its path (not platformCli, which runs
+ * this checkout's command from its root: where the data is depends on exactly those).
+ */
+async function run(file: string, args: string[], cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   // Without npm's own settings (npm test exports npm_config_local_prefix and the like); npm exec installs a link
   // to the package in its cache: a temporary cache, not the user's.
   const env = Object.fromEntries(Object.entries(cleanEnv({ LOG_LEVEL: "silent" })).filter(([k]) => !/^npm_/i.test(k)));
   env.npm_config_cache = join(dir, "npm-cache");
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd, env, timeout: 120_000 }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") reject(err);
-      else resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
-    });
-  });
+  return runChild([file, ...args], { cwd, env, timeoutMs: 120_000 });
 }
 
 /** The directory a refused list-keys says it looked in. */
-function lookedIn(res: { code: number; stderr: string }): string {
+function lookedIn(res: { code: number | null; stderr: string }): string {
   assert.equal(res.code, 2, res.stderr);
   const m = /^platform-api: no database in (\S+?);/.exec(res.stderr);
   assert.ok(m, res.stderr);

@@ -6,7 +6,6 @@
  * server (npm run build; npm test does it).
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,6 +13,7 @@ import { delimiter, dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { PACKAGE_VERSION } from "../../src/package-root.js";
+import { runChild } from "../support/child-process.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const VERSION = PACKAGE_VERSION;
@@ -32,14 +32,9 @@ function npmEnv(prefix: string): NodeJS.ProcessEnv {
   };
 }
 
-function run(file: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd, env, timeout: 120_000 }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") reject(err);
-      else resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
-    });
-  });
-}
+/** Runs file from cwd with env: npm, and the platform-api it put on PATH (not platformCli: that is this checkout's command). */
+const run = (file: string, args: string[], cwd: string, env: NodeJS.ProcessEnv) =>
+  runChild([file, ...args], { cwd, env, timeoutMs: 120_000 });
 
 const lockHash = () =>
   createHash("sha256")

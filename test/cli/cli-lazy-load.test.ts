@@ -8,12 +8,12 @@
  * server when it is loaded. How long the commands take is measured by bench/cli-start.ts, not here.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { platformCli } from "../support/platform-cli.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -40,22 +40,20 @@ const register = join(dir, "register.mjs");
 writeFileSync(register, `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hooks).href)});\n`);
 
 let runs = 0;
-/** Runs bin/platform-api.js with args; its exit code, output and every module URL it resolved. */
-function loaded(args: string[], env: Record<string, string>): Promise<{ code: number; stderr: string; modules: string[] }> {
+/** Runs bin/platform-api.js with args from the scratch directory (env may name its data); its exit code, output and every module URL it resolved. */
+async function loaded(args: string[], env: Record<string, string>): Promise<{ code: number; stderr: string; modules: string[] }> {
   const log = join(dir, `loaded-${++runs}.txt`);
   writeFileSync(log, "");
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      ["--import", pathToFileURL(register).href, join(ROOT, "bin", "platform-api.js"), ...args],
-      { cwd: dir, env: { ...process.env, LOG_LEVEL: "silent", ...env, PLATFORM_LOAD_LOG: log }, timeout: 120_000 },
-      (err, _stdout, stderr) => {
-        if (err && typeof err.code !== "number") return reject(err);
-        const modules = readFileSync(log, "utf8").split("\n").filter(Boolean);
-        resolve({ code: err ? (err.code as number) : 0, stderr, modules });
-      },
-    );
-  });
+  const run = await platformCli(
+    join(dir, "unused"),
+    args,
+    { ...env, PLATFORM_LOAD_LOG: log },
+    {
+      nodeArgs: ["--import", pathToFileURL(register).href],
+      cwd: dir,
+    },
+  );
+  return { code: run.code, stderr: run.stderr, modules: readFileSync(log, "utf8").split("\n").filter(Boolean) };
 }
 
 const serverModulesIn = (modules: string[]) => modules.filter((url) => SERVER_MODULES.some((m) => url.includes(m)));

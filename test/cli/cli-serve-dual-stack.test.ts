@@ -5,21 +5,17 @@
  * fails and the server falls back to 0.0.0.0 with a warning; an explicit HOST is never replaced.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
-import { loadConfig } from "../../src/config.js";
 import { listen } from "../../src/app/lifecycle.js";
+import { loadConfig } from "../../src/config.js";
 import type { Store } from "../../src/store/store.js";
-import { cleanEnv } from "../support/serve-process.js";
+import { startServeProcess } from "../support/serve-process.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "platform-dual-stack-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -37,48 +33,22 @@ async function hasIpv6Loopback(): Promise<boolean> {
 }
 
 test("serve with HOST unset answers IPv4 and IPv6 clients on one port", async (t) => {
-  const child = spawn(process.execPath, ["bin/platform-api.js", "serve"], {
-    cwd: ROOT,
-    env: cleanEnv({ PORT: "0", LOG_LEVEL: "info", PLATFORM_DATA_DIR: join(dir, "data"), PLATFORM_DRAIN_MS: "0" }),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  t.after(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill("SIGKILL");
-      await once(child, "exit");
-    }
-  });
-  let output = "";
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s));
-  const started = await new Promise<{ listen: string }>((resolve, reject) => {
-    let buffered = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => {
-      buffered += s;
-      output += s;
-      for (const line of buffered.split("\n").slice(0, -1)) {
-        const entry = JSON.parse(line) as { listen?: string };
-        if (entry.listen !== undefined) resolve(entry as { listen: string });
-      }
-      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
-    });
-    child.once("exit", (code) => reject(new Error(`serve exited ${code} before listening:\n${output}`)));
-  });
-  const m = /^http:\/\/\[::\]:(\d+)$/.exec(started.listen);
-  assert.ok(m, `the start-up line names [::]: ${started.listen}`);
-  const port = Number(m[1]);
+  const srv = await startServeProcess({ LOG_LEVEL: "info", PLATFORM_DATA_DIR: join(dir, "data") }, { unset: ["HOST"] });
+  t.after(() => srv.stop());
+  const started = await srv.logged((l) => l.listen !== undefined, "the start-up line");
+  assert.equal(started.listen, `http://[::]:${srv.port}`, "the start-up line names [::]");
 
-  const v4 = await fetch(`http://127.0.0.1:${port}/healthz`);
+  const v4 = await fetch(`http://127.0.0.1:${srv.port}/healthz`);
   assert.equal(v4.status, 200);
   if (await hasIpv6Loopback()) {
-    const v6 = await fetch(`http://[::1]:${port}/healthz`);
+    const v6 = await fetch(`http://[::1]:${srv.port}/healthz`);
     assert.equal(v6.status, 200, "an IPv6 client connects");
   } else {
     t.diagnostic("no IPv6 loopback on this machine: the IPv6 client was not tried");
   }
 
-  child.kill("SIGTERM");
-  const [code] = (await once(child, "exit")) as [number | null];
-  assert.equal(code, 0, output);
+  const { code } = await srv.stop();
+  assert.equal(code, 0, srv.output());
 });
 
 /** A stand-in for the fastify instance whose listen fails like a kernel without IPv6 for the hosts given. */

@@ -15,6 +15,7 @@ import { buildCommit } from "../../scripts/build-commit.mjs";
 import { PACKAGE_ROOT, PACKAGE_VERSION } from "../../src/package-root.js";
 import { POSTGRES_SCHEMA_VERSION } from "../../src/store/postgres/migrations.js";
 import { SQLITE_SCHEMA_VERSION } from "../../src/store/sqlite/migrations.js";
+import { platformCli } from "../support/platform-cli.js";
 
 const scratch = mkdtempSync(join(tmpdir(), "cli-version-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -43,9 +44,9 @@ function checkout(name: string): string {
 const head = (dir: string) => git(dir, "rev-parse", "--short", "HEAD");
 const NO_OVERRIDE = {};
 
-test("the built command prints the version, the commit this checkout was built from and the schema", () => {
-  const run = spawnSync(process.execPath, [join(PACKAGE_ROOT, "bin", "platform-api.js"), "--version"], { encoding: "utf8" });
-  assert.equal(run.status, 0, run.stderr);
+test("the built command prints the version, the commit this checkout was built from and the schema", async () => {
+  const run = await platformCli(null, ["--version"]);
+  assert.equal(run.code, 0, run.stderr);
   const m = /^platform-api (\S+) \(commit (\S+); schema SQLite (\d+), PostgreSQL (\d+)\)\n$/.exec(run.stdout);
   assert.ok(m, run.stdout);
   const [, version, commit, sqlite, postgres] = m as unknown as [string, string, string, string, string];

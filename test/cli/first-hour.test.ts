@@ -6,23 +6,18 @@
  * with a newline; WhoAmI shows the administrator's capabilities; `serve --help` lists the environment.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { ENVIRONMENT_VARIABLES } from "../../src/config.js";
 import { PACKAGE_VERSION } from "../../src/package-root.js";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
-import { cleanEnv } from "../support/serve-process.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-const BIN = join(ROOT, "bin/platform-api.js");
 const scratch = mkdtempSync(join(tmpdir(), "first-hour-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -30,86 +25,12 @@ let dirs = 0;
 /** A fresh path under the scratch directory (not created). */
 const freshPath = (name: string) => join(scratch, `${name}-${++dirs}`);
 
-/** A clean environment for a child server or command, on loopback, plus extra. */
-const env = (extra: Record<string, string>) => cleanEnv({ HOST: "127.0.0.1", ...extra });
+/** `serve` at the default level (info) on loopback, ready: its start-up line written. */
+const serve = (extra: Record<string, string>) => startServeProcess({ LOG_LEVEL: "info", ...extra });
 
-interface Serve {
-  child: ChildProcess;
-  port: number;
-  /** Parsed JSON log lines so far. */
-  lines(): { msg?: string; [key: string]: unknown }[];
-  stop(): Promise<number | null>;
-}
-
-const running = new Set<ChildProcess>();
-after(() => {
-  for (const child of running) child.kill("SIGKILL");
-});
-
-/**
- * `serve` as a child process, under the command line `wrapper` if given: its output so far and its exit code once it has
- * exited (and its output is read).
- */
-function spawnServe(extra: Record<string, string>, wrapper: readonly string[] = []) {
-  const argv = [...wrapper, process.execPath, BIN, "serve"];
-  const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: env(extra), stdio: ["ignore", "pipe", "pipe"] });
-  running.add(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  const exit = once(child, "close").then(([code]) => {
-    running.delete(child);
-    return code as number | null;
-  });
-  return { child, exit, stdout: () => stdout, stderr: () => stderr };
-}
-
-/** Starts `serve` on a free port and waits for its start-up line. */
-async function serve(extra: Record<string, string>): Promise<Serve> {
-  const { child, exit, stdout, stderr } = spawnServe({ PORT: "0", ...extra });
-  const lines = () =>
-    stdout()
-      .split("\n")
-      .filter((l) => l.startsWith("{"))
-      .map((l) => JSON.parse(l) as { msg?: string; [key: string]: unknown });
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no start-up line in 30 s:\n${stdout()}${stderr()}`)), 30_000);
-    const look = () => {
-      for (const line of lines()) {
-        const m = /listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(line.msg ?? "");
-        if (m) {
-          clearTimeout(timer);
-          resolve(Number(m[1]));
-        }
-      }
-    };
-    child.stdout.on("data", look);
-    void exit.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited with ${code}:\n${stdout()}${stderr()}`));
-    });
-  });
-  return {
-    child,
-    port,
-    lines,
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-      return exit;
-    },
-  };
-}
-
-/** Runs `serve` that is expected to fail at start; resolves with its exit code and output. */
-async function failingServe(extra: Record<string, string>, wrapper: readonly string[] = []) {
-  const { child, exit, stdout, stderr } = spawnServe(extra, wrapper);
-  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  const code = await exit;
-  clearTimeout(timer);
-  if (code === null) throw new Error(`serve did not exit within 30 s:\n${stdout()}${stderr()}`);
-  return { code, stdout: stdout(), stderr: stderr() };
-}
+/** Runs `serve` that is expected to fail at start, under the command line `wrapper` if given: its exit code and output. */
+const failingServe = (extra: Record<string, string>, wrapper: readonly string[] = []) =>
+  platformCli(extra.PLATFORM_DATA_DIR!, ["serve"], { HOST: "127.0.0.1", LOG_LEVEL: "info", ...extra }, { wrapper, timeoutMs: 60_000 });
 
 /** One line on stderr, no stack trace, exit code 2. */
 function assertOneLine(run: { code: number | null; stderr: string }, pattern: RegExp): void {
@@ -144,23 +65,19 @@ describe("commands other than serve refuse a data directory without a database, 
     assert.equal(existsSync(missing), false);
   });
 
-  test(
-    "admin-token on a PostgreSQL database no server has set up refuses and creates no schema",
-    { skip: pgAvailable() ? false : "PostgreSQL is not installed (apt-get install postgresql)" },
-    async () => {
-      const url = await freshPgDatabase();
-      const run = await platformCli(freshPath("pg"), ["admin-token"], { PLATFORM_DATABASE_URL: url });
-      assertOneLine(run, /no platform-api schema in the PostgreSQL database at postgres:\/\/.*; start the server first/);
-      const client = new pg.Client({ connectionString: url });
-      await client.connect();
-      try {
-        const { rows } = await client.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'");
-        assert.equal(rows[0]!.n, 0, "no table was created");
-      } finally {
-        await client.end();
-      }
-    },
-  );
+  test("admin-token on a PostgreSQL database no server has set up refuses and creates no schema", { skip: PG_SKIP }, async () => {
+    const url = await freshPgDatabase();
+    const run = await platformCli(freshPath("pg"), ["admin-token"], { PLATFORM_DATABASE_URL: url });
+    assertOneLine(run, /no platform-api schema in the PostgreSQL database at postgres:\/\/.*; start the server first/);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'");
+      assert.equal(rows[0]!.n, 0, "no table was created");
+    } finally {
+      await client.end();
+    }
+  });
 
   test("a PostgreSQL server that cannot be reached is one line naming it, the password left out", async () => {
     const run = await platformCli(freshPath("unused"), ["admin-token"], {
@@ -230,11 +147,11 @@ describe("start-up failures are one line and exit code 2", () => {
 
 describe("a running server", () => {
   const dataDir = freshPath("shared");
-  let a: Serve;
-  let b: Serve;
+  let a: ServeProcess;
+  let b: ServeProcess;
   let token = "";
   const baseUrl = "http://api.test";
-  const call = (s: Serve, path: string, init: RequestInit = {}) =>
+  const call = (s: ServeProcess, path: string, init: RequestInit = {}) =>
     fetch(`http://127.0.0.1:${s.port}${path}`, {
       redirect: "manual",
       ...init,
@@ -255,9 +172,7 @@ describe("a running server", () => {
       { version: line.version, listen: line.listen, backend: line.backend, data: line.data, docs: line.docs },
       { version, listen: `http://127.0.0.1:${a.port}`, backend: "sqlite", data: `${dataDir}/platform.db`, docs: `${baseUrl}/docs` },
     );
-    const minted = await platformCli(dataDir, ["admin-token"], { PLATFORM_BASE_URL: baseUrl });
-    assert.equal(minted.code, 0, minted.stderr);
-    token = minted.stdout.trim();
+    token = await a.adminToken();
   });
 
   test("a second server on the same data directory shares it: each sees the other's writes at once", async () => {
@@ -319,8 +234,11 @@ describe("a running server", () => {
   });
 
   test("stops with a final line", async () => {
-    const codes = await Promise.all([a.stop(), b.stop()]);
-    assert.deepEqual(codes, [0, 0]);
+    const exits = await Promise.all([a.stop(), b.stop()]);
+    assert.deepEqual(
+      exits.map((e) => e.code),
+      [0, 0],
+    );
     for (const s of [a, b]) {
       const last = s.lines().at(-1)!;
       assert.equal(last.msg, "platform-api stopped");

@@ -20,7 +20,6 @@ import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { testTransport } from "../support/connect.js";
 import { admits, ENGINES } from "../support/engines.js";
 import { grpcClient } from "../support/grpc.js";
-import { platformCli } from "../support/platform-cli.js";
 import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
 /** The address the server's tokens name (the admin-token command's and the server's alike). */
@@ -32,9 +31,7 @@ before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "platform-runtime-"));
   chmodSync(dataDir, 0o700);
   srv = await startServeProcess({ PLATFORM_DATA_DIR: dataDir, PLATFORM_BASE_URL: BASE_URL });
-  const minted = await platformCli(dataDir, ["admin-token"], { PLATFORM_BASE_URL: BASE_URL });
-  assert.equal(minted.code, 0, minted.stderr);
-  token = minted.stdout.trim();
+  token = await srv.adminToken();
 });
 after(async () => {
   await srv?.stop();

@@ -25,7 +25,7 @@ let receiver: EventReceiver;
 before(async () => {
   // The tests below run their own deliverers (with their own retry schedules, leases and kills): the server delivers nothing itself.
   srv = await startTestServer({ env: { PLATFORM_DELIVERIES: "off" } });
-  receiver = await startEventReceiver({ jwksUrl: `${srv.url}/.well-known/jwks.json`, issuer: srv.server.tokens.issuer });
+  receiver = await startEventReceiver(srv);
 });
 after(async () => {
   await receiver.close();
@@ -58,6 +58,11 @@ async function eventually(read: () => Promise<any>, pass: (v: any) => boolean, w
   }
 }
 
+/** The subscription uid (or, with "/deliveries", its delivery log) once pass holds of it. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const subscriptionOnce = (uid: string, pass: (v: any) => boolean, what: string, of = "") =>
+  eventually(() => ok(rest(srv.url, "GET", `${PATH}/${uid}${of}`)), pass, what);
+
 function assertVerified(d: ReceivedDelivery, sink: Sink, subscription: string): void {
   assert.equal(d.tokenError, "", "bearer token verified against the JWKS");
   assert.equal(d.signatureError, "", "webhook signature verified");
@@ -73,7 +78,7 @@ describe("the server's own deliverer", () => {
   let ownReceiver: EventReceiver;
   before(async () => {
     own = await startTestServer({ env: { PLATFORM_DELIVERY_POLL_MS: "50", ...METRICS_ENV } });
-    ownReceiver = await startEventReceiver({ jwksUrl: `${own.url}/.well-known/jwks.json`, issuer: own.server.tokens.issuer });
+    ownReceiver = await startEventReceiver(own);
   });
   after(async () => {
     await ownReceiver.close();
@@ -141,11 +146,7 @@ describe("delivery end to end", () => {
         feed.events.map((e: { id: string }) => e.id),
       );
       assert.equal(JSON.parse(got[0]!.body).body.uid, made[0]);
-      const log = await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}/deliveries`)),
-        (l) => l.deliveries.length === 3,
-        "three attempts logged",
-      );
+      const log = await subscriptionOnce(uid, (l) => l.deliveries.length === 3, "three attempts logged", "/deliveries");
       assert.deepEqual(
         log.deliveries.map((x: { eventId: string; outcome: string; status: number; attempt: number }) => [
           x.eventId,
@@ -186,11 +187,7 @@ describe("delivery end to end", () => {
       assert.equal(all[0]!.status, 500);
       assert.deepEqual(new Set(all.map((x) => x.webhookId)).size, 1, "one event, one id");
       assert.equal(all[0]!.headers["ce-subject"], child);
-      const log = await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}/deliveries`)),
-        (l) => l.deliveries.length === all.length,
-        "every attempt logged",
-      );
+      const log = await subscriptionOnce(uid, (l) => l.deliveries.length === all.length, "every attempt logged", "/deliveries");
       assert.deepEqual(
         log.deliveries.map((x: { outcome: string; attempt: number }) => [x.outcome, x.attempt]),
         all.map((_, i) => [i === 0 ? "DELIVERED" : "RETRY", all.length - i]),
@@ -214,28 +211,16 @@ describe("delivery end to end", () => {
     try {
       await children(org, 1, "f");
       const [refused] = await sink.waitForDeliveries(1, WAIT);
-      const failing = await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}`)),
-        (s) => s.state === "FAILING",
-        "FAILING after a 410",
-      );
+      const failing = await subscriptionOnce(uid, (s) => s.state === "FAILING", "FAILING after a 410");
       assert.equal(failing.lastError, `event ${refused!.webhookId} was not delivered: HTTP 410`);
       sink.behave({ status: 503 });
       await children(org, 1, "g");
       const [, gaveUp] = await sink.waitForDeliveries(2, WAIT);
-      await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}`)),
-        (s) => s.lastError.includes(gaveUp!.webhookId),
-        "given up after retries",
-      );
+      await subscriptionOnce(uid, (s) => s.lastError.includes(gaveUp!.webhookId), "given up after retries");
       sink.behave({ status: 204 });
       await children(org, 1, "h");
       await sink.waitForDeliveries(3, WAIT);
-      const back = await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}`)),
-        (s) => s.state === "ACTIVE",
-        "ACTIVE after a delivery",
-      );
+      const back = await subscriptionOnce(uid, (s) => s.state === "ACTIVE", "ACTIVE after a delivery");
       assert.match(back.lastError, /given up after 3 days of retries: HTTP 503/);
       const log = (await ok(rest(srv.url, "GET", `${PATH}/${uid}/deliveries`))).deliveries;
       assert.deepEqual(
@@ -297,11 +282,7 @@ describe("delivery end to end", () => {
       const [, retried] = await sink.waitForDeliveries(2, 15_000).catch((e) => assert.fail(`${e}\n${b!.output()}\n${a.output()}`));
       assertVerified(retried!, sink, uid);
       assert.equal(retried!.webhookId, cut!.webhookId, b.output());
-      const log = await eventually(
-        () => ok(rest(srv.url, "GET", `${PATH}/${uid}/deliveries`)),
-        (l) => l.deliveries.length === 1,
-        "the delivery logged",
-      );
+      const log = await subscriptionOnce(uid, (l) => l.deliveries.length === 1, "the delivery logged", "/deliveries");
       assert.equal(log.deliveries[0].outcome, "DELIVERED");
       assert.equal(log.deliveries[0].eventId, cut!.webhookId);
     } finally {

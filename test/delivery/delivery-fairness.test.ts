@@ -199,7 +199,7 @@ describe("deliverers end to end", () => {
   before(async () => {
     // The deliverers under test run in this process over their own stores; the server delivers nothing itself.
     srv = await startTestServer({ env: { PLATFORM_DELIVERIES: "off", PLATFORM_MAX_SUBSCRIPTIONS_PER_ORG: "100" } });
-    receiver = await startEventReceiver({ jwksUrl: `${srv.url}/.well-known/jwks.json`, issuer: srv.server.tokens.issuer });
+    receiver = await startEventReceiver(srv);
   });
   after(async () => {
     await receiver.close();

@@ -7,45 +7,21 @@
  */
 import assert from "node:assert/strict";
 import { createServer, type AddressInfo } from "node:net";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { ExchangeFailedError, requestGuarded } from "../../src/auth/guarded-fetch.js";
 import { deliveryRequest } from "../../src/delivery/request.js";
 import { generateWebhookSecret } from "../../src/delivery/signature.js";
 import { outcomeOfStatus, postToSink, sinkUrlProblem, type DeliveryAttempt } from "../../src/delivery/sink.js";
-import { eventType, type EventRecord } from "../../src/domain/events.js";
-import { startEventReceiver, type EventReceiver, type Sink } from "../support/event-receiver.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import { createdEvent, receivingServer, SUBSCRIPTION, type Sink } from "../support/event-receiver.js";
 
 const LOOPBACK_ALLOWED = { allowLoopback: true };
 const PRODUCTION = { allowLoopback: false };
-const SUBSCRIPTION = "5b0c7c1e-7a1e-4c3e-9a55-4bb0d5c8e0aa";
-
-const EVENT: EventRecord = {
-  id: "0b7c8a3e-5f7e-4c55-9a55-4bb0d5c8e001",
-  kind: "repo",
-  type: eventType("repo", "created"),
-  subject: "1d7c2f3a-0000-4000-8000-00000000000b",
-  groupUid: "9d7c2f3a-0000-4000-8000-00000000000a",
-  time: Date.UTC(2025, 0, 2, 3, 4, 5),
-  data: '{"actor":{"subject":"3f1c"},"requestId":"r-1","body":{"uid":"1d7c2f3a-0000-4000-8000-00000000000b","name":"café"}}',
-  position: { txid: 0n, seq: 1n },
-};
-
-let srv: TestServer;
-let receiver: EventReceiver;
-
-before(async () => {
-  srv = await startTestServer();
-  receiver = await startEventReceiver({ jwksUrl: `${srv.url}/.well-known/jwks.json`, issuer: srv.server.tokens.issuer });
-});
-after(async () => {
-  await receiver.close();
-  await srv.close();
-});
+const EVENT = createdEvent("repo", 1, { uid: "1d7c2f3a-0000-4000-8000-00000000000b", name: "café" });
+const world = receivingServer();
 
 /** A fresh sink with its secret set, as a subscription create would leave it. */
 function freshSink(name: string): Sink {
-  const sink = receiver.sink(name);
+  const sink = world.receiver.sink(name);
   sink.secret = generateWebhookSecret();
   return sink;
 }
@@ -55,8 +31,8 @@ async function deliver(
   sink: Sink,
   opts: { url?: string; policy?: { allowLoopback: boolean }; timeoutMs?: number } = {},
 ): Promise<DeliveryAttempt> {
-  const { token } = await srv.server.tokens.mintDelivery(sink.url, SUBSCRIPTION);
-  const request = deliveryRequest(EVENT, { source: srv.url, secret: sink.secret, token, now: Date.now() });
+  const { token } = await world.srv.server.tokens.mintDelivery(sink.url, SUBSCRIPTION);
+  const request = deliveryRequest(EVENT, { source: world.srv.url, secret: sink.secret, token, now: Date.now() });
   return postToSink(opts.url ?? sink.url, request, { policy: opts.policy ?? LOOPBACK_ALLOWED, timeoutMs: opts.timeoutMs });
 }
 
@@ -75,12 +51,12 @@ describe("posting a delivery to a sink", () => {
     assert.equal(received!.webhookId, EVENT.id);
     assert.equal(received!.claims!.sub, SUBSCRIPTION);
     assert.equal(received!.claims!.aud, sink.url);
-    assert.equal(received!.claims!.iss, srv.server.tokens.issuer);
+    assert.equal(received!.claims!.iss, world.srv.server.tokens.issuer);
     assert.equal(received!.body, EVENT.data);
     assert.equal(received!.headers["content-type"], "application/json");
     assert.equal(received!.headers["ce-specversion"], "1.0");
     assert.equal(received!.headers["ce-type"], "api.platform.registry.repo.created.v1");
-    assert.equal(received!.headers["ce-source"], srv.url);
+    assert.equal(received!.headers["ce-source"], world.srv.url);
     assert.equal(received!.headers["ce-group"], EVENT.groupUid);
   });
 
@@ -90,8 +66,8 @@ describe("posting a delivery to a sink", () => {
     const attempt = await deliver(sink);
     assert.deepEqual([attempt.outcome, attempt.status, attempt.error], ["delivered", 200, ""]);
     // What the post reads of it: the first 4 KiB, then the connection is dropped.
-    const { token } = await srv.server.tokens.mintDelivery(sink.url, SUBSCRIPTION);
-    const request = deliveryRequest(EVENT, { source: srv.url, secret: sink.secret, token, now: Date.now() });
+    const { token } = await world.srv.server.tokens.mintDelivery(sink.url, SUBSCRIPTION);
+    const request = deliveryRequest(EVENT, { source: world.srv.url, secret: sink.secret, token, now: Date.now() });
     const res = await requestGuarded(
       sink.url,
       { method: "POST", headers: request.headers, body: Buffer.from(request.body) },
@@ -127,7 +103,7 @@ describe("posting a delivery to a sink", () => {
     sink.behave({ hangMs: 120_000 });
     const attempt = await deliver(sink, { timeoutMs: 1_000 });
     assert.deepEqual([attempt.outcome, attempt.status, attempt.error], ["retry", 0, "no answer within 1000 ms"]);
-    receiver.releaseHangs();
+    world.receiver.releaseHangs();
   });
 
   test("a redirect is not followed: the delivery fails and its target receives nothing", async () => {
@@ -155,7 +131,7 @@ describe("posting a delivery to a sink", () => {
 
   test("loopback and private addresses are refused unless the loopback setting allows loopback; nothing is sent", async () => {
     const sink = freshSink("guarded");
-    const port = new URL(receiver.url).port;
+    const port = new URL(world.receiver.url).port;
     for (const [url, policy, error] of [
       [sink.url, PRODUCTION, "sink URL refused: must use https"],
       [`https://127.0.0.1:${port}/guarded`, PRODUCTION, "sink URL refused: must not be a loopback, private or link-local address"],
@@ -169,12 +145,12 @@ describe("posting a delivery to a sink", () => {
       assert.deepEqual([attempt.outcome, attempt.status, attempt.error], ["failed", 0, error], url);
     }
     assert.equal(sink.deliveries.length, 0);
-    assert.deepEqual(receiver.strays, []);
+    assert.deepEqual(world.receiver.strays, []);
   });
 
   test("a name is checked on the addresses it resolves to: none allowed, no connection", async () => {
     const sink = freshSink("by-name");
-    const url = `http://localhost:${new URL(receiver.url).port}/by-name`;
+    const url = `http://localhost:${new URL(world.receiver.url).port}/by-name`;
     await assert.rejects(
       requestGuarded(
         url,

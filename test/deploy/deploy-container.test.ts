@@ -46,6 +46,10 @@ const skip =
 if (!skip && missing.length > 0)
   throw new Error(`PLATFORM_TEST_CONTAINER=1 needs ${missing.join(", ")} (apt-get install ${TOOLS.join(" ")})`);
 
+/**
+ * Runs a container tool (docker, podman, buildah) from the repository root. The server under test runs inside the
+ * container, started by the image's own command: none of test/support's fixtures (they start it on this machine).
+ */
 function run(file: string, args: string[], timeoutMs = 120_000): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     execFile(file, args, { cwd: ROOT, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {

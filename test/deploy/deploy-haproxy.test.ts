@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { curl, runDeploySuite } from "../support/deploy-suite.js";
+import { createThrough, curl, runDeploySuite } from "../support/deploy-suite.js";
 import { METRICS_AUTH, METRICS_ENV, parseExposition, valueOr0 } from "../support/metrics-scrape.js";
 import { http1From } from "../support/proxied-calls.js";
 import { skipUnlessInstalled, startProxy, type RunningProxy } from "../support/proxies.js";
@@ -77,23 +77,14 @@ describe("behind haproxy, two servers: a rolling restart serves every call", { s
 
   /** Creates a group through the proxy and checks that exactly one was made (a retried create must not make two). */
   async function createOnce(name: string): Promise<void> {
-    const res = await curl(proxy, ca, { method: "POST", path: "/iam/v2beta1/groups", http: "1.1", headers: auth(), body: { name } });
-    assert.equal(res.status, 200, `create ${name}: ${JSON.stringify(res.body)}${diagnose()}`);
+    await createThrough(proxy, ca, auth(), name, diagnose());
     const listed = await curl(proxy, ca, { path: `/iam/v2beta1/groups?name=${encodeURIComponent(name)}`, http: "1.1", headers: auth() });
     assert.equal(listed.status, 200);
     assert.equal(listed.body.groups.length, 1, `one ${name}: ${JSON.stringify(listed.body)}`);
   }
 
   test("both serve; with either stopped every call succeeds on the other, creates made once", async (t) => {
-    const created = await curl(proxy, ca, {
-      method: "POST",
-      path: "/iam/v2beta1/groups",
-      http: "1.1",
-      headers: auth(),
-      body: { name: "rolling" },
-    });
-    assert.equal(created.status, 200, `${JSON.stringify(created.body)}${diagnose()}`);
-    const uid = created.body.uid as string;
+    const { uid } = await createThrough(proxy, ca, auth(), "rolling", diagnose());
 
     // Both up: round robin gives each of them calls.
     for (let i = 0; i < 5; i++) await read(uid, "both up");

@@ -8,12 +8,12 @@
  * is not needed: the command is what Docker runs inside the container.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { runChild } from "../support/child-process.js";
 import { startTestServer } from "../support/server.js";
 import { createTestCa, type TestCa } from "../support/test-ca.js";
 
@@ -53,16 +53,13 @@ function imageEnv(): Record<string, string> {
 }
 
 /** Runs the health check command with the image's environment and `extra` (docker run -e); resolves with its exit code. */
-function runHealthcheck(extra: Record<string, string>): Promise<number> {
+async function runHealthcheck(extra: Record<string, string>): Promise<number> {
   const { argv } = healthcheck();
   // Only PATH from this process (Docker's default PATH finds node in the image the same way).
   const env = { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", ...imageEnv(), ...extra };
-  return new Promise((resolve, reject) => {
-    execFile(argv[0]!, argv.slice(1), { env, timeout: 60_000 }, (err, _stdout, stderr) => {
-      if (err && typeof err.code !== "number") return reject(new Error(`${err.message}\n${stderr}`));
-      resolve(err ? (err.code as number) : 0);
-    });
-  });
+  const run = await runChild(argv, { env, timeoutMs: 60_000 });
+  if (run.code === null) throw new Error(`the health check ended by ${run.signal}:\n${run.stderr}`);
+  return run.code;
 }
 
 describe("deploy/Dockerfile's HEALTHCHECK", () => {

@@ -6,16 +6,16 @@
  * Needs Debian's systemd package for systemd-analyze (.ci/run installs it); no systemd need be running.
  */
 import assert from "node:assert/strict";
-import { execFile, execFileSync, spawn } from "node:child_process";
-import { once } from "node:events";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ENVIRONMENT_VARIABLES } from "../../src/config.js";
+import { runChild } from "../support/child-process.js";
 import { admits, ENGINES } from "../support/engines.js";
-import { cleanEnv, freePort } from "../support/serve-process.js";
+import { freePort, startServeProcess } from "../support/serve-process.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const UNIT = join(ROOT, "deploy", "platform-api.service");
@@ -46,13 +46,9 @@ const one = (key: string) => {
   return values[0]!;
 };
 
-function run(file: string, args: string[]): Promise<{ code: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd: dir, timeout: 120_000 }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") reject(err);
-      else resolve({ code: err ? (err.code as number) : 0, output: stdout + stderr });
-    });
-  });
+async function run(file: string, args: string[]): Promise<{ code: number | null; output: string }> {
+  const { code, stdout, stderr } = await runChild([file, ...args], { cwd: dir, env: process.env, timeoutMs: 120_000 });
+  return { code, output: stdout + stderr };
 }
 
 test("the unit's pointers lead somewhere: its Documentation file and the install section its header names exist", () => {
@@ -137,25 +133,12 @@ test("its ExecStart, with its environment, serves, then stops on its KillSignal 
   const version = execFileSync(file!, ["-p", "process.versions.node"], { encoding: "utf8" }).trim();
   const node = admits(ENGINES, version) ? file! : process.execPath;
   if (node !== file) t.diagnostic(`${file} is node ${version}, outside engines (${ENGINES}): ran ${process.execPath} instead`);
-  const child = spawn(node, argv, { env: cleanEnv({ ...environment, ...fromFile }), stdio: ["ignore", "pipe", "pipe"] });
-  let output = "";
-  child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s));
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s));
-  t.after(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  });
-  for (let i = 0; ; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    assert.ok(child.exitCode === null && i < 600, `serve did not become ready:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+  // The unit's own command line and environment: none of the test defaults.
+  const server = await startServeProcess({ ...environment, ...fromFile }, { bare: true, command: [node, ...argv] });
+  t.after(() => server.stop());
   assert.equal(statSync(stateDir).mode & 0o777, 0o700);
-  child.kill(one("KillSignal") as NodeJS.Signals);
-  const [code] = (await once(child, "exit")) as [number | null];
-  assert.equal(code, 0, output);
-  assert.match(output, /"msg":"platform-api stopped"/);
+  server.kill(one("KillSignal") as NodeJS.Signals);
+  const { code } = await server.exited;
+  assert.equal(code, 0, server.output());
+  assert.match(server.output(), /"msg":"platform-api stopped"/);
 });

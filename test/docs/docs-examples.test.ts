@@ -17,8 +17,7 @@ import { describe, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { shellBlocks, type ShellBlock } from "../support/doc-blocks.js";
 import { docPages, readPage } from "../support/markdown.js";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
-import { platformCli } from "../support/platform-cli.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { cleanEnv, startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -60,10 +59,8 @@ async function getJson(port: number, path: string, token: string): Promise<any> 
 }
 
 /** An organization made before a page's blocks run, with the administrator token it was made with. */
-async function seedOrganization(server: ServeProcess, storage: Session["storage"], name: string): Promise<Record<string, string>> {
-  const minted = await platformCli(storage, ["admin-token"], { PORT: String(server.port) });
-  assert.equal(minted.code, 0, minted.stderr);
-  const token = minted.stdout.trim();
+async function seedOrganization(server: ServeProcess, name: string): Promise<Record<string, string>> {
+  const token = await server.adminToken();
   const res = await fetch(`http://127.0.0.1:${server.port}/iam/v2beta1/groups`, {
     method: "POST",
     headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
@@ -172,11 +169,11 @@ const CHECKS: Record<string, Partial<Record<Backend, PageChecks>>> = {
   },
   "docs/operations.md": {
     sqlite: {
-      prepare: (server, storage) => seedOrganization(server, storage, "before the backup"),
+      prepare: (server) => seedOrganization(server, "before the backup"),
       check: (session) => checkRestored(session, { PLATFORM_DATA_DIR: session.vars.RESTORED! }),
     },
     postgres: {
-      prepare: (server, storage) => seedOrganization(server, storage, "before the dump"),
+      prepare: (server) => seedOrganization(server, "before the dump"),
       check: (session) => checkRestored(session, { PLATFORM_DATABASE_URL: session.vars.RESTORED_URL! }),
     },
   },
@@ -341,7 +338,7 @@ describe("each page's shell blocks run in order against a fresh server, and its 
     for (const backend of ["sqlite", "postgres"] as const) {
       const mine = blocks.filter((b) => runs(b.mode, backend));
       if (mine.length === 0) continue;
-      const skip = backend === "postgres" && !pgAvailable() && "PostgreSQL is not installed (apt-get install postgresql)";
+      const skip = backend === "postgres" && PG_SKIP;
       test(`${page} (${backend})`, { skip }, (t) => runSession(t, page, backend, mine));
     }
   }

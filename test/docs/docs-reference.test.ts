@@ -6,7 +6,6 @@
  * other fails here, naming it.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -15,6 +14,7 @@ import { ENVIRONMENT_VARIABLES } from "../../src/config.js";
 import { SYSTEM_SERVICES } from "../../src/server/grpc/server.js";
 import { CONTRACT_FILES } from "../../src/services/index.js";
 import { readPage } from "../support/markdown.js";
+import { platformCli } from "../support/platform-cli.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -86,8 +86,8 @@ test("docs/calling-the-api.md lists every registered service and every service o
   );
 });
 
-test("docs/command-line.md lists every command of `platform-api --help`, and no other", () => {
-  const help = execFileSync(process.execPath, ["bin/platform-api.js", "--help"], { cwd: ROOT, encoding: "utf8" });
+test("docs/command-line.md lists every command of `platform-api --help`, and no other", async () => {
+  const { stdout: help } = await platformCli(null, ["--help"]);
   const listing = /\ncommands:\n((?: {2}\S.*\n)+)/.exec(help);
   assert.ok(listing, `--help lists the commands:\n${help}`);
   const commands = listing[1]!

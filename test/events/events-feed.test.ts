@@ -15,9 +15,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
 import { startEventReceiver, type EventReceiver, type ReceivedDelivery } from "../support/event-receiver.js";
 import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { rest } from "../support/server.js";
 
 const WRITERS = 16;
@@ -26,24 +26,35 @@ const CREATES_PER_WRITER = 25;
 const STALL_MS = 60_000;
 
 interface Setup {
-  servers: ServerProcess[];
+  servers: ServeProcess[];
   token: string;
   cleanup: () => Promise<void>;
 }
 
-/** Both processes deliver subscriptions, to the loopback receiver, looking for due ones every 100 ms. */
-const DELIVERING = { PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true", PLATFORM_DELIVERY_POLL_MS: "100" };
+/**
+ * Both processes deliver subscriptions, to the loopback receiver, looking for due ones every 100 ms; one base
+ * URL, so that a token of one is good on the other.
+ */
+const DELIVERING = {
+  PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
+  PLATFORM_DELIVERY_POLL_MS: "100",
+  PLATFORM_BASE_URL: "http://platform-api.feed.invalid",
+  LOG_LEVEL: "info",
+};
 
 async function twoPostgresProcesses(): Promise<Setup> {
   const env = { PLATFORM_DATABASE_URL: await freshPgDatabase(), ...DELIVERING };
   const dirs = [mkdtempSync(join(tmpdir(), "platform-feed-a-")), mkdtempSync(join(tmpdir(), "platform-feed-b-"))];
-  const servers = [await startServerProcess(dirs[0]!, { env }), await startServerProcess(dirs[1]!, { env })];
-  const token = await mintAdminToken(dirs[0]!, env);
+  const servers = [
+    await startServeProcess({ PLATFORM_DATA_DIR: dirs[0]!, ...env }),
+    await startServeProcess({ PLATFORM_DATA_DIR: dirs[1]!, ...env }),
+  ];
+  const token = await servers[0]!.adminToken();
   return {
     servers,
     token,
     cleanup: async () => {
-      for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await stopServerProcess(s);
+      for (const s of servers) assert.equal((await s.stop()).code, 0, s.output());
       for (const d of dirs) rmSync(d, { recursive: true, force: true });
     },
   };
@@ -52,17 +63,14 @@ async function twoPostgresProcesses(): Promise<Setup> {
 async function twoSqliteWorkers(): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), "platform-feed-sqlite-"));
   // Two worker processes behind one port, sharing the database file.
-  const server = await startServerProcess(dir, { env: { PLATFORM_WORKERS: "2", ...DELIVERING } });
-  const token = await mintAdminToken(dir);
+  const server = await startServeProcess({ PLATFORM_DATA_DIR: dir, PLATFORM_WORKERS: "2", ...DELIVERING });
+  const token = await server.adminToken();
   return {
     servers: [server],
     token,
     cleanup: async () => {
-      // The primary (the child spawned), not the pid a worker's log line named: a worker stopped alone is restarted.
-      if (server.child.exitCode === null && server.child.signalCode === null) {
-        server.child.kill("SIGTERM");
-        await server.exited;
-      }
+      // The primary (the child spawned): a worker stopped alone is restarted.
+      await server.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -8,30 +8,23 @@
  * many calls it cut.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { after, test } from "node:test";
-import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import type { Authenticator } from "../../src/auth/principal.js";
-import { methodDefinition } from "../../src/server/grpc/adapter.js";
-import { within } from "../support/assertions.js";
+import { deferred, within } from "../support/assertions.js";
 import { grpcClient } from "../support/grpc.js";
+import { ServingStatus, watchHealth as watchHealthOf } from "../support/health-watch.js";
 import { heldRestCreate } from "../support/held-create.js";
-import { platformCli } from "../support/platform-cli.js";
-import { cleanEnv } from "../support/serve-process.js";
+import { watchLogs } from "../support/log-lines.js";
+import { isListening, startServeProcess } from "../support/serve-process.js";
 import { startTestServer } from "../support/server.js";
+import { tempDirs } from "../support/temp-dirs.js";
 
-const ROOT = new URL("../..", import.meta.url).pathname;
 /** Identical for serve and admin-token, so the token's audience is the server's. */
 const BASE_URL = "http://127.0.0.1:1";
 /** Far longer than any bound below: nothing in these tests waits it out. */
@@ -39,89 +32,21 @@ const LONG_MS = "60000";
 /** The liveness bound of each wait (well below LONG_MS). */
 const BOUND_MS = 30_000;
 
-const dirs: string[] = [];
+const tempDir = tempDirs("platform-drain-");
 const cleanups: (() => void)[] = [];
 after(() => {
   for (const cleanup of cleanups) cleanup();
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-interface LogLine {
-  msg: string;
-  pid?: number;
-  [field: string]: unknown;
-}
+/** `platform-api serve` in a child process over a fresh data directory, logging at info. */
+const serve = (env: Record<string, string>) =>
+  startServeProcess({ PLATFORM_DATA_DIR: tempDir(), PLATFORM_BASE_URL: BASE_URL, LOG_LEVEL: "info", ...env });
 
-/** `platform-api serve` in a child process, its JSON log lines, and a wait for one. */
-async function serve(env: Record<string, string>) {
-  const dataDir = mkdtempSync(join(tmpdir(), "platform-drain-"));
-  dirs.push(dataDir);
-  const settings = { PORT: "0", HOST: "127.0.0.1", PLATFORM_DATA_DIR: dataDir, PLATFORM_BASE_URL: BASE_URL, LOG_LEVEL: "info", ...env };
-  const child = spawn(process.execPath, ["bin/platform-api.js", "serve"], {
-    cwd: ROOT,
-    env: cleanEnv(settings),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  cleanups.push(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  });
-  const lines: LogLine[] = [];
-  const waiters: { match: (l: LogLine) => boolean; resolve: (l: LogLine) => void }[] = [];
-  let stderr = "";
-  let partial = "";
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  child.stdout.setEncoding("utf8").on("data", (s: string) => {
-    const parts = (partial + s).split("\n");
-    partial = parts.pop()!;
-    for (const text of parts.filter((t) => t !== "")) {
-      const line = JSON.parse(text) as LogLine;
-      lines.push(line);
-      for (const w of waiters.filter((w) => w.match(line))) w.resolve(line);
-    }
-  });
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on("close", (code, signal) => resolve({ code, signal })),
-  );
-  /** The first log line matching, now or later. */
-  const logged = (match: (l: LogLine) => boolean, what: string) =>
-    within(
-      BOUND_MS,
-      new Promise<LogLine>((resolve) => {
-        const seen = lines.find(match);
-        if (seen) resolve(seen);
-        else waiters.push({ match, resolve });
-      }),
-      `log line: ${what}`,
-    );
-  const started = await logged((l) => /listening on http:\/\/127\.0\.0\.1:\d+ /.test(l.msg), "start-up line");
-  const port = Number(/127\.0\.0\.1:(\d+) /.exec(started.msg)![1]);
-  return { child, port, dataDir, lines, logged, exit, stderr: () => stderr };
-}
-
-/** A grpc.health.v1 Watch of `service` over h2c; `next(status)` resolves once the server sent it. */
+/** A health watch, closed when the file's tests end. */
 function watchHealth(port: number, service = "") {
-  const Ctor = grpc.makeGenericClientConstructor({ watch: methodDefinition(Health, Health.method.watch) }, "Health");
-  const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  const statuses: ServingStatus[] = [];
-  const waiters: { status: ServingStatus; resolve: () => void }[] = [];
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watch(create(HealthCheckRequestSchema, { service })) as grpc.ClientReadableStream<{ status: ServingStatus }>;
-  call.on("data", (res: { status: ServingStatus }) => {
-    statuses.push(res.status);
-    for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
-  });
-  call.on("error", () => {}); // CANCELLED when we stop watching, UNAVAILABLE when the server goes first
-  const close = () => {
-    call.cancel();
-    client.close();
-  };
-  cleanups.push(close);
-  return {
-    statuses,
-    next: (status: ServingStatus) =>
-      statuses.includes(status) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ status, resolve })),
-    close,
-  };
+  const watch = watchHealthOf(port, service);
+  cleanups.push(watch.close);
+  return watch;
 }
 
 /** One GET on its own connection: the status and body, or the connection error's code. */
@@ -144,10 +69,8 @@ function pollReadyz(port: number) {
   const answers: { status: number; body: string }[] = [];
   const errors: string[] = [];
   let stopped = false;
-  let sawNotReady!: () => void;
-  const notReady = new Promise<void>((resolve) => (sawNotReady = resolve));
-  let sawReady!: () => void;
-  const ready = new Promise<void>((resolve) => (sawReady = resolve));
+  const { promise: notReady, resolve: sawNotReady } = deferred();
+  const { promise: ready, resolve: sawReady } = deferred();
   const loop = (async () => {
     while (!stopped) {
       const r = await getOnce(port, "/readyz");
@@ -208,7 +131,7 @@ async function idleH2c(port: number) {
 
 test("SIGTERM drains: /readyz 503 with a body (never refused) and gRPC health NOT_SERVING while calls are served; a second SIGTERM closes; a request begun is answered; idle connections do not hold the exit; each phase logged", async () => {
   const srv = await serve({ PLATFORM_DRAIN_MS: LONG_MS, PLATFORM_SHUTDOWN_GRACE_MS: LONG_MS });
-  const token = (await platformCli(srv.dataDir, ["admin-token"], { PLATFORM_BASE_URL: BASE_URL })).stdout.trim();
+  const token = await srv.adminToken();
   const auth = { authorization: `Bearer ${token}` };
   const keepAlive = await idleKeepAlive(srv.port);
   const h2c = await idleH2c(srv.port);
@@ -222,11 +145,11 @@ test("SIGTERM drains: /readyz 503 with a body (never refused) and gRPC health NO
   await within(BOUND_MS, groupsHealth.next(ServingStatus.SERVING), "a service's health watch says SERVING");
   await within(BOUND_MS, poll.ready, "/readyz says 200 before the signal");
 
-  srv.child.kill("SIGTERM");
+  srv.kill("SIGTERM");
   await within(BOUND_MS, health.next(ServingStatus.NOT_SERVING), "the server's health turns NOT_SERVING");
   await within(BOUND_MS, groupsHealth.next(ServingStatus.NOT_SERVING), "every service's health turns NOT_SERVING");
   await within(BOUND_MS, poll.notReady, "/readyz says 503");
-  await srv.logged((l) => l.msg.startsWith("draining"), "draining");
+  await srv.logged((l) => l.msg.startsWith("draining"), "draining", BOUND_MS);
 
   // Still serving while draining: REST (its answer closes the connection) and gRPC.
   const list = await fetch(`http://127.0.0.1:${srv.port}/iam/v2beta1/groups`, { headers: auth });
@@ -243,8 +166,8 @@ test("SIGTERM drains: /readyz 503 with a body (never refused) and gRPC health NO
   const afterSignal = poll.answers.slice(poll.answers.findIndex((a) => a.status === 503));
   for (const a of afterSignal) assert.deepEqual([a.status, JSON.parse(a.body)], [503, { status: "not ready" }]);
 
-  srv.child.kill("SIGTERM");
-  await srv.logged((l) => l.msg === "listener closed", "listener closed");
+  srv.kill("SIGTERM");
+  await srv.logged((l) => l.msg === "listener closed", "listener closed", BOUND_MS);
   const refused = await getOnce(srv.port, "/readyz");
   assert.deepEqual(refused, { error: "ECONNREFUSED" }, "the listener is closed");
 
@@ -260,49 +183,56 @@ test("SIGTERM drains: /readyz 503 with a body (never refused) and gRPC health NO
   health.close();
   groupsHealth.close();
   groups.close();
-  const exit = await within(BOUND_MS, srv.exit, "the process exits long before the grace period");
-  assert.deepEqual(exit, { code: 0, signal: null }, srv.stderr());
+  const exit = await within(BOUND_MS, srv.exited, "the process exits long before the grace period");
+  assert.deepEqual(exit, { code: 0, signal: null }, srv.output());
 
   const phases = ["shutting down", "draining", "drain cut short", "listener closed", "connections drained", "platform-api stopped"];
-  const order = phases.map((p) => srv.lines.findIndex((l) => l.msg.startsWith(p)));
+  const order = phases.map((p) => srv.lines().findIndex((l) => l.msg.startsWith(p)));
   assert.ok(
     order.every((at, i) => at >= 0 && (i === 0 || at > order[i - 1]!)),
-    `phases in order: ${srv.lines.map((l) => l.msg).join(" | ")}`,
+    `phases in order: ${srv
+      .lines()
+      .map((l) => l.msg)
+      .join(" | ")}`,
   );
-  const draining = srv.lines[order[1]!]!;
+  const draining = srv.lines()[order[1]!]!;
   assert.equal(draining.drainMs, Number(LONG_MS));
 });
 
 test("worker mode: SIGTERM to the primary drains every worker (/readyz 503 from each, never refused); a second SIGTERM closes them; the primary exits 0 after them", async () => {
   const srv = await serve({ PLATFORM_WORKERS: "2", PLATFORM_DRAIN_MS: LONG_MS, PLATFORM_SHUTDOWN_GRACE_MS: LONG_MS });
-  // Both workers listen before the test signals (a worker still starting would not drain).
-  await srv.logged(
-    (l) => l.msg.includes("listening on") && srv.lines.filter((x) => x.msg.includes("listening on")).length >= 2,
-    "two workers listen",
-  );
-  srv.child.kill("SIGTERM");
+  // Both workers listen before the test signals (a worker still starting would not drain): the fixture waits for both.
+  assert.equal(srv.lines().filter(isListening).length, 2, "two workers listen");
+  srv.kill("SIGTERM");
   const drainingPids = new Set<number>();
-  await srv.logged((l) => {
-    if (l.msg.startsWith("draining") && l.pid !== undefined) drainingPids.add(l.pid);
-    return drainingPids.size === 2;
-  }, "both workers drain");
+  await srv.logged(
+    (l) => {
+      if (l.msg.startsWith("draining") && l.pid !== undefined) drainingPids.add(l.pid);
+      return drainingPids.size === 2;
+    },
+    "both workers drain",
+    BOUND_MS,
+  );
   // Each connection goes to one worker or the other: every one answers 503, none is refused.
   const answers = await Promise.all(Array.from({ length: 8 }, () => getOnce(srv.port, "/readyz")));
   for (const a of answers) assert.deepEqual("error" in a ? a : [a.status, JSON.parse(a.body)], [503, { status: "not ready" }]);
   assert.equal(srv.child.exitCode, null, "the primary waits for its workers");
 
-  srv.child.kill("SIGTERM");
-  const exit = await within(BOUND_MS, srv.exit, "the primary exits once its workers have closed");
-  assert.deepEqual(exit, { code: 0, signal: null }, srv.stderr());
-  const stopped = new Set(srv.lines.filter((l) => l.msg === "platform-api stopped").map((l) => l.pid));
+  srv.kill("SIGTERM");
+  const exit = await within(BOUND_MS, srv.exited, "the primary exits once its workers have closed");
+  assert.deepEqual(exit, { code: 0, signal: null }, srv.output());
+  const stopped = new Set(
+    srv
+      .lines()
+      .filter((l) => l.msg === "platform-api stopped")
+      .map((l) => l.pid),
+  );
   assert.deepEqual(stopped, drainingPids, "each worker stopped after its drain");
 });
 
 test("close() at the end of the grace period cuts the calls still running and logs how many", async () => {
-  let entered!: () => void;
-  const inHandler = new Promise<void>((resolve) => (entered = resolve));
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => (release = resolve));
+  const { promise: inHandler, resolve: entered } = deferred();
+  const { promise: gate, resolve: release } = deferred();
   const hold = (inner: Authenticator): Authenticator => ({
     async authenticate(headers) {
       entered();
@@ -310,11 +240,7 @@ test("close() at the end of the grace period cuts the calls still running and lo
       return inner.authenticate(headers);
     },
   });
-  const log = new PassThrough();
-  const lines: LogLine[] = [];
-  log.setEncoding("utf8").on("data", (s: string) => {
-    for (const text of s.split("\n").filter((t) => t !== "")) lines.push(JSON.parse(text) as LogLine);
-  });
+  const { lines, stream: log } = watchLogs();
   // A grace short enough to wait out: the call is held until after it.
   const srv = await startTestServer({
     env: { LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: "200" },
@@ -342,10 +268,8 @@ test("close() at the end of the grace period cuts the calls still running and lo
 });
 
 test("a request arriving on an open connection after the listener closed is UNAVAILABLE in the spec's error shape, with Connection: close", async () => {
-  let entered!: () => void;
-  const inHandler = new Promise<void>((resolve) => (entered = resolve));
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => (release = resolve));
+  const { promise: inHandler, resolve: entered } = deferred();
+  const { promise: gate, resolve: release } = deferred();
   let held = true;
   const hold = (inner: Authenticator): Authenticator => ({
     async authenticate(headers) {
@@ -357,15 +281,10 @@ test("a request arriving on an open connection after the listener closed is UNAV
       return inner.authenticate(headers);
     },
   });
-  const log = new PassThrough();
-  const closedListener = new Promise<void>((resolve) =>
-    log.setEncoding("utf8").on("data", (s: string) => {
-      if (s.includes('"listener closed"')) resolve();
-    }),
-  );
+  const logs = watchLogs();
   const srv = await startTestServer({
     env: { LOG_LEVEL: "info", PLATFORM_SHUTDOWN_GRACE_MS: LONG_MS },
-    logStream: log,
+    logStream: logs.stream,
     decorateAuthenticator: hold,
   });
   const socket = net.connect(srv.port, "127.0.0.1");
@@ -376,7 +295,11 @@ test("a request arriving on an open connection after the listener closed is UNAV
     socket.write(`GET /iam/v2beta1/groups HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${srv.adminToken}\r\n\r\n`);
     await within(BOUND_MS, inHandler, "the first request is in flight");
     const closing = srv.close();
-    await within(BOUND_MS, closedListener, "the listener closed");
+    await within(
+      BOUND_MS,
+      logs.next((l) => l.msg === "listener closed"),
+      "the listener closed",
+    );
     socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     release();
     await within(BOUND_MS, once(socket, "close"), "the server closes the connection after the second answer");

@@ -4,25 +4,23 @@
  * configuration check; `admin-token`, `rotate-key`, `--help` and `--version`.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import http2 from "node:http2";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { setImmediate as tick } from "node:timers/promises";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
 import Database from "better-sqlite3";
-import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { CreateGroupRequestSchema, GroupSchema } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { PACKAGE_VERSION } from "../../src/package-root.js";
-import { methodDefinition } from "../../src/server/grpc/adapter.js";
 import { within } from "../support/assertions.js";
+import { ServingStatus, watchHealth } from "../support/health-watch.js";
 import { heldRestCreate } from "../support/held-create.js";
+import { platformCli } from "../support/platform-cli.js";
 import { seedDataDir } from "../support/seed-data-dir.js";
-import { cleanEnv } from "../support/serve-process.js";
+import { startServeProcess } from "../support/serve-process.js";
+import { tempDirs } from "../support/temp-dirs.js";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const BIN = join(ROOT, "bin/platform-api.js");
@@ -37,117 +35,17 @@ const COMMANDS = [
 /** Identical for serve and admin-token, so the token's audience is the server's. */
 const BASE_URL = "http://127.0.0.1:1";
 
-const dirs: string[] = [];
-const children = new Set<ChildProcess>();
-after(() => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = tempDirs("platform-cli-");
 
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "platform-cli-"));
-  dirs.push(dir);
-  return dir;
-}
+/** The settings of a server and of the commands beside it: the same base URL, and the start-up and stop lines logged. */
+const SETTINGS = { PLATFORM_BASE_URL: BASE_URL, LOG_LEVEL: "info" };
 
-/** The environment of a child: ours without any setting the server reads, plus `env`. */
-const childEnv = cleanEnv;
+/** Runs a command to its end over a data directory no command creates (unless env names another). */
+const runCli = (args: string[], env: Record<string, string> = {}) => platformCli(join(tempDir(), "untouched"), args, env);
 
-/** A started `platform-api` child: its output so far and how it ended. */
-interface Cli {
-  child: ChildProcess;
-  stdout: () => string;
-  stderr: () => string;
-  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function startCli(args: string[], env: Record<string, string>): Cli {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: childEnv(env), stdio: ["ignore", "pipe", "pipe"] });
-  children.add(child);
-  let out = "";
-  let err = "";
-  child.stdout!.setEncoding("utf8").on("data", (s: string) => (out += s));
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err += s));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on("close", (code, signal) => resolve({ code, signal })),
-  );
-  return { child, stdout: () => out, stderr: () => err, exit };
-}
-
-/** Runs a command to its end (a liveness bound of 60 s). */
-async function runCli(args: string[], env: Record<string, string> = {}) {
-  const cli = startCli(args, env);
-  const { code, signal } = await within(60_000, cli.exit, `platform-api ${args.join(" ")}`);
-  return { code, signal, stdout: cli.stdout(), stderr: cli.stderr() };
-}
-
-/** The environment of a server on a free port over dataDir; no drain before the close (test/operations/drain.test.ts has it). */
-function serverEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
-  return {
-    PORT: "0",
-    HOST: "127.0.0.1",
-    PLATFORM_DATA_DIR: dataDir,
-    PLATFORM_BASE_URL: BASE_URL,
-    LOG_LEVEL: "info",
-    PLATFORM_DRAIN_MS: "0",
-    ...extra,
-  };
-}
-
-/** The JSON log lines a server printed on stdout. */
-function logLines(cli: Cli): { msg: string; [k: string]: unknown }[] {
-  return cli
-    .stdout()
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as { msg: string });
-}
-
-/** Starts `serve` and waits for its start-up line ("platform-api … listening on http://…"); returns the port. */
-async function startServe(dataDir: string, extra: Record<string, string> = {}): Promise<Cli & { port: number }> {
-  const cli = startCli(["serve"], serverEnv(dataDir, extra));
-  const port = await within(
-    30_000,
-    new Promise<number>((resolve, reject) => {
-      const look = () => {
-        for (const line of logLines(cli)) {
-          const m = /^platform-api \S+ listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(line.msg);
-          if (m) return resolve(Number(m[1]));
-        }
-      };
-      cli.child.stdout!.on("data", look);
-      void cli.exit.then(({ code }) => reject(new Error(`serve exited with ${code}: ${cli.stderr()}`)));
-    }),
-    "serve prints its port",
-  );
-  return { ...cli, port };
-}
-
-/** A grpc.health.v1 Watch over h2c; `next(status)` resolves once the server sent it. */
-function watchHealth(port: number) {
-  const Ctor = grpc.makeGenericClientConstructor({ watch: methodDefinition(Health, Health.method.watch) }, "Health");
-  const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  const statuses: ServingStatus[] = [];
-  const waiters: { status: ServingStatus; resolve: () => void }[] = [];
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{
-    status: ServingStatus;
-  }>;
-  call.on("data", (res: { status: ServingStatus }) => {
-    statuses.push(res.status);
-    for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
-  });
-  call.on("error", () => {}); // CANCELLED when we stop watching, UNAVAILABLE if the server goes first
-  return {
-    statuses,
-    next: (status: ServingStatus) =>
-      statuses.includes(status) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ status, resolve })),
-    close() {
-      call.cancel();
-      client.close();
-    },
-  };
-}
+/** Starts `serve` over dataDir, waiting until it is ready (no drain before the close: test/operations/drain.test.ts has it). */
+const startServe = (dataDir: string, extra: Record<string, string> = {}) =>
+  startServeProcess({ PLATFORM_DATA_DIR: dataDir, ...SETTINGS, ...extra });
 
 /**
  * gRPC creates held in flight on one raw HTTP/2 connection: every stream's
@@ -238,7 +136,7 @@ function inspectDatabase(dataDir: string): { integrity: string; groups: Set<stri
 
 /** An administrator token from `platform-api admin-token` with the server's environment. */
 async function adminToken(dataDir: string): Promise<string> {
-  const res = await runCli(["admin-token"], serverEnv(dataDir));
+  const res = await platformCli(dataDir, ["admin-token"], SETTINGS);
   assert.equal(res.code, 0, res.stderr);
   const token = res.stdout.trim();
   assert.match(token, /^[\w-]+\.[\w-]+\.[\w-]+$/, "a compact JWT alone on stdout");
@@ -277,7 +175,7 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     );
     const grpcHeld = sessions.flatMap((s) => s.calls);
 
-    assert.ok(srv.child.kill(signal));
+    assert.ok(srv.kill(signal));
     await within(30_000, health.next(ServingStatus.NOT_SERVING), "health watch says NOT_SERVING once the signal arrives");
     health.close();
     const answers = await within(20_000, untilRefused(srv.port), "the listener stops accepting");
@@ -302,12 +200,12 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     }
     assert.equal(uids.length, restCalls + grpcCalls);
 
-    const { code, signal: killedBy } = await within(40_000, srv.exit, "the process exits");
+    const { code, signal: killedBy } = await within(40_000, srv.exited, "the process exits");
     assert.equal(killedBy, null, `ended by a signal; stderr: ${srv.stderr()}`);
     assert.equal(code, 0, `exit code; stderr: ${srv.stderr()}`);
     assert.equal(srv.stderr(), "", "nothing on stderr");
     assert.ok(
-      logLines(srv).some((l) => l.msg === "shutting down" && l.signal === signal),
+      srv.lines().some((l) => l.msg === "shutting down" && l.signal === signal),
       "the shutdown is logged with its signal",
     );
 
@@ -319,7 +217,7 @@ async function stopWithCallsInFlight(signal: NodeJS.Signals, restCalls: number, 
     for (const uid of uids) assert.ok(db.groups.has(uid), `acknowledged group ${uid} is stored`);
   } finally {
     health.close();
-    if (srv.child.exitCode === null) srv.child.kill("SIGKILL");
+    srv.kill("SIGKILL");
   }
 }
 
@@ -338,10 +236,10 @@ describe("serve: graceful stop", () => {
     const health = watchHealth(srv.port);
     try {
       await within(30_000, health.next(ServingStatus.SERVING), "SERVING");
-      srv.child.kill("SIGTERM");
+      srv.kill("SIGTERM");
       await within(30_000, health.next(ServingStatus.NOT_SERVING), "NOT_SERVING");
       // The watch is left open: the server ends it after the grace period.
-      const { code, signal } = await within(30_000, srv.exit, "the process exits");
+      const { code, signal } = await within(30_000, srv.exited, "the process exits");
       assert.deepEqual({ code, signal }, { code: 0, signal: null }, srv.stderr());
       assert.equal(inspectDatabase(dataDir).integrity, "ok");
     } finally {
@@ -434,7 +332,7 @@ describe("command line", () => {
     const dataDir = tempDir();
     await seedDataDir(dataDir);
     const before = await adminToken(dataDir);
-    const rotated = await runCli(["rotate-key"], serverEnv(dataDir));
+    const rotated = await platformCli(dataDir, ["rotate-key"], SETTINGS);
     assert.equal(rotated.code, 0, rotated.stderr);
     assert.match(rotated.stdout, /^added signing key \S+\n$/);
     const kid = /^added signing key (\S+)/.exec(rotated.stdout)![1]!;
@@ -449,8 +347,8 @@ describe("command line", () => {
         assert.equal(res.status, 200, await res.text());
       }
     } finally {
-      srv.child.kill("SIGTERM");
-      assert.deepEqual(await within(30_000, srv.exit, "exit"), { code: 0, signal: null });
+      srv.kill("SIGTERM");
+      assert.deepEqual(await within(30_000, srv.exited, "exit"), { code: 0, signal: null });
     }
   });
 
@@ -458,37 +356,23 @@ describe("command line", () => {
     "with a terminal attached, serve logs human-readable lines instead of JSON",
     { skip: existsSync("/usr/bin/script") ? false : "needs script(1) from util-linux" },
     async () => {
-      const dataDir = tempDir();
       // script(1) runs the command on a pseudo-terminal; its output is the terminal's.
-      const env = childEnv(serverEnv(dataDir));
-      const child = spawn("/usr/bin/script", ["-qfec", `${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} serve`, "/dev/null"], {
-        cwd: ROOT,
-        env,
-        stdio: ["pipe", "pipe", "pipe"],
-      });
-      children.add(child);
-      let out = "";
-      child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-      const exited = once(child, "close");
+      const script = ["/usr/bin/script", "-qfec", `${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} serve`, "/dev/null"];
+      const srv = await startServeProcess({ PLATFORM_DATA_DIR: tempDir(), ...SETTINGS }, { command: script });
       try {
-        const pid = await within(
-          30_000,
-          new Promise<number>((resolve) => {
-            child.stdout.on("data", () => {
-              // e.g. "[05:39:25.873] INFO (16596): platform-api 0.1.0 listening on http://127.0.0.1:41917 …", with colours
-              // eslint-disable-next-line no-control-regex
-              const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
-              const m = /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): platform-api \S+ listening on http:\/\/127\.0\.0\.1:\d+/m.exec(plain);
-              if (m) resolve(Number(m[1]));
-            });
-          }),
+        // e.g. "[05:39:25.873] INFO (16596): platform-api 0.1.0 listening on http://127.0.0.1:41917 …", with colours
+        // eslint-disable-next-line no-control-regex
+        const plain = () => srv.stdout().replace(/\x1b\[[0-9;]*m/g, "");
+        const pid = await srv.until(
+          () => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \((\d+)\): platform-api \S+ listening on http:\/\/127\.0\.0\.1:\d+/m.exec(plain())?.[1],
           "a pretty start-up line",
+          30_000,
         );
-        assert.ok(!out.trimStart().startsWith("{"), "not JSON");
-        process.kill(pid, "SIGTERM");
-        await within(30_000, exited, "serve under a terminal exits");
+        assert.ok(!srv.stdout().trimStart().startsWith("{"), "not JSON");
+        process.kill(Number(pid), "SIGTERM");
+        await within(30_000, srv.exited, "serve under a terminal exits");
       } finally {
-        if (child.exitCode === null) child.kill("SIGKILL");
+        srv.kill("SIGKILL");
       }
     },
   );

@@ -13,6 +13,7 @@ import net from "node:net";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import { within } from "../support/assertions.js";
+import { parseLogLines } from "../support/log-lines.js";
 import { rest, startTestServer, type TestServer } from "../support/server.js";
 
 const BOUND_MS = 30_000;
@@ -27,13 +28,7 @@ interface LogLine {
 let srv: TestServer;
 const raw: string[] = [];
 
-function lines(): LogLine[] {
-  return raw
-    .join("")
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as LogLine);
-}
+const lines = () => parseLogLines<LogLine>(raw.join(""));
 
 /** Waits (a liveness bound) for the lines of reqId to include one that matches, then returns all of them. */
 async function linesOf(reqId: string, until: (l: LogLine) => boolean): Promise<LogLine[]> {

@@ -5,46 +5,16 @@
  * with its stdout redirected to a file.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { test } from "node:test";
 import { within } from "../support/assertions.js";
-import { platformCli } from "../support/platform-cli.js";
-import { cleanEnv, freePort } from "../support/serve-process.js";
+import { cleanEnv, runChild } from "../support/child-process.js";
+import { startServeProcess } from "../support/serve-process.js";
+import { tempDirs } from "../support/temp-dirs.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const BASE_URL = "http://logs-on-exit.invalid";
-const dirs: string[] = [];
-const children = new Set<ChildProcess>();
-after(() => {
-  for (const child of children) child.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "platform-logs-exit-"));
-  dirs.push(dir);
-  return dir;
-}
-
-/** Runs node with args from the repository root, stdout appended to logFile; resolves with the exit and what it wrote on stderr. */
-function run(args: string[], env: Record<string, string>, logFile: string) {
-  const fd = openSync(logFile, "a");
-  const child = spawn(process.execPath, args, { cwd: ROOT, env: cleanEnv(env), stdio: ["ignore", fd, "pipe"] });
-  closeSync(fd);
-  children.add(child);
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  const exit = once(child, "close").then(([code, signal]) => {
-    children.delete(child);
-    return { code: code as number | null, signal: signal as NodeJS.Signals | null, stderr };
-  });
-  return { child, exit };
-}
+const tempDir = tempDirs("platform-logs-exit-");
 
 /** The parsed lines of a log file; each must be one JSON object. */
 function logLines(file: string): { msg: string; reqId?: string; [key: string]: unknown }[] {
@@ -63,36 +33,19 @@ function logLines(file: string): { msg: string; reqId?: string; [key: string]: u
 test("SIGTERM while calls are answered: every call answered has its rpc line in the log file once the process has exited", async () => {
   const dataDir = tempDir();
   const logFile = join(tempDir(), "serve.log");
-  const port = await freePort();
-  // No LOG_LEVEL: the default, info.
-  const env = {
-    PLATFORM_DATA_DIR: dataDir,
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    PLATFORM_BASE_URL: BASE_URL,
-    PLATFORM_AUTH_URL: BASE_URL,
-    PLATFORM_SHUTDOWN_GRACE_MS: "2000",
-  };
-  const server = run(["bin/platform-api.js", "serve"], env, logFile);
-  const base = `http://127.0.0.1:${port}`;
-  await within(
-    30_000,
-    (async () => {
-      while (
-        !(await fetch(`${base}/readyz`).then(
-          (r) => r.ok,
-          () => false,
-        ))
-      ) {
-        if (server.child.exitCode !== null) assert.fail(`serve exited: ${(await server.exit).stderr}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    })(),
-    "the server is ready",
+  // No LOG_LEVEL, and the default drain: serve as users run it, none of the test defaults; stdout appended to the file.
+  const server = await startServeProcess(
+    {
+      PLATFORM_DATA_DIR: dataDir,
+      HOST: "127.0.0.1",
+      PLATFORM_BASE_URL: BASE_URL,
+      PLATFORM_AUTH_URL: BASE_URL,
+      PLATFORM_SHUTDOWN_GRACE_MS: "2000",
+    },
+    { bare: true, stdoutFile: logFile },
   );
-  const minted = await platformCli(dataDir, ["admin-token"], { PLATFORM_BASE_URL: BASE_URL, PLATFORM_AUTH_URL: BASE_URL });
-  assert.equal(minted.code, 0, minted.stderr);
-  const authorization = `Bearer ${minted.stdout.trim()}`;
+  const base = server.url;
+  const authorization = `Bearer ${await server.adminToken()}`;
 
   // 400 calls at once; SIGTERM as soon as 100 are answered, while the rest are still being answered.
   const answered: string[] = [];
@@ -110,12 +63,12 @@ test("SIGTERM while calls are answered: every call answered has its rpc line in 
     }
     if (answered.length >= 100 && !stopped) {
       stopped = true;
-      server.child.kill("SIGTERM");
+      server.kill("SIGTERM");
     }
   });
   await within(30_000, Promise.all(calls), "every call settles");
-  const exit = await within(30_000, server.exit, "serve exits on SIGTERM");
-  assert.deepEqual([exit.code, exit.signal], [0, null], exit.stderr);
+  const exit = await within(30_000, server.exited, "serve exits on SIGTERM");
+  assert.deepEqual([exit.code, exit.signal], [0, null], server.stderr());
   assert.ok(answered.length >= 100, `${answered.length} calls answered`);
 
   const rpcLines = logLines(logFile).filter((l) => l.msg === "rpc");
@@ -144,8 +97,11 @@ test("an uncaught exception in the turn that logged: the lines are in the file b
     app.log.error("about to fail");
     throw new Error("injected fatal error");
   `;
-  const { exit } = run(["--import", "tsx", "--input-type=module", "-e", script], {}, logFile);
-  const { code, stderr } = await within(30_000, exit, "the process dies");
+  const { code, stderr } = await runChild([process.execPath, "--import", "tsx", "--input-type=module", "-e", script], {
+    env: cleanEnv({}),
+    stdoutFile: logFile,
+    timeoutMs: 60_000,
+  });
   assert.equal(code, 1);
   assert.match(stderr, /injected fatal error/);
   const lines = logLines(logFile);

@@ -24,7 +24,8 @@ test("processes sharing one stdout pipe: every line the reader gets is whole", a
   `;
   const node = JSON.stringify(process.execPath);
   const run = (name: string) => `${node} --import tsx --input-type=module -e '${writer(name)}'`;
-  // Both writers inherit the one pipe the test reads, as cluster workers inherit the primary's stdout.
+  // Both writers inherit the one pipe the test reads, as cluster workers inherit the primary's stdout: two
+  // writers under one shell, read slowly, not a server (test/support's fixtures read each process on its own pipe).
   const child = spawn("/bin/sh", ["-c", `${run("a")} & ${run("b")} & wait`], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));

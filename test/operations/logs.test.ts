@@ -15,6 +15,7 @@ import type { RunningServer } from "../../src/app/start.js";
 import { methodDefinition } from "../../src/server/grpc/adapter.js";
 import { BROKEN_GROUP, withBrokenGroup } from "../support/broken-store.js";
 import { testTransport } from "../support/connect.js";
+import { parseLogLines } from "../support/log-lines.js";
 import { builtinRole } from "../support/principals.js";
 import { createGroup, mintAdminToken, rest, startTestServer, type TestServer } from "../support/server.js";
 
@@ -44,19 +45,7 @@ let adminToken: string;
 const secrets: string[] = [];
 
 /** Every line written so far, parsed; each must be one JSON object. */
-function lines(): LogLine[] {
-  return raw
-    .join("")
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => {
-      try {
-        return JSON.parse(l) as LogLine;
-      } catch {
-        assert.fail(`log line is not JSON: ${l}`);
-      }
-    });
-}
+const lines = () => parseLogLines<LogLine>(raw.join(""));
 
 /** The "rpc" lines carrying this request id. */
 function rpcLines(reqId: string): LogLine[] {
@@ -404,11 +393,7 @@ test("at LOG_LEVEL=warn, calls write no rpc line; a failing one still writes its
   } finally {
     await quiet.close();
   }
-  const written = chunks
-    .join("")
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as LogLine);
+  const written = parseLogLines<LogLine>(chunks.join(""));
   assert.deepEqual(
     written.filter((l) => l.msg === "rpc"),
     [],

@@ -10,13 +10,11 @@
  * suite's engine (PostgreSQL with PLATFORM_TEST_BACKEND=postgres).
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { mintAdminToken, startServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
-import { within } from "../support/assertions.js";
+import { until, within } from "../support/assertions.js";
 import {
   assertNothingWentBack,
   find,
@@ -29,6 +27,7 @@ import {
   type Exposition,
 } from "../support/metrics-scrape.js";
 import { freshPgDatabase } from "../support/pg-cluster.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { TEST_BACKEND } from "../support/server.js";
 
 const WORKERS = 2;
@@ -36,40 +35,29 @@ const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 const LIST_OK = { service: GROUPS, method: "ListGroups", protocol: "rest", code: "ok" };
 const METRICS_TOKEN = "cluster-scrape-token";
 
-/** The pids of the primary's children (its workers). */
-function workerPids(primary: number): number[] {
-  return execFileSync("ps", ["-o", "pid=", "--ppid", String(primary)], { encoding: "utf8" })
-    .split("\n")
-    .map((l) => Number(l.trim()))
-    .filter((n) => n > 0);
-}
-
-async function until(what: string, done: () => boolean): Promise<void> {
-  await within(
-    30_000,
-    (async () => {
-      while (!done()) await new Promise((r) => setTimeout(r, 50));
-    })(),
-    what,
-  );
-}
-
 /** A two-worker server over fresh storage of the suite's engine, with both workers up. */
 async function startCluster(env: Record<string, string> = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), "platform-metrics-cluster-"));
   const databaseUrl = TEST_BACKEND === "postgres" ? await freshPgDatabase() : "";
   const storeEnv: Record<string, string> = databaseUrl === "" ? {} : { PLATFORM_DATABASE_URL: databaseUrl };
-  const srv = await startServerProcess(dataDir, { env: { PLATFORM_WORKERS: String(WORKERS), ...storeEnv, ...env } });
-  const admin = await mintAdminToken(dataDir, storeEnv);
-  await until("the workers start", () => workerPids(srv.child.pid!).length === WORKERS);
+  // Ready once both workers listen (each logs its start-up line at info).
+  const srv = await startServeProcess({
+    PLATFORM_DATA_DIR: dataDir,
+    PLATFORM_WORKERS: String(WORKERS),
+    LOG_LEVEL: "info",
+    ...storeEnv,
+    ...env,
+  });
+  assert.equal(srv.workerPids().length, WORKERS, "the workers started");
+  const admin = await srv.adminToken();
   return { dataDir, srv, admin };
 }
 
-async function stopCluster(c: { dataDir: string; srv: ServerProcess }): Promise<void> {
-  if (c.srv.child.exitCode === null) {
-    c.srv.child.kill("SIGTERM");
-    const exit = await within(30_000, c.srv.exited, "the primary exits");
-    assert.equal(exit.code, 0, c.srv.logTail());
+async function stopCluster(c: { dataDir: string; srv: ServeProcess }): Promise<void> {
+  if (c.srv.running()) {
+    c.srv.kill("SIGTERM");
+    const exit = await within(60_000, c.srv.exited, "the primary exits");
+    assert.equal(exit.code, 0, c.srv.output());
   }
   rmSync(c.dataDir, { recursive: true, force: true });
 }
@@ -115,7 +103,7 @@ describe(`${WORKERS} workers, /metrics on the public port behind PLATFORM_METRIC
   });
 
   test("the primary says once where to scrape; every worker refuses a scrape without the token or with a wrong one", async () => {
-    const notes = metricsNotes(c.srv.logTail());
+    const notes = metricsNotes(c.srv.output());
     assert.deepEqual(
       notes.primary.map((n) => [n.metricsAccess, n.msg]),
       [["token", "metrics on the public port at /metrics, for scrapers sending PLATFORM_METRICS_TOKEN in the Authorization header"]],
@@ -169,11 +157,11 @@ describe(`${WORKERS} workers, /metrics on the public port behind PLATFORM_METRIC
   test("a worker killed and replaced leaves its counts in the sums: counters keep counting from where they were", async () => {
     const before = await scrapeAll(`${c.srv.url}/metrics`, auth);
     const counted = valueOf(before.samples, "platform_requests_total", LIST_OK);
-    const [victim] = workerPids(c.srv.child.pid!);
+    const [victim] = c.srv.workerPids();
     process.kill(victim!, "SIGKILL");
     // Requests only once the primary has seen the exit: a connection handed to the dying worker is lost.
-    await until("the primary sees the worker die", () => c.srv.logTail().includes("worker died"));
-    await until("a new worker starts", () => workerPids(c.srv.child.pid!).filter((p) => p !== victim).length === WORKERS);
+    await c.srv.waitFor(/worker died/, "output", 60_000);
+    await until(60_000, () => c.srv.workerPids().filter((p) => p !== victim).length === WORKERS, "a new worker starts", 50);
     await listGroups(c.srv.url, c.admin, 6);
     const afterwards = await scrapeAll(`${c.srv.url}/metrics`, auth);
     assert.equal(valueOf(afterwards.samples, "platform_requests_total", LIST_OK), counted + 6);
@@ -192,7 +180,7 @@ describe(`${WORKERS} workers, no metrics setting: /metrics is private on every w
   });
 
   test("the primary says once that metrics are private and how to scrape; every worker answers 403 in the error shape", async () => {
-    const notes = metricsNotes(c.srv.logTail());
+    const notes = metricsNotes(c.srv.output());
     assert.deepEqual(
       notes.primary.map((n) => n.metricsAccess),
       ["private"],
@@ -225,12 +213,9 @@ describe(`${WORKERS} workers, PLATFORM_METRICS_ADDR: the primary serves /metrics
   const auth = { authorization: `Bearer ${METRICS_TOKEN}` };
   before(async () => {
     c = await startCluster({ PLATFORM_METRICS_ADDR: "127.0.0.1:0", PLATFORM_METRICS_TOKEN: METRICS_TOKEN });
-    const line = c.srv
-      .logTail()
-      .split("\n")
-      .find((l) => l.includes('"role":"primary"') && l.includes("metrics on "));
-    assert.ok(line, c.srv.logTail());
-    metricsUrl = (JSON.parse(line) as { metrics: string }).metrics;
+    const line = c.srv.lines().find((l) => l.role === "primary" && l.msg.includes("metrics on "));
+    assert.ok(line, c.srv.output());
+    metricsUrl = line.metrics as string;
     assert.match(metricsUrl, /^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
   });
   after(async () => {
@@ -262,7 +247,7 @@ describe(`${WORKERS} workers, PLATFORM_METRICS_ADDR: the primary serves /metrics
     await listGroups(c.srv.url, c.admin, 4);
     const before = await scrapeAll(metricsUrl, auth);
     assert.equal(valueOf(before.samples, "platform_metrics_stale_workers"), 0);
-    const [stopped] = workerPids(c.srv.child.pid!);
+    const [stopped] = c.srv.workerPids();
     process.kill(stopped!, "SIGSTOP");
     try {
       const res = await getFresh(metricsUrl, auth);

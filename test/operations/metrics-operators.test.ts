@@ -11,7 +11,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { startServerProcess, stopServerProcess } from "../../scripts/support/cli-server.js";
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { PACKAGE_VERSION } from "../../src/package-root.js";
 import type { Store } from "../../src/store/store.js";
@@ -20,6 +19,7 @@ import { find, getFresh, METRICS_ENV, parseExposition, scrapeMetrics, valueOf, v
 import { OidcIssuer } from "../support/oidc-issuer.js";
 import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
 import { builtinRole, createCaller, ok, type Caller } from "../support/principals.js";
+import { startServeProcess } from "../support/serve-process.js";
 import { createGroup, rest, startTestServer, TEST_BACKEND, type TestServer } from "../support/server.js";
 
 const BASE = "http://metrics.test";
@@ -227,13 +227,16 @@ describe("PLATFORM_DATABASE_POOL_SIZE", () => {
     async () => {
       // The command line's pool: the size reaches the store.
       const dataDir = mkdtempSync(join(tmpdir(), "platform-pool-"));
-      const served = await startServerProcess(dataDir, {
-        env: { PLATFORM_DATABASE_URL: await freshPgDatabase(), PLATFORM_DATABASE_POOL_SIZE: "3", ...METRICS_ENV },
+      const served = await startServeProcess({
+        PLATFORM_DATA_DIR: dataDir,
+        PLATFORM_DATABASE_URL: await freshPgDatabase(),
+        PLATFORM_DATABASE_POOL_SIZE: "3",
+        ...METRICS_ENV,
       });
       try {
         assert.equal(valueOf(await scrape(served.url), "platform_database_connections_max"), 3);
       } finally {
-        await stopServerProcess(served);
+        assert.equal((await served.stop()).code, 0, served.output());
         rmSync(dataDir, { recursive: true, force: true });
       }
       // A server whose 4 connections are all held by transactions: a fifth waits for one.

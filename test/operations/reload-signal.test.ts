@@ -13,10 +13,9 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { startServeProcess } from "../support/serve-process.js";
+import { isListening, startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
 const UNIT = fileURLToPath(new URL("../../deploy/platform-api.service", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "platform-reload-"));
@@ -35,16 +34,8 @@ function execReload(pid: number): string[] {
     .map((word) => word.replace("$MAINPID", String(pid)));
 }
 
-/** The JSON log lines printed so far. */
-function logLines(output: string): { msg: string; pid: number }[] {
-  return output
-    .split("\n")
-    .filter((l) => l.startsWith("{"))
-    .map((l) => JSON.parse(l) as { msg: string; pid: number });
-}
-
 /** The log lines whose message starts with "reload". */
-const reloadLines = (output: string) => logLines(output).filter((l) => l.msg.startsWith("reload"));
+const reloadLines = (server: ServeProcess) => server.lines().filter((l) => l.msg.startsWith("reload"));
 
 for (const workers of [1, 2]) {
   test(`the unit's reload (SIGHUP) without TLS keeps ${workers === 1 ? "the server" : "the primary and its workers"} serving, and says so`, async () => {
@@ -54,32 +45,27 @@ for (const workers of [1, 2]) {
       LOG_LEVEL: "info",
     });
     try {
-      // /readyz answers once one worker listens: wait for every worker's start-up line first.
-      const deadline = Date.now() + 120_000;
-      while (
+      // Ready: every worker has logged its start-up line.
+      assert.equal(
         new Set(
-          logLines(server.output())
-            .filter((l) => l.msg.includes(" listening on "))
+          server
+            .lines()
+            .filter(isListening)
             .map((l) => l.pid),
-        ).size < workers
-      ) {
-        assert.ok(Date.now() < deadline, `every worker listening within the liveness bound:\n${server.output()}`);
-        await sleep(50);
-      }
+        ).size,
+        workers,
+        "every worker listening",
+      );
       const [command, ...args] = execReload(server.pid);
       for (let reload = 1; reload <= 2; reload++) {
         await promisify(execFile)(command!, args);
         // One line per process that received it: the server, or the primary and each worker.
         const expected = workers === 1 ? reload : reload * (workers + 1);
-        const bound = Date.now() + 120_000;
-        while (reloadLines(server.output()).length < expected) {
-          assert.ok(Date.now() < bound, `reload lines within the liveness bound:\n${server.output()}`);
-          await sleep(50);
-        }
+        await server.until(() => reloadLines(server).length >= expected, "reload lines");
         const res = await fetch(`http://127.0.0.1:${server.port}/healthz`);
         assert.equal(res.status, 200, "still serving after the reload");
       }
-      const lines = reloadLines(server.output());
+      const lines = reloadLines(server);
       if (workers === 1) {
         assert.deepEqual(new Set(lines.map((l) => l.msg)), new Set(["reload: nothing to re-read (TLS is off); still serving"]));
       } else {

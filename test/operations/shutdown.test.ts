@@ -6,16 +6,13 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { create } from "@bufbuild/protobuf";
-import * as grpc from "@grpc/grpc-js";
-import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { startServerProcess } from "../../scripts/support/cli-server.js";
 import type { Authenticator } from "../../src/auth/principal.js";
-import { methodDefinition } from "../../src/server/grpc/adapter.js";
 import { within } from "../support/assertions.js";
 import { grpcClient } from "../support/grpc.js";
+import { ServingStatus, watchHealth } from "../support/health-watch.js";
 import { grpcPrefix, rawH2 } from "../support/raw-h2.js";
+import { startServeProcess } from "../support/serve-process.js";
 import { rest, startTestServer, type TestServer } from "../support/server.js";
 
 /**
@@ -36,33 +33,6 @@ function gatedAuthenticator(expected: number) {
     },
   });
   return { decorate, allEntered: new Promise<void>((resolve) => (allEntered = resolve)), release, entered: () => entered };
-}
-
-/** A Health.Watch stream; `statuses` collects every status the server sends. */
-function watchHealth(port: number) {
-  const watch = methodDefinition(Health, Health.method.watch);
-  const Ctor = grpc.makeGenericClientConstructor({ watch }, "Health");
-  const client = new Ctor(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  const statuses: ServingStatus[] = [];
-  const waiters: { status: ServingStatus; resolve: () => void }[] = [];
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const call = (client as any).watch(create(HealthCheckRequestSchema, { service: "" })) as grpc.ClientReadableStream<{
-    status: ServingStatus;
-  }>;
-  call.on("data", (res: { status: ServingStatus }) => {
-    statuses.push(res.status);
-    for (const w of waiters.filter((w) => w.status === res.status)) w.resolve();
-  });
-  call.on("error", () => {}); // CANCELLED once we stop watching
-  return {
-    statuses,
-    next: (status: ServingStatus) =>
-      statuses.includes(status) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ status, resolve })),
-    close() {
-      call.cancel();
-      client.close();
-    },
-  };
 }
 
 /**
@@ -148,10 +118,10 @@ test("graceful shutdown: gRPC calls alone in flight complete before the store cl
 });
 
 test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the grace period is over", async (t) => {
-  const GRACE_S = 2; // scripts/support/cli-server.ts runs servers with PLATFORM_SHUTDOWN_GRACE_MS=2000
+  const GRACE_S = 2;
   const dataDir = mkdtempSync(join(tmpdir(), "platform-sigterm-"));
-  // No drain: this is about the close after it (test/operations/drain.test.ts has the drain).
-  const srv = await startServerProcess(dataDir, { env: { PLATFORM_DRAIN_MS: "0" } });
+  // No drain (the fixture's default): this is about the close after it (test/operations/drain.test.ts has the drain).
+  const srv = await startServeProcess({ PLATFORM_DATA_DIR: dataDir, PLATFORM_SHUTDOWN_GRACE_MS: String(GRACE_S * 1000) });
   // A raw client that never acknowledges, never answers GOAWAY, never closes its end.
   const silent = await rawH2(srv.port);
   // A node:http2 client with a call whose request never ends.
@@ -159,8 +129,6 @@ test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the gra
   stuck.on("error", () => {});
   // Listened for at once: the settings may arrive while the raw client is still waiting for its own.
   const stuckConnected = once(stuck, "remoteSettings");
-  let exited = false;
-  void srv.exited.then(() => (exited = true));
   try {
     await within(
       30_000,
@@ -177,17 +145,17 @@ test("SIGTERM with HTTP/2 clients that never close: `serve` exits 0 once the gra
     call.write(grpcPrefix(1024));
 
     const start = performance.now();
-    process.kill(srv.pid, "SIGTERM");
+    srv.kill("SIGTERM");
     // Without the grace period's end the process would wait for these clients forever: exiting at all is the point
     // (a liveness bound, not a timing assertion; the seconds are reported).
     const exit = await within(30_000, srv.exited, "the process exits");
     const seconds = (performance.now() - start) / 1000;
     t.diagnostic(`exited ${exit.signal ?? exit.code} ${seconds.toFixed(2)} s after SIGTERM (grace ${GRACE_S} s)`);
-    assert.equal(exit.code, 0, srv.logTail());
+    assert.equal(exit.code, 0, srv.output());
   } finally {
     silent.close();
     stuck.destroy();
-    if (!exited) process.kill(srv.pid, "SIGKILL");
+    srv.kill("SIGKILL");
     rmSync(dataDir, { recursive: true, force: true });
   }
 });

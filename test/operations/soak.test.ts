@@ -1,36 +1,16 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
-
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+import { runScript } from "../support/child-process.js";
 
 /** A liveness bound for the quick soak: ~30 s of load plus the server's start and stop. */
 const SCRIPT_TIMEOUT_MS = 120_000;
-
-/** Runs scripts/soak.ts with tsx from the repository root (WebSocket for its heap probe); resolves with its exit code and output. */
-function runSoak(args: readonly string[]): Promise<{ code: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    // SIGTERM before the test's own bound, so the script stops the server it started.
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/soak.ts", ...args], {
-      cwd: ROOT,
-      stdio: ["ignore", "pipe", "pipe"],
-      timeout: SCRIPT_TIMEOUT_MS - 10_000,
-      killSignal: "SIGTERM",
-    });
-    let output = "";
-    child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
-    child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
-    child.once("error", reject);
-    child.once("close", (code) => resolve({ code: code ?? -1, output }));
-  });
-}
 
 test(
   "mixed REST and gRPC load: no errors, no memory growth once warm, and SIGTERM under load drains without resets",
   { timeout: SCRIPT_TIMEOUT_MS },
   async () => {
-    const run = await runSoak(["--quick"]);
+    // SIGTERM before the test's own bound, so the script stops the server it started.
+    const run = await runScript("soak.ts", ["--quick"], SCRIPT_TIMEOUT_MS - 10_000);
     assert.equal(run.code, 0, run.output);
     assert.match(run.output, /^errors: 0$/m);
     assert.match(run.output, /^resets: 0$/m);

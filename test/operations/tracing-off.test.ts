@@ -48,7 +48,7 @@ function assertNothingLoaded(): void {
 
 /** A call with a traceparent and the delivery it causes; the delivery carries none. */
 async function callAndDeliver(srv: TestServer, name: string): Promise<void> {
-  sinks ??= await startEventReceiver({ jwksUrl: `${srv.url}/.well-known/jwks.json`, issuer: srv.server.tokens.issuer });
+  sinks ??= await startEventReceiver(srv);
   const traceparent = `00-${"ab".repeat(16)}-${"cd".repeat(8)}-01`;
   const org = await createGroup(srv.url, null, `${name} org`);
   const sink = sinks.sink(name);

@@ -25,6 +25,7 @@ import { BROKEN_GROUP, withBrokenGroup } from "../support/broken-store.js";
 import { testTransport } from "../support/connect.js";
 import { startEventReceiver, type EventReceiver } from "../support/event-receiver.js";
 import { grpcClient } from "../support/grpc.js";
+import { parseLogLines } from "../support/log-lines.js";
 import { generateIssuerKey, signJwt, type IssuerKey } from "../support/oidc-issuer.js";
 import { SPAN_KIND, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
@@ -127,12 +128,7 @@ describe("a traced server", () => {
   const logChunks: string[] = [];
   const logStream = new PassThrough();
   logStream.on("data", (chunk: Buffer) => logChunks.push(chunk.toString("utf8")));
-  const logLines = (): LogLine[] =>
-    logChunks
-      .join("")
-      .split("\n")
-      .filter((l) => l !== "")
-      .map((l) => JSON.parse(l) as LogLine);
+  const logLines = () => parseLogLines<LogLine>(logChunks.join(""));
   /** The one line that matches, once written (pino writes asynchronously; a liveness bound). */
   const logLine = async (match: (l: LogLine) => boolean, what: string): Promise<LogLine> => {
     for (let i = 0; i < 3000 && !logLines().some(match); i++) await new Promise((r) => setTimeout(r, 10));
@@ -143,6 +139,9 @@ describe("a traced server", () => {
   let sinks: EventReceiver;
   let org: { uid: string };
   let admin: string;
+  /** Creates a group named name under the suite's organization over REST, the request carrying traceparent. */
+  const createChild = (name: string, traceparent: string) =>
+    rest(srv.url, "POST", `/iam/v2beta1/groups/${org.uid}`, { name }, { traceparent });
 
   before(async () => {
     srv = await withOtelEnv(
@@ -170,7 +169,7 @@ describe("a traced server", () => {
           },
         }),
     );
-    sinks = await startEventReceiver({ jwksUrl: `${srv.url}/.well-known/jwks.json`, issuer: srv.server.tokens.issuer });
+    sinks = await startEventReceiver(srv);
     org = await createGroup(srv.url, null, "traced org");
     admin = srv.server.adminSubject;
   });
@@ -246,13 +245,7 @@ describe("a traced server", () => {
 
   test("REST create: the write's transaction span is a child of the RPC span and the part calls its children", async () => {
     const caller = callerContext();
-    const res = await rest(
-      srv.url,
-      "POST",
-      `/iam/v2beta1/groups/${org.uid}`,
-      { name: "traced child" },
-      { traceparent: caller.traceparent },
-    );
+    const res = await createChild("traced child", caller.traceparent);
     assert.equal(res.status, 200, JSON.stringify(res.body));
     const span = await rpcSpan(otlp, caller.traceId, "CreateGroup");
     assertRpcSpan(span, caller, { "http.request.method": "POST", "rpc.status_code": "OK", "http.response.status_code": 200 });
@@ -481,13 +474,7 @@ describe("a traced server", () => {
     assert.equal(created.status, 200, JSON.stringify(created.body));
     sink.secret = created.body.secret;
     const caller = callerContext();
-    const res = await rest(
-      srv.url,
-      "POST",
-      `/iam/v2beta1/groups/${org.uid}`,
-      { name: "delivered child" },
-      { traceparent: caller.traceparent },
-    );
+    const res = await createChild("delivered child", caller.traceparent);
     assert.equal(res.status, 200);
     const [delivery] = await sink.waitForDeliveries(1);
     const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(String(delivery!.headers.traceparent));

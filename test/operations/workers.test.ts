@@ -5,17 +5,18 @@
  * staleness; SIGTERM to the primary stops them all gracefully.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { mintAdminToken, startServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
-import { within } from "../support/assertions.js";
+import { until, within } from "../support/assertions.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
+import { cliAdminToken } from "../support/platform-cli.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
-const BASE_URL = "http://platform-api.scripts.invalid";
+/** Identical for serve and admin-token, so the token's audience is the server's. */
+const BASE_URL = "http://platform-api.workers.invalid";
 const WORKERS = 2;
 
 interface Reply {
@@ -44,37 +45,28 @@ function fresh(url: string, method: string, path: string, token: string, body?: 
   });
 }
 
-/** The pids of the primary's children (its workers). */
-function workerPids(primary: number): number[] {
-  const out = execFileSync("ps", ["-o", "pid=", "--ppid", String(primary)], { encoding: "utf8" });
-  return out
-    .split("\n")
-    .map((l) => Number(l.trim()))
-    .filter((n) => n > 0);
-}
-
 describe(`${WORKERS} workers on SQLite`, () => {
   let dataDir: string;
-  let srv: ServerProcess;
+  let srv: ServeProcess;
   let admin: string;
   let issuer: OidcIssuer;
 
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-workers-"));
     issuer = await OidcIssuer.start("workers");
-    srv = await startServerProcess(dataDir, { env: { PLATFORM_WORKERS: String(WORKERS), PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true" } });
-    admin = await mintAdminToken(dataDir);
-    // Both workers up: each answers health on its own.
-    await within(
-      30_000,
-      (async () => {
-        while (workerPids(srv.child.pid!).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
-      })(),
-      "the workers start",
-    );
+    // Ready once both workers listen (each logs its start-up line at info).
+    srv = await startServeProcess({
+      PLATFORM_DATA_DIR: dataDir,
+      PLATFORM_BASE_URL: BASE_URL,
+      PLATFORM_WORKERS: String(WORKERS),
+      PLATFORM_ALLOW_LOOPBACK_ISSUERS: "true",
+      LOG_LEVEL: "info",
+    });
+    assert.equal(srv.workerPids().length, WORKERS, "the workers started");
+    admin = await cliAdminToken(dataDir, { PLATFORM_BASE_URL: BASE_URL });
   });
   after(async () => {
-    if (srv.child.exitCode === null) srv.child.kill("SIGKILL");
+    srv?.kill("SIGKILL");
     await issuer.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
@@ -138,35 +130,22 @@ describe(`${WORKERS} workers on SQLite`, () => {
   });
 
   test("a worker killed with SIGKILL is replaced, and the others keep serving meanwhile", async () => {
-    const [victim] = workerPids(srv.child.pid!);
+    const [victim] = srv.workerPids();
     process.kill(victim!, "SIGKILL");
     // A connection node:cluster hands to a worker in the instant it dies is lost
     // (a load balancer retries it); once the primary has seen the exit, none is.
-    await within(
-      10_000,
-      (async () => {
-        while (!srv.logTail().includes("worker died")) await new Promise((r) => setTimeout(r, 20));
-      })(),
-      "the primary sees the worker die",
-    );
+    await srv.waitFor(/worker died/, "output", 60_000);
     for (let i = 0; i < 20; i++) assert.equal((await fresh(srv.url, "GET", "/healthz", admin)).status, 200);
-    await within(
-      30_000,
-      (async () => {
-        while (workerPids(srv.child.pid!).filter((p) => p !== victim).length < WORKERS) await new Promise((r) => setTimeout(r, 100));
-      })(),
-      "a new worker starts",
-    );
+    await until(60_000, () => srv.workerPids().filter((p) => p !== victim).length >= WORKERS, "a new worker starts", 100);
   });
 
   test("SIGTERM to the primary stops every worker and exits 0", async () => {
-    const workers = workerPids(srv.child.pid!);
-    srv.child.kill("SIGTERM");
-    const exit = await within(20_000, srv.exited, "the primary exits");
-    assert.equal(exit.code, 0, srv.logTail());
+    const workers = srv.workerPids();
+    srv.kill("SIGTERM");
+    const exit = await within(60_000, srv.exited, "the primary exits");
+    assert.equal(exit.code, 0, srv.output());
     for (const pid of workers) assert.throws(() => process.kill(pid, 0), "worker gone");
-    // The primary's last line says so (its output may still be arriving after the exit).
-    for (let i = 0; i < 600 && !srv.logTail().includes('"msg":"all workers stopped"'); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.match(srv.logTail(), /"level":30,.*"msg":"all workers stopped","exitCode":0/);
+    // The primary's last line says so (exited settles once all of the output is read).
+    assert.match(srv.output(), /"level":30,.*"msg":"all workers stopped","exitCode":0/);
   });
 });

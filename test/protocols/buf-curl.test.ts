@@ -1,14 +1,12 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { runChild } from "../support/child-process.js";
 import { defaultToken, startTestServer, type TestServer } from "../support/server.js";
 
-/** The repository root: buf.yaml there makes `--schema .` the contract's own module. */
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const BUF = fileURLToPath(new URL("../../node_modules/.bin/buf", import.meta.url));
 const GROUPS = "platformapi.iam.v2beta1.GroupsService";
 
@@ -27,17 +25,13 @@ interface BufResult {
   stderr: string;
 }
 
-/** Runs `buf curl <args>` from the repository root (offline; no BSR access needed). */
-function bufCurl(...args: string[]): Promise<BufResult> {
+/** Runs `buf curl <args>` from the repository root, where buf.yaml makes `--schema .` the contract's own module (offline; no BSR access needed). */
+async function bufCurl(...args: string[]): Promise<BufResult> {
   // The administrator's token for the target server (the URL is the last argument).
   const token = defaultToken(args[args.length - 1]!.split("/").slice(0, 3).join("/"));
   const auth = token ? ["-H", `Authorization: Bearer ${token}`] : [];
-  return new Promise((resolve, reject) => {
-    execFile(BUF, ["curl", ...auth, ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== "number") reject(err);
-      else resolve({ exitCode: err ? (err.code as number) : 0, stdout, stderr });
-    });
-  });
+  const { code, stdout, stderr } = await runChild([BUF, "curl", ...auth, ...args], { env: process.env, timeoutMs: 60_000 });
+  return { exitCode: code ?? -1, stdout, stderr };
 }
 
 function lines(text: string): string[] {

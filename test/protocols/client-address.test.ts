@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
+import { normalizeAddress, parseTrustedProxies, trustedProxyProblems } from "../../src/domain/trusted-proxies.js";
 import { createClientAddresses, type PeerRequest } from "../../src/server/http/client-address.js";
 import { forwardedClient, forwardedHops, xForwardedForHops } from "../../src/server/http/forwarded.js";
 import { MAX_V1_BYTES, MAX_V2_BYTES, parseProxyHeader } from "../../src/server/http/proxy-protocol.js";
-import { normalizeAddress, parseTrustedProxies, trustedProxyProblems } from "../../src/domain/trusted-proxies.js";
 
 const proxies = parseTrustedProxies(["10.0.0.0/8", "192.168.1.5", "fd00::/8"]);
 const xff = (header: string, peer = "10.0.0.1") => forwardedClient(peer, "x-forwarded-for", header, proxies);

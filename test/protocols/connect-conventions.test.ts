@@ -13,7 +13,12 @@ import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { compressionGzip, createConnectTransport } from "@connectrpc/connect-node";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
-import { CreateGroupRequestSchema, GetGroupRequestSchema, GroupSchema, GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import {
+  CreateGroupRequestSchema,
+  GetGroupRequestSchema,
+  GroupSchema,
+  GroupsService,
+} from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { frame, parseFrames } from "../support/grpc-web-frames.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -56,6 +61,15 @@ function grpcWebHeaderStatus(res: Response) {
   return { grpcStatus: Number(res.headers.get("grpc-status")), info: fromBinary(ErrorInfoSchema, info.value) };
 }
 
+/** A gRPC-Web call (binary) whose answer is trailers-only UNIMPLEMENTED, HTTP 200: the response and its ErrorInfo. */
+async function grpcWebUnimplemented(path: string, headers: Record<string, string>, body: Buffer) {
+  const res = await post(path, { "content-type": "application/grpc-web+proto", ...headers }, body);
+  assert.equal(res.status, 200);
+  const { grpcStatus, info } = grpcWebHeaderStatus(res);
+  assert.equal(grpcStatus, Code.Unimplemented);
+  return { res, info };
+}
+
 /** A unary call in gRPC-Web text mode, as Google's grpc-web client makes it. */
 async function grpcWebTextCall<I extends DescMessage>(method: string, schema: I, request: MessageShape<I>) {
   const body = frame(0, toBinary(schema, request)).toString("base64");
@@ -94,14 +108,7 @@ describe("an unknown method under a Connect path is UNIMPLEMENTED in the caller'
   });
 
   test("gRPC-Web: a trailers-only response with grpc-status 12", async () => {
-    const res = await post(
-      `${GROUPS}/NoSuchMethod`,
-      { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
-      frame(0, new Uint8Array(0)),
-    );
-    assert.equal(res.status, 200);
-    const { grpcStatus, info } = grpcWebHeaderStatus(res);
-    assert.equal(grpcStatus, Code.Unimplemented);
+    const { info } = await grpcWebUnimplemented(`${GROUPS}/NoSuchMethod`, { "x-grpc-web": "1" }, frame(0, new Uint8Array(0)));
     assert.deepEqual([info.reason, info.domain], ["UNKNOWN_METHOD", "platform.api"]);
   });
 
@@ -128,15 +135,8 @@ describe("an unsupported compression is UNIMPLEMENTED with the accepted list", (
   }
 
   test("gRPC-Web, grpc-encoding: foo", async () => {
-    const res = await post(
-      `${GROUPS}/GetGroup`,
-      { "content-type": "application/grpc-web+proto", "grpc-encoding": "foo" },
-      frame(1, new Uint8Array(3)),
-    );
-    assert.equal(res.status, 200);
+    const { res, info } = await grpcWebUnimplemented(`${GROUPS}/GetGroup`, { "grpc-encoding": "foo" }, frame(1, new Uint8Array(3)));
     assert.equal(res.headers.get("grpc-accept-encoding"), "gzip,br");
-    const { grpcStatus, info } = grpcWebHeaderStatus(res);
-    assert.equal(grpcStatus, Code.Unimplemented);
     assert.equal(info.reason, "UNSUPPORTED_CONTENT_ENCODING");
   });
 

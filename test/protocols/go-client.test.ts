@@ -10,13 +10,14 @@
  * it, writing only in a temporary directory.
  */
 import assert from "node:assert/strict";
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { DescFile } from "@bufbuild/protobuf";
 import { CONTRACT_FILES } from "../../src/services/index.js";
+import { outputOf } from "../support/child-process.js";
 import { scratchCheckout, type ScratchCheckout } from "../support/scratch-checkout.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -130,14 +131,8 @@ describe("language options of proto/", () => {
   });
 });
 
-function run(file: string, args: string[], env: Record<string, string> = {}, cwd = ROOT): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd, timeout: 300_000, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${file} ${args.join(" ")} failed: ${err.message}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
+const run = (file: string, args: string[], env: Record<string, string> = {}, cwd = ROOT) =>
+  outputOf([file, ...args], { cwd, env: { ...process.env, ...env }, timeoutMs: 300_000 });
 
 /**
  * docs/go-client.md's offline build and run, line for line: the stubs, Go's build cache and the client all go to

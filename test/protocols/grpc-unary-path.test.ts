@@ -12,13 +12,14 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
-import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
+import { HealthCheckResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 import { GetGroupRequestSchema, GroupSchema, GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { grpcUnaryCalls } from "../../src/server/grpc/unary.js";
 import type { WrappedHandler } from "../../src/server/wrap.js";
 import { within } from "../support/assertions.js";
+import { requestHealthWatch } from "../support/health-watch.js";
+import { signalProbe } from "../support/held-create.js";
 import { createGroup, defaultToken, startTestServer, type TestServer } from "../support/server.js";
 
 const GET_GROUP = "/platformapi.iam.v2beta1.GroupsService/GetGroup";
@@ -162,13 +163,7 @@ describe("native gRPC unary calls on the fast path", () => {
   test("server streaming (Health/Watch) is still served by grpc-js", async () => {
     const session = http2.connect(`http://127.0.0.1:${srv.port}`);
     try {
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/grpc.health.v1.Health/Watch",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      stream.end(envelope(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" }))));
+      const stream = requestHealthWatch(session);
       const [headers] = (await once(stream, "response")) as [http2.IncomingHttpHeaders];
       assert.equal(headers[":status"], 200);
       const [first] = (await within(30_000, once(stream, "data"), "the first Watch answer")) as [Buffer];
@@ -183,23 +178,8 @@ describe("native gRPC unary calls on the fast path", () => {
 });
 
 test("a client cancelling mid-call aborts the handler's signal; a finished call's never aborts", async () => {
-  const signals = new Map<string, AbortSignal>();
-  let slowEntered!: () => void;
-  const slowStarted = new Promise<void>((resolve) => (slowEntered = resolve));
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => (release = resolve));
-  const handler = Object.assign(
-    async (request: unknown, ctx: HandlerContext) => {
-      const requested = (request as { uid: string }).uid;
-      signals.set(requested, ctx.signal);
-      if (requested === "slow") {
-        slowEntered();
-        await gate;
-      }
-      return create(GroupSchema, { uid: requested, name: "probe" });
-    },
-    { needsToken: false, admit: async () => {} },
-  ) as WrappedHandler;
+  const { signals, getGroup, slowStarted, release } = signalProbe();
+  const handler = Object.assign(getGroup, { needsToken: false, admit: async () => {} }) as WrappedHandler;
   const calls = grpcUnaryCalls([{ service: GroupsService, handlers: { getGroup: handler } }], { maxMessageBytes: 65536 });
   const server = http2.createServer();
   server.on("stream", (stream, headers) => {

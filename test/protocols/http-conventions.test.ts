@@ -15,6 +15,7 @@ import { SignJWT } from "jose";
 import type { RunningServer } from "../../src/app/start.js";
 import { assertRestError, fieldViolations } from "../support/assertions.js";
 import { readServerKey } from "../support/forge.js";
+import { assertViolations } from "../support/rest-errors.js";
 import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
 
 /** A raw HTTP/1.1 exchange: the bytes as they came, no decoding of Content-Encoding (fetch would undo it). */
@@ -41,16 +42,7 @@ describe("unknown fields in a request body", () => {
   after(() => srv.close());
 
   test("POST {nmae} is INVALID_ARGUMENT naming nmae, and creates nothing", async () => {
-    const err = assertRestError(
-      await rest(srv.url, "POST", `/iam/v2beta1/groups/${org.uid}`, { nmae: "acme" }),
-      400,
-      3,
-      "INVALID_ARGUMENT",
-    );
-    assert.deepEqual(
-      fieldViolations(err).map((v) => v.field),
-      ["nmae"],
-    );
+    const err = assertViolations(await rest(srv.url, "POST", `/iam/v2beta1/groups/${org.uid}`, { nmae: "acme" }), ["nmae"]);
     assert.match(fieldViolations(err)[0]!.description, /is not a field of platformapi\.iam\.v2beta1\.Group/);
     const children = await rest(srv.url, "GET", `/iam/v2beta1/groups?uidp.children_of=${org.uid}`);
     assert.equal(children.status, 200);
@@ -59,25 +51,13 @@ describe("unknown fields in a request body", () => {
 
   test("PATCH {descripton} without a mask is refused and changes nothing, updateTime included", async () => {
     const group = await createGroup(srv.url, org.uid, "patched", "before");
-    const err = assertRestError(
-      await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${group.uid}`, { descripton: "typo" }),
-      400,
-      3,
-      "INVALID_ARGUMENT",
-    );
-    assert.deepEqual(
-      fieldViolations(err).map((v) => v.field),
-      ["descripton"],
-    );
+    assertViolations(await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${group.uid}`, { descripton: "typo" }), ["descripton"]);
     const after = await rest(srv.url, "GET", `/iam/v2beta1/groups/${group.uid}`);
     assert.equal(after.body.description, "before");
     assert.equal(after.body.updateTime, group.updateTime);
     // A known key next to an unknown one is refused just the same: nothing is half-applied.
     const mixed = await rest(srv.url, "PATCH", `/iam/v2beta1/groups/${group.uid}`, { description: "after", colour: "red" });
-    assert.deepEqual(
-      fieldViolations(assertRestError(mixed, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
-      ["colour"],
-    );
+    assertViolations(mixed, ["colour"]);
     assert.equal((await rest(srv.url, "GET", `/iam/v2beta1/groups/${group.uid}`)).body.description, "before");
   });
 

@@ -59,12 +59,16 @@ interface H2Answer {
   serverRead: number;
 }
 
-/** An h2c session with prior knowledge; closed by the caller. */
-async function h2c(): Promise<http2.ClientHttp2Session> {
+/** Runs fn on an h2c session with prior knowledge, closed after it. */
+async function onH2c<T>(fn: (session: http2.ClientHttp2Session) => Promise<T>): Promise<T> {
   const session = http2.connect(srv.url);
   session.on("error", () => {});
-  await within(30_000, once(session, "connect"), "h2c connect");
-  return session;
+  try {
+    await within(30_000, once(session, "connect"), "h2c connect");
+    return await fn(session);
+  } finally {
+    session.close();
+  }
 }
 
 /**
@@ -125,8 +129,7 @@ function* repeated(count: number, size: number, fill = "a"): Generator<Buffer> {
 
 describe("REST and the plain routes over h2c", () => {
   test("a success and an error, with the same bodies as over HTTP/1.1", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       const created = await h2Request(session, { ":method": "POST", ":path": "/iam/v2beta1/groups", "content-type": "application/json" }, [
         JSON.stringify({ name: "h2 org" }),
       ]);
@@ -139,14 +142,11 @@ describe("REST and the plain routes over h2c", () => {
       assert.equal(missing.status, 404);
       assert.deepEqual(json(missing), await overH1.json());
       assert.equal(restError(json(missing)).reason, "NOT_FOUND");
-    } finally {
-      session.close();
-    }
+    });
   });
 
   test("/healthz, /readyz, /metrics, /openapi.json and /docs assets, compressed as over HTTP/1.1", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       assert.deepEqual(json(await h2Request(session, { ":path": "/healthz" })), { status: "ok" });
       assert.deepEqual(json(await h2Request(session, { ":path": "/readyz" })), { status: "ready" });
       // Compressed on the fly (installResponseCompression), as over HTTP/1.1.
@@ -167,9 +167,7 @@ describe("REST and the plain routes over h2c", () => {
       const head = await h2Request(session, { ":method": "HEAD", ":path": "/healthz" });
       assert.equal(head.status, 200);
       assert.equal(head.body.byteLength, 0);
-    } finally {
-      session.close();
-    }
+    });
   });
 
   test("curl --http2-prior-knowledge: a REST success, and a 415 with the spec's body", async () => {
@@ -230,19 +228,18 @@ describe("Connect and gRPC-Web over h2c (connect-node, httpVersion 2)", () => {
   });
 
   test("gRPC-Web text mode: a success and an error, base64 frames on a raw HTTP/2 stream", async () => {
-    const session = await h2c();
-    const call = async (uid: string) => {
-      const message = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid }));
-      const answer = await h2Request(
-        session,
-        { ":method": "POST", ":path": `${GROUPS}/GetGroup`, "content-type": "application/grpc-web-text", "x-grpc-web": "1" },
-        [frame(0, message).toString("base64")],
-      );
-      assert.equal(answer.status, 200);
-      assert.match(String(answer.headers["content-type"]), /^application\/grpc-web-text/);
-      return parseFrames(Buffer.from(answer.body.toString("latin1"), "base64"));
-    };
-    try {
+    await onH2c(async (session) => {
+      const call = async (uid: string) => {
+        const message = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid }));
+        const answer = await h2Request(
+          session,
+          { ":method": "POST", ":path": `${GROUPS}/GetGroup`, "content-type": "application/grpc-web-text", "x-grpc-web": "1" },
+          [frame(0, message).toString("base64")],
+        );
+        assert.equal(answer.status, 200);
+        assert.match(String(answer.headers["content-type"]), /^application\/grpc-web-text/);
+        return parseFrames(Buffer.from(answer.body.toString("latin1"), "base64"));
+      };
       const created = await h2Request(session, { ":method": "POST", ":path": "/iam/v2beta1/groups", "content-type": "application/json" }, [
         JSON.stringify({ name: "text org" }),
       ]);
@@ -253,9 +250,7 @@ describe("Connect and gRPC-Web over h2c (connect-node, httpVersion 2)", () => {
       assert.equal(missing.trailers.get("grpc-status"), String(Code.NotFound));
       const status = fromBinary(StatusSchema, Buffer.from(missing.trailers.get("grpc-status-details-bin")!, "base64"));
       assert.ok(status.details.some((d) => d.typeUrl.endsWith("ErrorInfo")));
-    } finally {
-      session.close();
-    }
+    });
   });
 
   test("gRPC (grpc-js) on the same port: a success and an error with grpc-status-details-bin", async () => {
@@ -286,8 +281,7 @@ describe("a 415 always carries a body", () => {
   }
 
   test("REST and Connect routes, over HTTP/1.1 and h2c, and a type grpc-js would take (application/grpc-foo)", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       for (const type of ["text/plain", "application/xml", "application/grpc-foo"]) {
         const h1 = await fetch(`${srv.url}${GROUPS}/GetGroup`, { method: "POST", headers: { "content-type": type }, body: "{}" });
         assertConnect415(h1.status, Buffer.from(await h1.arrayBuffer()));
@@ -304,16 +298,13 @@ describe("a 415 always carries a body", () => {
       assert.equal(h2.status, 415);
       assert.deepEqual(json(h2), await h1.json());
       assert.deepEqual(restError(json(h2)), { reason: "INVALID_ARGUMENT", fields: ["Content-Type"] });
-    } finally {
-      session.close();
-    }
+    });
   });
 });
 
 describe("bodies over their limit on h2c are refused without being read", () => {
   test("REST with a token: 64 MiB is 413 after at most the 4 MiB limit, and the stream is reset", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       const out = await h2Request(session, { ":method": "POST", ":path": "/iam/v2beta1/groups", "content-type": "application/json" }, [
         '{"name":"',
         ...repeated(1024, 64 * KiB),
@@ -324,14 +315,11 @@ describe("bodies over their limit on h2c are refused without being read", () => 
       assert.ok(out.serverRead < 4 * MiB + SLACK, `the server read ${out.serverRead} bytes`);
       // The connection goes on serving.
       assert.equal((await h2Request(session, { ":path": "/healthz" })).status, 200);
-    } finally {
-      session.close();
-    }
+    });
   });
 
   test("without a token: 64 MiB to a token-only route is 401 before the body is read", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       const out = await h2Request(
         session,
         { ":method": "POST", ":path": "/iam/v2beta1/groups", "content-type": "application/json", authorization: "" },
@@ -341,14 +329,11 @@ describe("bodies over their limit on h2c are refused without being read", () => 
       assert.equal(restError(json(out)).reason, "UNAUTHENTICATED");
       assert.ok(out.reset);
       assert.ok(out.serverRead < SLACK, `the server read ${out.serverRead} bytes`);
-    } finally {
-      session.close();
-    }
+    });
   });
 
   test("a route that needs no token (token exchange) reads at most 64 KiB: REST 413, Connect RESOURCE_EXHAUSTED", async () => {
-    const session = await h2c();
-    try {
+    await onH2c(async (session) => {
       const rest = await h2Request(
         session,
         { ":method": "POST", ":path": "/sts/exchange", "content-type": "application/x-www-form-urlencoded", authorization: "" },
@@ -369,15 +354,12 @@ describe("bodies over their limit on h2c are refused without being read", () => 
       assert.equal(connect.status, 429);
       assert.equal(errorFromJsonBytes(connect.body, undefined, new Error("no body") as never).code, Code.ResourceExhausted);
       assert.ok(connect.serverRead < SLACK, `the server read ${connect.serverRead} bytes`);
-    } finally {
-      session.close();
-    }
+    });
   });
 });
 
 test("one h2c connection carries gRPC and REST streams at once", async () => {
-  const session = await h2c();
-  try {
+  await onH2c(async (session) => {
     const message = toBinary(GetGroupRequestSchema, create(GetGroupRequestSchema, { uid: MISSING }));
     const grpcCall = () =>
       h2Request(session, { ":method": "POST", ":path": `${GROUPS}/GetGroup`, "content-type": "application/grpc", te: "trailers" }, [
@@ -391,9 +373,7 @@ test("one h2c connection carries gRPC and REST streams at once", async () => {
       if (i % 2 === 1) assert.equal(restError(json(answer)).reason, "NOT_FOUND");
       else assert.match(String(answer.headers["content-type"]), /^application\/grpc/);
     }
-  } finally {
-    session.close();
-  }
+  });
 });
 
 test("REST bodies on HTTP/2 count against the per-address unfinished-bytes budget, as gRPC messages do", async () => {

@@ -8,12 +8,12 @@ import { setTimeout as delay } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
-import { GetGroupRequestSchema, GroupSchema, GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { GetGroupRequestSchema, GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
 import { grpcService, methodDefinition } from "../../src/server/grpc/adapter.js";
 import { createOnePortServer, DEFAULT_TIMEOUTS, type OnePortServer, type OnePortTimeouts } from "../../src/server/http/one-port.js";
-import type { UnaryHandler } from "../../src/server/wrap.js";
 import { within } from "../support/assertions.js";
 import { grpcClient } from "../support/grpc.js";
+import { signalProbe } from "../support/held-create.js";
 import { startTestServer } from "../support/server.js";
 
 // ---------------------------------------------------------------------------
@@ -395,20 +395,7 @@ test("pitfall 5: garbage on HTTP/1.1 gets a 400 in the API's error shape and the
 // ---------------------------------------------------------------------------
 
 test("grpc adapter: ctx.signal stays unaborted after a successful call, aborts when the client cancels", async () => {
-  const signals = new Map<string, AbortSignal>();
-  let slowEntered!: () => void;
-  const slowStarted = new Promise<void>((resolve) => (slowEntered = resolve));
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => (release = resolve));
-  const getGroup: UnaryHandler = async (request, ctx) => {
-    const uid = (request as { uid: string }).uid;
-    signals.set(uid, ctx.signal);
-    if (uid === "slow") {
-      slowEntered();
-      await gate;
-    }
-    return create(GroupSchema, { uid, name: "probe" });
-  };
+  const { signals, getGroup, slowStarted, release } = signalProbe();
   const { definition, implementation } = grpcService({ service: GroupsService, handlers: { getGroup } });
   assert.deepEqual(Object.keys(definition), ["getGroup"]);
 

@@ -6,12 +6,13 @@
  * in Python (a top-level `platform` package did: it is a standard module).
  */
 import assert from "node:assert/strict";
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { outputOf } from "../support/child-process.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -55,14 +56,8 @@ function protosUnder(dir: string): string[] {
     .sort();
 }
 
-function run(file: string, args: string[], env: Record<string, string> = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd: ROOT, timeout: 60_000, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${file} ${args.join(" ")} failed: ${err.message}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
+const run = (file: string, args: string[], env: Record<string, string> = {}) =>
+  outputOf([file, ...args], { env: { ...process.env, ...env }, timeoutMs: 60_000 });
 
 /**
  * Generates the stubs as the README says: proto/ with the google/api and

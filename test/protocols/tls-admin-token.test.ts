@@ -5,36 +5,20 @@
  * another port is still told as another address, without TLS in the hint.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
 import https from "node:https";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { platformCli } from "../support/platform-cli.js";
-import { createTestCa, type TestCa } from "../support/test-ca.js";
-import { startTlsServer, type TlsTestServer } from "../support/tls-server.js";
+import { cliAdminToken } from "../support/platform-cli.js";
+import type { TestCa } from "../support/test-ca.js";
+import { startTlsServerWithCa, type TlsTestServer } from "../support/tls-server.js";
 
-let dir: string;
 let ca: TestCa;
 let srv: TlsTestServer;
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), "tls-admin-token-"));
-  ca = createTestCa(join(dir, "ca"));
-  srv = await startTlsServer(ca, { env: { LOG_LEVEL: "silent" } });
-});
-after(async () => {
-  await srv?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+let close: () => Promise<void>;
+before(async () => ({ ca, srv, close } = await startTlsServerWithCa({ env: { LOG_LEVEL: "silent" } })));
+after(() => close?.());
 
 /** `platform-api admin-token` over the server's database, with the server's PORT (0 in tests) and env. */
-async function adminToken(env: Record<string, string>): Promise<string> {
-  const storage = srv.databaseUrl ? { dataDir: srv.dataDir, databaseUrl: srv.databaseUrl } : srv.dataDir;
-  const run = await platformCli(storage, ["admin-token"], { PORT: "0", ...env });
-  assert.equal(run.code, 0, run.stderr);
-  return run.stdout.trim();
-}
+const adminToken = (env: Record<string, string>) => cliAdminToken(srv, { PORT: "0", ...env });
 
 /** The iss and aud a token claims. */
 function claims(token: string): { iss: string; aud: string } {
@@ -58,27 +42,33 @@ function listGroups(token: string): Promise<{ status: number; message?: string }
   });
 }
 
-test("without PLATFORM_TLS_*: the token says http://, and the 401 names the TLS settings", async () => {
-  const token = await adminToken({});
-  assert.deepEqual(claims(token), { iss: "http://localhost:0", aud: "http://localhost:0" }, "the default addresses without TLS");
-  assert.deepEqual(await listGroups(token), {
-    status: 401,
+/** Tokens minted without the server's TLS settings: the claims they carry, and the hint of the 401 they get. */
+const HTTP_TOKENS: { name: string; env: Record<string, string>; claims: { iss: string; aud: string }; message: string }[] = [
+  {
+    name: "without PLATFORM_TLS_*: the token says http://, and the 401 names the TLS settings",
+    env: {},
+    claims: { iss: "http://localhost:0", aud: "http://localhost:0" },
     message:
       "Unauthenticated: the API token was issued by an http:// address and this server's is https:// " +
       "(mint it with this server's PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE set, or its PLATFORM_AUTH_URL, and PORT)",
-  });
-});
-
-test("an audience alone that is http:// (PLATFORM_AUTH_URL given, not the base URL): the 401 names the TLS settings too", async () => {
-  const token = await adminToken({ PLATFORM_AUTH_URL: "https://localhost:0" });
-  assert.deepEqual(claims(token), { iss: "https://localhost:0", aud: "http://localhost:0" });
-  assert.deepEqual(await listGroups(token), {
-    status: 401,
+  },
+  {
+    name: "an audience alone that is http:// (PLATFORM_AUTH_URL given, not the base URL): the 401 names the TLS settings too",
+    env: { PLATFORM_AUTH_URL: "https://localhost:0" },
+    claims: { iss: "https://localhost:0", aud: "http://localhost:0" },
     message:
       "Unauthenticated: the API token was issued for an http:// audience and this server's is https:// " +
       "(mint it with this server's PLATFORM_TLS_CERT_FILE and PLATFORM_TLS_KEY_FILE set, or its PLATFORM_BASE_URL, and PORT)",
+  },
+];
+
+for (const c of HTTP_TOKENS) {
+  test(c.name, async () => {
+    const token = await adminToken(c.env);
+    assert.deepEqual(claims(token), c.claims);
+    assert.deepEqual(await listGroups(token), { status: 401, message: c.message });
   });
-});
+}
 
 test("with the server's PLATFORM_TLS_*: the token says https:// and works", async () => {
   const token = await adminToken({ PLATFORM_TLS_CERT_FILE: ca.certFile, PLATFORM_TLS_KEY_FILE: ca.keyFile });

@@ -7,7 +7,6 @@
  * and exit 2, as every start-up failure.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { X509Certificate } from "node:crypto";
 import { once } from "node:events";
 import { copyFileSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -17,13 +16,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { TLSSocket } from "node:tls";
-import { fileURLToPath } from "node:url";
 import { within } from "../support/assertions.js";
-import { cleanEnv, freePort } from "../support/serve-process.js";
+import { platformCli } from "../support/platform-cli.js";
+import { isListening, startServeProcess } from "../support/serve-process.js";
 import { createTestCa, type TestCa } from "../support/test-ca.js";
-import { handshake, startTlsServer, watchLogs, type LogWatch, type TlsTestServer } from "../support/tls-server.js";
+import { handshake, startTlsServer, type TlsTestServer } from "../support/tls-server.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** A watched change is picked up within a few seconds; this only bounds a failing run. */
 const LIVENESS_MS = 60_000;
 
@@ -144,85 +142,58 @@ describe("replacing the files", () => {
   });
 });
 
-/** `platform-api serve` from the sources (no build needed), logging at info. */
-async function serve(env: Record<string, string>): Promise<{ child: ChildProcess; logs: LogWatch; stderr: () => string; port: number }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "serve"], {
-    cwd: ROOT,
-    env: cleanEnv({ HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", PLATFORM_DRAIN_MS: "0", ...env }),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const logs = watchLogs();
-  child.stdout!.pipe(logs.stream);
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  return { child, logs, stderr: () => stderr, port };
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill("SIGTERM");
-  await once(child, "exit");
-}
-
-const listening = (l: { msg?: string }) => typeof l.msg === "string" && l.msg.includes(" listening on https://");
-
 describe("SIGHUP", () => {
   for (const workers of [1, 2]) {
     test(`re-reads the certificate in ${workers === 1 ? "the process" : "every worker (the primary passes it on)"}`, async () => {
       const files = servedFiles(`hup-${workers}`);
       const dataDir = mkdtempSync(join(dir, "data-"));
-      const proc = await serve({
+      const proc = await startServeProcess({
         PLATFORM_TLS_CERT_FILE: files.certFile,
         PLATFORM_TLS_KEY_FILE: files.keyFile,
         PLATFORM_DATA_DIR: dataDir,
         PLATFORM_WORKERS: String(workers),
+        LOG_LEVEL: "info",
       });
       try {
-        const started = new Set<unknown>();
-        await within(
-          LIVENESS_MS,
-          proc.logs.next((l) => listening(l) && started.add(l.pid).size === workers),
-          `${workers} start-up lines`,
+        // Ready: every worker has logged its start-up line.
+        const started = new Set(
+          proc
+            .lines()
+            .filter(isListening)
+            .map((l) => l.pid),
         );
+        assert.equal(started.size, workers, `${workers} start-up lines`);
         copyFileSync(second.keyFile, files.keyFile);
         copyFileSync(second.certFile, files.certFile);
-        proc.child.kill("SIGHUP");
+        proc.kill("SIGHUP");
         const reloadedBy = new Set<unknown>();
-        await within(
-          LIVENESS_MS,
-          proc.logs.next((l) => reloaded("SIGHUP")(l) && reloadedBy.add(l.pid).size === workers),
-          "reload lines",
-        );
+        await proc.logged((l) => reloaded("SIGHUP")(l) && reloadedBy.add(l.pid).size === workers, "reload lines", LIVENESS_MS);
         assert.deepEqual(reloadedBy, started, "each worker reloaded");
         assert.equal((await handshake(proc.port, trusted)).serial, serialOf(second.cert));
         assert.equal(proc.child.exitCode, null, "SIGHUP does not stop the server");
       } finally {
-        await stop(proc.child);
+        await proc.stop();
       }
     });
   }
 });
 
 describe("start-up with a bad pair, from the command line", () => {
+  /** `serve` run to its end (it is not expected to start). */
+  const serveFailing = (env: Record<string, string>) => platformCli(join(dir, "bad"), ["serve"], { HOST: "127.0.0.1", PORT: "0", ...env });
+
   test("a mismatched pair: one line naming the files, exit 2", async () => {
-    const proc = await serve({
-      PLATFORM_TLS_CERT_FILE: first.certFile,
-      PLATFORM_TLS_KEY_FILE: second.keyFile,
-      PLATFORM_DATA_DIR: join(dir, "bad"),
-    });
-    const [code] = (await once(proc.child, "exit")) as [number];
-    assert.equal(code, 2);
+    const run = await serveFailing({ PLATFORM_TLS_CERT_FILE: first.certFile, PLATFORM_TLS_KEY_FILE: second.keyFile });
+    assert.equal(run.code, 2);
     assert.match(
-      proc.stderr(),
+      run.stderr,
       /^platform-api: TLS certificate .*first\/server\.crt with key .*second\/server\.key is unusable: .*key values mismatch\n$/,
     );
   });
 
   test("a certificate without a key: a configuration error, exit 2", async () => {
-    const proc = await serve({ PLATFORM_TLS_CERT_FILE: first.certFile, PLATFORM_DATA_DIR: join(dir, "bad") });
-    const [code] = (await once(proc.child, "exit")) as [number];
-    assert.equal(code, 2);
-    assert.match(proc.stderr(), /PLATFORM_TLS_CERT_FILE is set but PLATFORM_TLS_KEY_FILE is not: set both or neither/);
+    const run = await serveFailing({ PLATFORM_TLS_CERT_FILE: first.certFile });
+    assert.equal(run.code, 2);
+    assert.match(run.stderr, /PLATFORM_TLS_CERT_FILE is set but PLATFORM_TLS_KEY_FILE is not: set both or neither/);
   });
 });

@@ -29,7 +29,7 @@ import { assertRestError, connectError, within } from "../support/assertions.js"
 import { grpcStatus } from "../support/grpc.js";
 import { startTestServer } from "../support/server.js";
 import { createTestCa, type TestCa } from "../support/test-ca.js";
-import { handshake, startTlsServer, type TlsTestServer } from "../support/tls-server.js";
+import { handshake, startTlsServer, startTlsServerWithCa, type TlsTestServer } from "../support/tls-server.js";
 
 const run = promisify(execFile);
 const MISSING = "f".repeat(40);
@@ -37,19 +37,15 @@ const MISSING = "f".repeat(40);
 let dir: string;
 let ca: TestCa;
 let srv: TlsTestServer;
+let close: () => Promise<void>;
 /** https://localhost:<port>: the name the test certificate carries. */
 let base: string;
 
 before(async () => {
-  dir = mkdtempSync(join(tmpdir(), "platform-tls-"));
-  ca = createTestCa(join(dir, "ca"));
-  srv = await startTlsServer(ca);
+  ({ dir, ca, srv, close } = await startTlsServerWithCa());
   base = `https://localhost:${srv.port}`;
 });
-after(async () => {
-  await srv?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+after(() => close?.());
 
 /** curl trusting the test CA; prints the body then a line with the HTTP version and status. */
 async function curl(...args: string[]): Promise<{ version: string; status: number; body: string }> {

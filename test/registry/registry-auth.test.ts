@@ -9,26 +9,24 @@ import { platformCli } from "../support/platform-cli.js";
 import { builtinRole, createCaller, customRole, ok, type Caller } from "../support/principals.js";
 import {
   deleteImage,
-  makeImage,
   manifestDigest,
   pullImage,
   pushImage,
   REGISTRY_ISSUER,
   REGISTRY_SERVER_ENV,
   REGISTRY_SERVICE,
-  startRegistry,
+  startRegistryWorld,
   type Credentials,
-  type TestRegistry,
+  type RegistryWorld,
 } from "../support/registry.js";
 import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
 
 const AUTH = "http://auth.test";
 const WORKLOAD_SUBJECT = "repo:acme/app:ref:refs/heads/main";
 
+let world: RegistryWorld;
 let srv: TestServer;
-let registry: TestRegistry;
 let issuer: OidcIssuer;
-let image: Awaited<ReturnType<typeof makeImage>>;
 let org: string;
 let other: string;
 let pusher: Caller;
@@ -67,7 +65,8 @@ async function accessOf(c: Credentials, scopes: string[]): Promise<{ type: strin
 
 before(async () => {
   issuer = await OidcIssuer.start("wl");
-  srv = await startTestServer({ env: { ...REGISTRY_SERVER_ENV, PLATFORM_AUTH_URL: AUTH } });
+  world = await startRegistryWorld({ PLATFORM_AUTH_URL: AUTH });
+  srv = world.srv;
   org = (await createGroup(srv.url, null, "registry org")).uid;
   other = (await createGroup(srv.url, null, "other org")).uid;
   pusher = await createCaller(srv, org, "pusher", await builtinRole(srv, "registry.push"));
@@ -89,14 +88,10 @@ before(async () => {
   await ok(
     rest(srv.url, "POST", `/iam/v2beta1/roleBindings/${org}`, { identityUid: workload, roleUid: await builtinRole(srv, "registry.push") }),
   );
-  registry = await startRegistry(srv);
-  image = await makeImage("v1");
 });
 
 after(async () => {
-  image?.remove();
-  await registry?.close();
-  await srv?.close();
+  await world?.close();
   await issuer?.close();
 });
 
@@ -245,8 +240,8 @@ describe("registry token endpoint", () => {
     assert.deepEqual(claims.access, await accessOf(apiCreds(pusher), scope.split(" ")));
     assert.equal(body.scope, `repository:${org}/app:pull,push`, "the scope granted: nothing at the other org");
     // Distribution verifies it: its API root answers the token's bearer.
-    const root = await fetch(`http://${registry.addr}/v2/`, { headers: { authorization: `Bearer ${body.access_token}` } });
-    assert.equal(root.status, 200, registry.logs());
+    const root = await fetch(`http://${world.registry.addr}/v2/`, { headers: { authorization: `Bearer ${body.access_token}` } });
+    assert.equal(root.status, 200, world.registry.logs());
     // A workload assumes its identity with its OIDC token as the password, as with Basic.
     const assumed = await ok(
       oauthRequest({
@@ -286,27 +281,27 @@ describe("registry token endpoint", () => {
 
 describe("with the real registry and skopeo", () => {
   test("a pusher pushes; a viewer pulls but cannot push; another org's owner can do neither", async () => {
-    const pushed = await pushImage(registry, image.ref, `${org}/app:v1`, apiCreds(pusher));
-    assert.equal(pushed.code, 0, `${pushed.stderr}\n${registry.logs().slice(-2000)}`);
-    const digest = await manifestDigest(registry, `${org}/app:v1`, apiCreds(viewer));
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/app:v1`, apiCreds(pusher));
+    assert.equal(pushed.code, 0, `${pushed.stderr}\n${world.registry.logs().slice(-2000)}`);
+    const digest = await manifestDigest(world.registry, `${org}/app:v1`, apiCreds(viewer));
     assert.match(digest, /^sha256:[0-9a-f]{64}$/);
-    const pulled = await pullImage(registry, `${org}/app:v1`, apiCreds(viewer));
+    const pulled = await pullImage(world.registry, `${org}/app:v1`, apiCreds(viewer));
     assert.equal(pulled.code, 0, pulled.stderr);
-    const viewerPush = await pushImage(registry, image.ref, `${org}/app:v2`, apiCreds(viewer));
+    const viewerPush = await pushImage(world.registry, world.image.ref, `${org}/app:v2`, apiCreds(viewer));
     assert.notEqual(viewerPush.code, 0);
     assert.match(viewerPush.stderr, /unauthorized|denied|authentication required/i);
-    const outsiderPull = await pullImage(registry, `${org}/app:v1`, apiCreds(outsider));
+    const outsiderPull = await pullImage(world.registry, `${org}/app:v1`, apiCreds(outsider));
     assert.notEqual(outsiderPull.code, 0);
     assert.match(outsiderPull.stderr, /unauthorized|denied|authentication required/i);
-    const outsiderPush = await pushImage(registry, image.ref, `${org}/app:v3`, apiCreds(outsider));
+    const outsiderPush = await pushImage(world.registry, world.image.ref, `${org}/app:v3`, apiCreds(outsider));
     assert.notEqual(outsiderPush.code, 0);
   });
 
   test("a workload pushes with its own OIDC token, exchanged at the token endpoint", async () => {
     const oidc = issuer.idToken({ sub: WORKLOAD_SUBJECT, aud: AUTH });
-    const pushed = await pushImage(registry, image.ref, `${org}/ci/app:main`, { user: workload, password: oidc });
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/ci/app:main`, { user: workload, password: oidc });
     assert.equal(pushed.code, 0, pushed.stderr);
-    const digest = await manifestDigest(registry, `${org}/ci/app:main`, apiCreds(viewer));
+    const digest = await manifestDigest(world.registry, `${org}/ci/app:main`, apiCreds(viewer));
     assert.match(digest, /^sha256:[0-9a-f]{64}$/);
   });
 
@@ -320,23 +315,23 @@ describe("with the real registry and skopeo", () => {
       "CAP_TAG_UPDATE",
     ]);
     const writer = await createCaller(srv, org, "push no delete", role);
-    const pushed = await pushImage(registry, image.ref, `${org}/doomed:v1`, apiCreds(writer));
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/doomed:v1`, apiCreds(writer));
     assert.equal(pushed.code, 0, pushed.stderr);
-    const refused = await deleteImage(registry, `${org}/doomed:v1`, apiCreds(writer));
+    const refused = await deleteImage(world.registry, `${org}/doomed:v1`, apiCreds(writer));
     assert.notEqual(refused.code, 0);
-    const deleted = await deleteImage(registry, `${org}/doomed:v1`, apiCreds(owner));
+    const deleted = await deleteImage(world.registry, `${org}/doomed:v1`, apiCreds(owner));
     assert.equal(deleted.code, 0, deleted.stderr);
-    const gone = await pullImage(registry, `${org}/doomed:v1`, apiCreds(owner));
+    const gone = await pullImage(world.registry, `${org}/doomed:v1`, apiCreds(owner));
     assert.notEqual(gone.code, 0);
     assert.match(gone.stderr, /manifest unknown|not found/i);
   });
 
   test("a revoked binding stops the next token", async () => {
-    const before = await pullImage(registry, `${org}/app:v1`, apiCreds(viewer));
+    const before = await pullImage(world.registry, `${org}/app:v1`, apiCreds(viewer));
     assert.equal(before.code, 0, before.stderr);
     await ok(rest(srv.url, "DELETE", `/iam/v2beta1/roleBindings/${viewerBinding}`));
     assert.deepEqual(await accessOf(apiCreds(viewer), [`repository:${org}/app:pull`]), []);
-    const afterRevoke = await pullImage(registry, `${org}/app:v1`, apiCreds(viewer));
+    const afterRevoke = await pullImage(world.registry, `${org}/app:v1`, apiCreds(viewer));
     assert.notEqual(afterRevoke.code, 0);
     assert.match(afterRevoke.stderr, /unauthorized|denied|authentication required/i);
   });
@@ -358,13 +353,12 @@ describe("key rotation", () => {
     });
     assert.equal(payload.sub, pusher.uid);
     // The registry read its bundle at start: it refuses the new key's tokens until it is restarted with the new one.
-    const stale = await pullImage(registry, `${org}/app:v1`, apiCreds(pusher));
+    const stale = await pullImage(world.registry, `${org}/app:v1`, apiCreds(pusher));
     assert.notEqual(stale.code, 0);
-    await registry.close();
-    registry = await startRegistry(srv);
-    const pushed = await pushImage(registry, image.ref, `${org}/app:v1`, apiCreds(pusher));
+    await world.restartRegistry();
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/app:v1`, apiCreds(pusher));
     assert.equal(pushed.code, 0, pushed.stderr);
-    const pulled = await pullImage(registry, `${org}/app:v1`, apiCreds(pusher));
+    const pulled = await pullImage(world.registry, `${org}/app:v1`, apiCreds(pusher));
     assert.equal(pulled.code, 0, pulled.stderr);
   });
 });

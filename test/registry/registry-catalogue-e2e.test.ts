@@ -11,38 +11,31 @@ import { platformCli } from "../support/platform-cli.js";
 import { ok } from "../support/principals.js";
 import {
   deleteImage,
-  makeImage,
   manifestDigest,
   pushImage,
   REGISTRY_SERVER_ENV,
-  startRegistry,
+  startRegistryWorld,
   type Credentials,
-  type TestRegistry,
+  type RegistryWorld,
 } from "../support/registry.js";
-import { createGroup, rest, startTestServer, type TestServer } from "../support/server.js";
+import { createGroup, rest, type TestServer } from "../support/server.js";
 
 /** A liveness bound, not a latency target: the catalogue normally follows within a fraction of a second. */
 const CATALOGUE_BOUND_MS = 60_000;
 
 describe("the catalogue follows the real registry", () => {
+  let world: RegistryWorld;
   let srv: TestServer;
-  let registry: TestRegistry;
-  let image: Awaited<ReturnType<typeof makeImage>>;
   let org = "";
   let creds: Credentials;
   before(async () => {
-    srv = await startTestServer({ env: REGISTRY_SERVER_ENV });
+    world = await startRegistryWorld();
+    srv = world.srv;
     org = (await createGroup(srv.url, null, "catalogue org")).uid;
     // The administrator: every registry action at every repository.
     creds = { user: "_token", password: srv.adminToken };
-    registry = await startRegistry(srv);
-    image = await makeImage("v1");
   });
-  after(async () => {
-    image?.remove();
-    await registry?.close();
-    await srv?.close();
-  });
+  after(() => world?.close());
 
   async function repoUid(name: string): Promise<string | undefined> {
     return (await ok(rest(srv.url, "GET", `/registry/v2beta1/repos?uidp.children_of=${org}&name=${encodeURIComponent(name)}`))).repos[0]
@@ -59,21 +52,21 @@ describe("the catalogue follows the real registry", () => {
     const started = performance.now();
     while (!(await check())) {
       if (performance.now() - started > CATALOGUE_BOUND_MS)
-        assert.fail(`${what}: not within ${CATALOGUE_BOUND_MS} ms\n${registry.logs().slice(-3000)}`);
+        assert.fail(`${what}: not within ${CATALOGUE_BOUND_MS} ms\n${world.registry.logs().slice(-3000)}`);
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
     return performance.now() - started;
   }
 
   test("a push shows the repo and the tag at the pushed digest; a delete removes the tag", async (t) => {
-    const pushed = await pushImage(registry, image.ref, `${org}/app:v1`, creds);
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/app:v1`, creds);
     assert.equal(pushed.code, 0, pushed.stderr);
     const ms = await until("the pushed tag", async () => (await tags("app")).v1 !== undefined);
-    const digest = await manifestDigest(registry, `${org}/app:v1`, creds);
+    const digest = await manifestDigest(world.registry, `${org}/app:v1`, creds);
     assert.equal((await tags("app")).v1!.digest, digest);
     t.diagnostic(`catalogue delay after the push returned: ${ms.toFixed(0)} ms`);
 
-    const removed = await deleteImage(registry, `${org}/app:v1`, creds);
+    const removed = await deleteImage(world.registry, `${org}/app:v1`, creds);
     assert.equal(removed.code, 0, removed.stderr);
     const deleteMs = await until("the deleted tag gone", async () => (await tags("app")).v1 === undefined);
     t.diagnostic(`catalogue delay after the delete returned: ${deleteMs.toFixed(0)} ms`);
@@ -81,7 +74,7 @@ describe("the catalogue follows the real registry", () => {
   });
 
   test("registry-reconcile repairs what notifications missed", async () => {
-    const pushed = await pushImage(registry, image.ref, `${org}/web:v2`, creds);
+    const pushed = await pushImage(world.registry, world.image.ref, `${org}/web:v2`, creds);
     assert.equal(pushed.code, 0, pushed.stderr);
     await until("the pushed tag", async () => (await tags("web")).v2 !== undefined);
     const digest = (await tags("web")).v2!.digest;
@@ -93,7 +86,7 @@ describe("the catalogue follows the real registry", () => {
 
     const run = await platformCli(
       srv,
-      ["registry-reconcile", "--registry", `http://${registry.addr}`, "--page-size", "1"],
+      ["registry-reconcile", "--registry", `http://${world.registry.addr}`, "--page-size", "1"],
       REGISTRY_SERVER_ENV,
     );
     assert.equal(run.code, 0, run.stderr);
@@ -104,7 +97,7 @@ describe("the catalogue follows the real registry", () => {
     assert.deepEqual(Object.keys(repaired), ["v2"]);
     assert.equal(repaired.v2!.digest, digest);
 
-    const again = await platformCli(srv, ["registry-reconcile", "--registry", `http://${registry.addr}`], REGISTRY_SERVER_ENV);
+    const again = await platformCli(srv, ["registry-reconcile", "--registry", `http://${world.registry.addr}`], REGISTRY_SERVER_ENV);
     assert.equal(again.code, 0, again.stderr);
     assert.match(again.stdout, /^tags created or moved: 0$/m, "a second run finds nothing to repair");
     assert.match(again.stdout, /^tags unchanged: 1$/m);

@@ -18,8 +18,8 @@ import { DEFAULT_TIMEOUTS } from "../../src/server/http/one-port.js";
 import { MAX_PIPELINED_REQUESTS } from "../../src/server/http/pipelining.js";
 import { within } from "../support/assertions.js";
 import { testTransport, type TransportKind } from "../support/connect.js";
+import { requestHealthWatch } from "../support/health-watch.js";
 import { METRICS_AUTH, METRICS_ENV } from "../support/metrics-scrape.js";
-import { grpcPrefix } from "../support/raw-h2.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 const HEALTHZ = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
@@ -98,31 +98,29 @@ describe("connections are capped per client address and in total", () => {
   });
 });
 
+/** A test server with env whose idle HTTP/2 connections end after 300 ms. */
+const startShortIdleServer = (env: Record<string, string>) => startTestServer({ env, timeouts: { ...DEFAULT_TIMEOUTS, http2Idle: 300 } });
+
+/** An h2c session to port (its errors ignored: the test reads what ends it) and its GOAWAY, once it comes. */
+function h2cSession(port: number) {
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  session.on("error", () => {});
+  return { session, goaway: once(session, "goaway") };
+}
+
 describe("an unauthenticated Health/Watch stream ends at its bound (PLATFORM_HEALTH_WATCH_MAX_MS)", () => {
   const WATCH_MAX_MS = 300;
   let srv: TestServer;
   before(async () => {
-    srv = await startTestServer({
-      env: { PLATFORM_HEALTH_WATCH_MAX_MS: String(WATCH_MAX_MS) },
-      timeouts: { ...DEFAULT_TIMEOUTS, http2Idle: 300 },
-    });
+    srv = await startShortIdleServer({ PLATFORM_HEALTH_WATCH_MAX_MS: String(WATCH_MAX_MS) });
   });
   after(() => srv.close());
 
   test("native gRPC: SERVING, then status OK after the bound, and the idle connection then gets GOAWAY", async () => {
-    const session = http2.connect(`http://127.0.0.1:${srv.port}`);
-    session.on("error", () => {});
-    const goaway = once(session, "goaway");
+    const { session, goaway } = h2cSession(srv.port);
     try {
       const started = performance.now();
-      const req = session.request({
-        ":method": "POST",
-        ":path": "/grpc.health.v1.Health/Watch",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      const message = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" }));
-      req.end(Buffer.concat([grpcPrefix(message.length), message]));
+      const req = requestHealthWatch(session);
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       const [trailers] = (await within(30_000, once(req, "trailers"), "the Watch stream's trailers")) as [http2.IncomingHttpHeaders];
@@ -181,28 +179,15 @@ describe("an unauthenticated Health/Watch stream ends at its bound (PLATFORM_HEA
 describe("an HTTP/2 connection is closed at its maximum age (PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS) even while a stream holds it", () => {
   let srv: TestServer;
   before(async () => {
-    srv = await startTestServer({
-      env: { PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS: "300" },
-      timeouts: { ...DEFAULT_TIMEOUTS, http2Idle: 300 },
-    });
+    srv = await startShortIdleServer({ PLATFORM_HTTP2_MAX_CONNECTION_AGE_MS: "300" });
   });
   after(() => srv.close());
 
   test("a Watch stream left open (its own bound: 30 minutes): GOAWAY (NO_ERROR) at the age, then the connection closes after the grace", async () => {
-    const session = http2.connect(`http://127.0.0.1:${srv.port}`);
-    session.on("error", () => {});
-    const goaway = once(session, "goaway");
+    const { session, goaway } = h2cSession(srv.port);
     const closed = once(session, "close");
     try {
-      const req = session.request({
-        ":method": "POST",
-        ":path": "/grpc.health.v1.Health/Watch",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      req.on("error", () => {});
-      const message = toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" }));
-      req.end(Buffer.concat([grpcPrefix(message.length), message]));
+      const req = requestHealthWatch(session);
       req.resume();
       await within(30_000, once(req, "response"), "the Watch stream starts");
       const [code] = (await within(30_000, goaway, "GOAWAY at the maximum age")) as [number];

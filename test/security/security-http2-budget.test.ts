@@ -16,13 +16,13 @@ import { after, before, describe, test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { startServerProcess, stopServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
 import { within } from "../support/assertions.js";
 import { memoryOf } from "../support/bombs.js";
 import { checkGrpcResult, rawGrpcClient } from "../support/fuzz-grpc.js";
 import { GET_GROUP, HEALTH_CHECK, healthCheck, heldOf, LIVENESS_MS, MiB, partialMessages, refusalReasons } from "../support/h2-attacks.js";
 import { METRICS_ENV, scrapeMetrics } from "../support/metrics-scrape.js";
 import { grpcPrefix } from "../support/raw-h2.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
 describe("unfinished request bytes are bounded per process and per client address (a `serve` process)", () => {
   /** Small limits so that a few connections reach them: 1 MiB messages, 8 MiB per process, 3 MiB per address. */
@@ -32,20 +32,19 @@ describe("unfinished request bytes are bounded per process and per client addres
   /** What each attacking stream sends of its declared 1 MiB message (the server counts the 5-byte prefix too). */
   const PARTIAL = 900 * 1024;
   let dataDir: string;
-  let srv: ServerProcess;
+  let srv: ServeProcess;
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-h2-server-budget-"));
-    srv = await startServerProcess(dataDir, {
-      env: {
-        PLATFORM_MAX_MESSAGE_BYTES: String(MESSAGE),
-        PLATFORM_MAX_PENDING_REQUEST_BYTES: String(TOTAL),
-        PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(PER_ADDRESS),
-        ...METRICS_ENV,
-      },
+    srv = await startServeProcess({
+      PLATFORM_DATA_DIR: dataDir,
+      PLATFORM_MAX_MESSAGE_BYTES: String(MESSAGE),
+      PLATFORM_MAX_PENDING_REQUEST_BYTES: String(TOTAL),
+      PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(PER_ADDRESS),
+      ...METRICS_ENV,
     });
   });
   after(async () => {
-    await stopServerProcess(srv);
+    assert.equal((await srv.stop()).code, 0, srv.output());
     rmSync(dataDir, { recursive: true, force: true });
   });
 

@@ -15,7 +15,6 @@ import { after, before, describe, test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { GetGroupRequestSchema } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
-import { startServerProcess, stopServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
 import { DEFAULT_TIMEOUTS } from "../../src/server/http/one-port.js";
 import { within } from "../support/assertions.js";
 import { memoryOf } from "../support/bombs.js";
@@ -33,6 +32,7 @@ import {
   refusalReasons,
 } from "../support/h2-attacks.js";
 import { encodeFrame, END_STREAM, FrameType, grpcPrefix, grpcRequestHeaders, headerBlock, rawH2 } from "../support/raw-h2.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 const REFUSED_STREAM = 0x7;
@@ -240,14 +240,14 @@ describe("unfinished request bytes are bounded per connection (a `serve` process
   const BUDGET = 16 * MiB;
   const PARTIAL = 3 * MiB;
   let dataDir: string;
-  let srv: ServerProcess;
+  let srv: ServeProcess;
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-h2-budget-"));
     // Both connections come from 127.0.0.1: give that address the whole process budget, so only the connection's bites here.
-    srv = await startServerProcess(dataDir, { env: { PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(64 * MiB) } });
+    srv = await startServeProcess({ PLATFORM_DATA_DIR: dataDir, PLATFORM_MAX_PENDING_REQUEST_BYTES_PER_ADDRESS: String(64 * MiB) });
   });
   after(async () => {
-    await stopServerProcess(srv);
+    assert.equal((await srv.stop()).code, 0, srv.output());
     rmSync(dataDir, { recursive: true, force: true });
   });
 

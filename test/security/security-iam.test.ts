@@ -299,24 +299,15 @@ describe("CreateTag re-pointing an existing tag needs CAP_TAG_UPDATE", () => {
     const digest = (c: string) => `sha256:${c.repeat(64)}`;
     await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: digest("a") }));
 
-    const creator = await createCaller(
-      srv,
-      org.uid,
-      "tag creator",
-      await customRole(srv, org.uid, "tag creator", ["CAP_TAG_CREATE", "CAP_TAG_LIST"]),
-    );
-    assert.equal(
-      (await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "v1", digest: digest("b") }, as(creator)))).digest,
-      digest("b"),
-    );
-    for (const name of ["latest", "v1"]) {
-      assertRestError(
-        await call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name, digest: digest("c") }, as(creator)),
-        403,
-        7,
-        "PERMISSION_DENIED",
-      );
-    }
+    /** A caller of org with a custom role of these capabilities; a tag of repo put by one. */
+    const callerWith = async (name: string, capabilities: string[]) =>
+      createCaller(srv, org.uid, name, await customRole(srv, org.uid, name, capabilities));
+    const putTag = (who: Caller, name: string, c: string) =>
+      call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name, digest: digest(c) }, as(who));
+
+    const creator = await callerWith("tag creator", ["CAP_TAG_CREATE", "CAP_TAG_LIST"]);
+    assert.equal((await ok(putTag(creator, "v1", "b"))).digest, digest("b"));
+    for (const name of ["latest", "v1"]) assertRestError(await putTag(creator, name, "c"), 403, 7, "PERMISSION_DENIED");
     const tags = await ok(call("GET", `/registry/v2beta1/tags?uidp.children_of=${repo.uid}&order_by=name`));
     assert.deepEqual(
       tags.tags.map((t: { name: string; digest: string }) => [t.name, t.digest]),
@@ -326,15 +317,7 @@ describe("CreateTag re-pointing an existing tag needs CAP_TAG_UPDATE", () => {
       ],
     );
 
-    const updater = await createCaller(
-      srv,
-      org.uid,
-      "tag updater",
-      await customRole(srv, org.uid, "tag updater", ["CAP_TAG_CREATE", "CAP_TAG_UPDATE"]),
-    );
-    assert.equal(
-      (await ok(call("POST", `/registry/v2beta1/tags/${repo.uid}`, { name: "latest", digest: digest("c") }, as(updater)))).digest,
-      digest("c"),
-    );
+    const updater = await callerWith("tag updater", ["CAP_TAG_CREATE", "CAP_TAG_UPDATE"]);
+    assert.equal((await ok(putTag(updater, "latest", "c"))).digest, digest("c"));
   });
 });

@@ -34,6 +34,32 @@ const NON_CANONICAL: [string, (port: number) => string][] = [
   ["a dot segment", () => "https://login.example/a/../b"],
 ];
 
+/** The uid of srv's built-in viewer role (an identity provider's default role). */
+const viewerRole = async (srv: TestServer) => (await rest(srv.url, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
+
+/**
+ * Asserts that srv refuses iss where a user names it: in an identity of org (claim_match.issuer) and in an
+ * identity provider of org (oidc.issuer), each INVALID_ARGUMENT naming that field.
+ */
+async function assertIssuerRefused(srv: TestServer, org: string, viewer: string, iss: string, what: string): Promise<void> {
+  const refusals = [
+    ["claim_match.issuer", `/iam/v2beta1/identities/${org}`, { name: "bad issuer", claimMatch: { issuer: iss, subject: "x" } }],
+    [
+      "oidc.issuer",
+      `/iam/v2beta1/identityProviders/${org}`,
+      { name: "bad issuer", defaultRole: viewer, oidc: { issuer: iss, clientId: "c", clientSecret: "s" } },
+    ],
+  ] as const;
+  for (const [field, path, body] of refusals) {
+    const res = await rest(srv.url, "POST", path, body);
+    assert.deepEqual(
+      fieldViolations(assertRestError(res, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
+      [field],
+      what,
+    );
+  }
+}
+
 describe("canonical issuers", () => {
   test("an issuer is canonical when new URL() gives it back unchanged (an origin may leave out its slash)", () => {
     for (const ok of ["https://login.example", "https://login.example/", "https://login.example/tenant/v2.0", "http://127.0.0.1:8080"]) {
@@ -121,30 +147,8 @@ describe("the attack, end to end (loopback issuers allowed, as in development)",
   });
 
   test("non-canonical issuers are refused when an identity or provider names them, naming the field", async () => {
-    const viewer = (await rest(srv.url, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
-    for (const [what, make] of NON_CANONICAL) {
-      const iss = make(port);
-      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
-        name: "bad issuer",
-        claimMatch: { issuer: iss, subject: "x" },
-      });
-      const err = assertRestError(identity, 400, 3, "INVALID_ARGUMENT");
-      assert.deepEqual(
-        fieldViolations(err).map((v) => v.field),
-        ["claim_match.issuer"],
-        what,
-      );
-      const provider = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
-        name: "bad issuer",
-        defaultRole: viewer,
-        oidc: { issuer: iss, clientId: "c", clientSecret: "s" },
-      });
-      assert.deepEqual(
-        fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
-        ["oidc.issuer"],
-        what,
-      );
-    }
+    const viewer = await viewerRole(srv);
+    for (const [what, make] of NON_CANONICAL) await assertIssuerRefused(srv, org.uid, viewer, make(port), what);
   });
 
   test("a token whose iss is not canonical is refused by a match-anything pattern, and nothing is fetched", async () => {
@@ -188,35 +192,16 @@ describe("production policy (PLATFORM_ALLOW_LOOPBACK_ISSUERS unset)", () => {
   });
 
   test("identities and providers cannot name http, loopback or private issuers", async () => {
-    const viewer = (await rest(srv.url, "GET", "/iam/v2beta1/roles?name=viewer")).body.roles[0].uid as string;
-    for (const iss of [
+    const viewer = await viewerRole(srv);
+    const internal = [
       issuer.url,
       "https://127.0.0.1:8443",
       "https://10.0.0.1",
       "https://169.254.169.254",
       "https://[::1]",
       "http://login.example",
-    ]) {
-      const identity = await rest(srv.url, "POST", `/iam/v2beta1/identities/${org.uid}`, {
-        name: "internal",
-        claimMatch: { issuer: iss, subject: "x" },
-      });
-      assert.deepEqual(
-        fieldViolations(assertRestError(identity, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
-        ["claim_match.issuer"],
-        iss,
-      );
-      const provider = await rest(srv.url, "POST", `/iam/v2beta1/identityProviders/${org.uid}`, {
-        name: "internal",
-        defaultRole: viewer,
-        oidc: { issuer: iss, clientId: "c", clientSecret: "s" },
-      });
-      assert.deepEqual(
-        fieldViolations(assertRestError(provider, 400, 3, "INVALID_ARGUMENT")).map((v) => v.field),
-        ["oidc.issuer"],
-        iss,
-      );
-    }
+    ];
+    for (const iss of internal) await assertIssuerRefused(srv, org.uid, viewer, iss, iss);
   });
 
   test("a pattern that admits a loopback issuer gets no fetch from it: the address is checked", async () => {

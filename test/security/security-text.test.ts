@@ -24,7 +24,7 @@ import { assertRestError, connectError, fieldViolations } from "../support/asser
 import { testTransport, type TransportKind } from "../support/connect.js";
 import { grpcClient, grpcStatus } from "../support/grpc.js";
 import { OidcIssuer } from "../support/oidc-issuer.js";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { ok } from "../support/principals.js";
 import { createGroup, rest, startTestServer, TEST_BACKEND, type RestResult, type TestServer } from "../support/server.js";
@@ -243,10 +243,10 @@ describe(`gRPC, Connect and gRPC-Web on ${TEST_BACKEND}`, () => {
   }
 });
 
-if (!pgAvailable()) {
-  test("migrate-to-postgres with a NUL row", { skip: "PostgreSQL is not installed (apt-get install postgresql)" }, () => {});
-} else {
-  test("migrate-to-postgres names a NUL row of SQLite on one line (table, uid, field) and exits 1, copying nothing", async (t) => {
+test(
+  "migrate-to-postgres names a NUL row of SQLite on one line (table, uid, field) and exits 1, copying nothing",
+  { skip: PG_SKIP },
+  async (t) => {
     const source = await startTestServer({ backend: "sqlite" });
     t.after(() => source.server.close());
     const good = await createGroup(source.url, null, "good org");
@@ -276,5 +276,5 @@ if (!pgAvailable()) {
     } finally {
       await target.close();
     }
-  });
-}
+  },
+);

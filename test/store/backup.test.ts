@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import pg from "pg";
-import { freshPgDatabase, pgAvailable, startPgCluster } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP, startPgCluster } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { seedDataDir } from "../support/seed-data-dir.js";
 import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
@@ -155,9 +155,7 @@ interface BackedUp extends Awaited<ReturnType<typeof view>> {
 async function backUpWhileWriting(storage: Storage, backup: () => Promise<void>): Promise<BackedUp> {
   const srv = await startServeProcess(serveEnv(storage));
   try {
-    const minted = await platformCli(storage, ["admin-token"], { PLATFORM_BASE_URL: BASE_URL });
-    assert.equal(minted.code, 0, minted.stderr);
-    const token = minted.stdout.trim();
+    const token = await srv.adminToken();
     const org = (await ok(srv, token, "POST", "/iam/v2beta1/groups", { name: "backed-up org" })).uid as string;
     await ok(srv, token, "POST", `/iam/v2beta1/roles/${org}`, { name: "backed-up role", capabilities: ["CAP_IAM_GROUPS_LIST"] });
     await ok(srv, token, "POST", `/iam/v2beta1/identities/${org}`, {
@@ -309,7 +307,7 @@ test("backup refuses in one line, exit code 2, writing nothing: an existing file
   );
 });
 
-describe("PostgreSQL", { skip: !pgAvailable() && "PostgreSQL is not installed (apt-get install postgresql)" }, () => {
+describe("PostgreSQL", { skip: PG_SKIP }, () => {
   test("pg_dump -Fc while the server takes writes; pg_restore into a new database, or another cluster, serves the same data", async (t) => {
     const live = { dataDir: freshDir("pg"), databaseUrl: await freshPgDatabase() };
     // The events' transaction ids well past a new cluster's (a new cluster starts below 1,000).

@@ -13,7 +13,7 @@ import { test } from "node:test";
 import { copyStore } from "../../src/store/copy.js";
 import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { repo, tag } from "../support/store-conformance-registry.js";
 import { A, group } from "../support/store-fixtures.js";
 
@@ -41,10 +41,10 @@ async function memoryOf(store: Store) {
   return { times, deleted };
 }
 
-if (!pgAvailable()) {
-  test("the registry's memory is copied", { skip: "PostgreSQL is not installed (apt-get install postgresql)" }, () => {});
-} else {
-  test("the registry's memory is copied with the tags: late notifications are decided in the copy as in the source", async () => {
+test(
+  "the registry's memory is copied with the tags: late notifications are decided in the copy as in the source",
+  { skip: PG_SKIP },
+  async () => {
     const dir = mkdtempSync(join(tmpdir(), "platform-copy-registry-"));
     const source = await openStore({ databaseUrl: "", dataDir: dir });
     const target = await openStore({ databaseUrl: await freshPgDatabase(), dataDir: ":memory:", maxConnections: 2 });
@@ -78,5 +78,5 @@ if (!pgAvailable()) {
       await target.close();
       rmSync(dir, { recursive: true, force: true });
     }
-  });
-}
+  },
+);

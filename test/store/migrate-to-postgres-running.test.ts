@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import Database from "better-sqlite3";
 import pg from "pg";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { startServeProcess } from "../support/serve-process.js";
 
@@ -44,52 +44,47 @@ function summary(file: string): string {
   }
 }
 
-test(
-  "migrate-to-postgres refuses while a server runs on the data directory, copies once it is stopped",
-  { skip: !pgAvailable() && "PostgreSQL is not installed (apt-get install postgresql)" },
-  async () => {
-    const dataDir = mkdtempSync(join(scratch, "data-"));
-    const server = await startServeProcess({ PLATFORM_DATA_DIR: dataDir });
-    const target = await freshPgDatabase();
-    try {
-      const minted = await platformCli(dataDir, ["admin-token"], { PORT: String(server.port) });
-      assert.equal(minted.code, 0, minted.stderr);
-      const res = await fetch(`http://127.0.0.1:${server.port}/iam/v2beta1/groups`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${minted.stdout.trim()}`, "content-type": "application/json" },
-        body: JSON.stringify({ name: "copied org" }),
-      });
-      assert.equal(res.status, 200, await res.text());
+test("migrate-to-postgres refuses while a server runs on the data directory, copies once it is stopped", { skip: PG_SKIP }, async () => {
+  const dataDir = mkdtempSync(join(scratch, "data-"));
+  const server = await startServeProcess({ PLATFORM_DATA_DIR: dataDir });
+  const target = await freshPgDatabase();
+  try {
+    const token = await server.adminToken();
+    const res = await fetch(`http://127.0.0.1:${server.port}/iam/v2beta1/groups`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "copied org" }),
+    });
+    assert.equal(res.status, 200, await res.text());
 
-      const refused = await platformCli({ dataDir, databaseUrl: target }, ["migrate-to-postgres"]);
-      assert.equal(refused.code, 2, refused.stderr);
-      assert.equal(refused.stdout, "");
-      assert.match(
-        refused.stderr,
-        /^platform-api: the database .+platform\.db is in use by another process \(a server still running on PLATFORM_DATA_DIR, or another platform-api command\); stop it and try again; nothing was copied\n$/,
-      );
-      assert.deepEqual(await tables(target), [], "the target is untouched");
-    } finally {
-      await server.stop();
-    }
-
-    const before = summary(join(dataDir, "platform.db"));
-    const copied = await platformCli({ dataDir, databaseUrl: target }, ["migrate-to-postgres"]);
-    assert.equal(copied.code, 0, copied.stderr);
-    assert.match(copied.stdout, /^groups: 1$/m);
-    assert.match(copied.stdout, /^signing keys: 1$/m);
-    assert.equal(summary(join(dataDir, "platform.db")), before, "the SQLite database holds what it held");
-    assert.deepEqual(
-      readdirSync(dataDir).filter((name) => !name.startsWith("platform.db")),
-      [],
-      "no snapshot left in the data directory",
+    const refused = await platformCli({ dataDir, databaseUrl: target }, ["migrate-to-postgres"]);
+    assert.equal(refused.code, 2, refused.stderr);
+    assert.equal(refused.stdout, "");
+    assert.match(
+      refused.stderr,
+      /^platform-api: the database .+platform\.db is in use by another process \(a server still running on PLATFORM_DATA_DIR, or another platform-api command\); stop it and try again; nothing was copied\n$/,
     );
+    assert.deepEqual(await tables(target), [], "the target is untouched");
+  } finally {
+    await server.stop();
+  }
 
-    const help = await platformCli(dataDir, ["migrate-to-postgres", "--help"]);
-    assert.equal(help.code, 0);
-    const kinds = [...copied.stdout.matchAll(/^(.+): \d+$/gm)].map((m) => m[1]!);
-    assert.ok(kinds.length >= 13, copied.stdout);
-    for (const kind of kinds) assert.ok(help.stdout.includes(kind), `--help names what it copies: ${kind}`);
-    assert.match(help.stdout, /exclusive lock/);
-  },
-);
+  const before = summary(join(dataDir, "platform.db"));
+  const copied = await platformCli({ dataDir, databaseUrl: target }, ["migrate-to-postgres"]);
+  assert.equal(copied.code, 0, copied.stderr);
+  assert.match(copied.stdout, /^groups: 1$/m);
+  assert.match(copied.stdout, /^signing keys: 1$/m);
+  assert.equal(summary(join(dataDir, "platform.db")), before, "the SQLite database holds what it held");
+  assert.deepEqual(
+    readdirSync(dataDir).filter((name) => !name.startsWith("platform.db")),
+    [],
+    "no snapshot left in the data directory",
+  );
+
+  const help = await platformCli(dataDir, ["migrate-to-postgres", "--help"]);
+  assert.equal(help.code, 0);
+  const kinds = [...copied.stdout.matchAll(/^(.+): \d+$/gm)].map((m) => m[1]!);
+  assert.ok(kinds.length >= 13, copied.stdout);
+  for (const kind of kinds) assert.ok(help.stdout.includes(kind), `--help names what it copies: ${kind}`);
+  assert.match(help.stdout, /exclusive lock/);
+});

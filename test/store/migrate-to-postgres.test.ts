@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { builtinRole, createCaller, customRole, ok } from "../support/principals.js";
 import { createGroup, rest, startTestServer } from "../support/server.js";
@@ -27,10 +27,10 @@ const COLLECTIONS = [
   "/vulnerabilities/v2beta1/advisories?page_size=200",
 ];
 
-if (!pgAvailable()) {
-  test("migrate-to-postgres", { skip: "PostgreSQL is not installed (apt-get install postgresql)" }, () => {});
-} else {
-  test("migrate-to-postgres copies every record, key and secret; the API reads back the same; tokens keep working", async (t) => {
+test(
+  "migrate-to-postgres copies every record, key and secret; the API reads back the same; tokens keep working",
+  { skip: PG_SKIP },
+  async (t) => {
     const before = await startTestServer({ backend: "sqlite" });
     // Closed below before the copy; closed here too when an assertion fails first (idempotent), so the run ends.
     t.after(() => before.server.close());
@@ -107,5 +107,5 @@ if (!pgAvailable()) {
     const again = await platformCli({ dataDir: before.dataDir, databaseUrl: url }, ["migrate-to-postgres"]);
     assert.equal(again.code, 1, again.stdout);
     assert.match(again.stderr, /already holds groups or identities; nothing was copied/);
-  });
-}
+  },
+);

@@ -9,8 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
 import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { rest } from "../support/server.js";
 
 if (!pgAvailable()) {
@@ -18,25 +18,26 @@ if (!pgAvailable()) {
 } else {
   describe("two server processes on one PostgreSQL database", () => {
     let dirs: string[];
-    let a: ServerProcess;
-    let b: ServerProcess;
+    let a: ServeProcess;
+    let b: ServeProcess;
     let token: string;
     let env: Record<string, string>;
 
     before(async () => {
-      env = { PLATFORM_DATABASE_URL: await freshPgDatabase() };
+      // One base URL, so that a token of one is good on the other.
+      env = { PLATFORM_DATABASE_URL: await freshPgDatabase(), PLATFORM_BASE_URL: "http://platform-api.pg.invalid" };
       dirs = [mkdtempSync(join(tmpdir(), "platform-pg-a-")), mkdtempSync(join(tmpdir(), "platform-pg-b-"))];
       // Started one after the other here; test/store/store-postgres.test.ts races the migrations themselves.
-      a = await startServerProcess(dirs[0]!, { env });
-      b = await startServerProcess(dirs[1]!, { env });
-      token = await mintAdminToken(dirs[0]!, env);
+      a = await startServeProcess({ PLATFORM_DATA_DIR: dirs[0]!, ...env });
+      b = await startServeProcess({ PLATFORM_DATA_DIR: dirs[1]!, ...env });
+      token = await a.adminToken();
     });
     after(async () => {
-      for (const srv of [a, b]) if (srv.child.exitCode === null && srv.child.signalCode === null) await stopServerProcess(srv);
+      for (const srv of [a, b]) if (srv?.running()) assert.equal((await srv.stop()).code, 0, srv.output());
       for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     });
 
-    const call = (srv: ServerProcess, method: string, path: string, body?: unknown) =>
+    const call = (srv: ServeProcess, method: string, path: string, body?: unknown) =>
       rest(srv.url, method, path, body, { authorization: `Bearer ${token}` });
 
     test("an administrator token minted once works on both: the signing keys live in the database", async () => {
@@ -77,7 +78,7 @@ if (!pgAvailable()) {
       const org = (await call(b, "POST", "/iam/v2beta1/groups", { name: "kill org" })).body;
       const acknowledged: string[] = [];
       let stop = false;
-      const load = async (srv: ServerProcess, n: number) => {
+      const load = async (srv: ServeProcess, n: number) => {
         for (let i = 0; !stop; i++) {
           try {
             const res = await call(srv, "POST", `/iam/v2beta1/groups/${org.uid}`, { name: `load ${n} ${i}` });

@@ -16,7 +16,7 @@ import { openEngine } from "../../src/store/open.js";
 import { POSTGRES_SCHEMA_VERSION } from "../../src/store/postgres/migrations.js";
 import { nextSchemaVersion } from "../../src/store/schema-releases.js";
 import { SQLITE_SCHEMA_VERSION } from "../../src/store/sqlite/migrations.js";
-import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { seedDataDir } from "../support/seed-data-dir.js";
 
@@ -65,7 +65,7 @@ test("SQLite: a schema newer than the binary is refused by serve (one process or
   after.close();
 });
 
-describe("PostgreSQL", { skip: !pgAvailable() && "PostgreSQL is not installed (apt-get install postgresql)" }, () => {
+describe("PostgreSQL", { skip: PG_SKIP }, () => {
   test("a schema newer than the binary is refused by serve in one line, exit 2", async () => {
     const url = await freshPgDatabase();
     await (await openEngine({ databaseUrl: url, dataDir: scratch })).close();

@@ -11,25 +11,16 @@
  * lifetimes, so the check does not wait for the collector's own timing.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { once } from "node:events";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
-import { cleanEnv } from "../support/serve-process.js";
-
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+import { cleanEnv, runChild } from "../support/child-process.js";
 
 test("a process that served on SQLite exits 0 after its statements are collected", async () => {
-  const child = spawn(process.execPath, ["--expose-gc", "--import", "tsx", "test/support/serve-and-collect.ts"], {
-    cwd: ROOT,
-    env: cleanEnv({}),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  const [code, signal] = (await once(child, "close")) as [number | null, NodeJS.Signals | null];
+  // Not a server fixture: the process under test is one that ran in-process servers (startTestServer) and then
+  // collected them, with --expose-gc; what counts is how that process ends.
+  const { code, signal, stdout, stderr } = await runChild(
+    [process.execPath, "--expose-gc", "--import", "tsx", "test/support/serve-and-collect.ts"],
+    { env: cleanEnv({}), timeoutMs: 300_000 },
+  );
   assert.deepEqual({ code, signal }, { code: 0, signal: null }, stderr);
   assert.equal(stdout, "collected\n");
   assert.doesNotMatch(stderr, /Assertion failed/);

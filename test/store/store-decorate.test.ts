@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { decorateStore } from "../../src/store/decorators/decorate.js";
+import { guardStoredText } from "../../src/store/decorators/text-guard.js";
 import { openSqliteStore } from "../../src/store/sqlite/index.js";
 import type { Store } from "../../src/store/store.js";
-import { guardStoredText } from "../../src/store/decorators/text-guard.js";
 
 test("a decorated store keeps transactionThenVersions and insertWithEvents, its parts decorated inside them", async () => {
   const dir = mkdtempSync(join(tmpdir(), "decorate-"));

@@ -72,3 +72,20 @@ export async function until(ms: number, check: () => boolean | Promise<boolean>,
     await new Promise((r) => setTimeout(r, stepMs));
   }
 }
+
+/** A promise and the function that resolves it: a test holds a call on one, or learns that something happened. */
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** The message of the error promise rejects with, which must be a type; fails the test if it resolves. */
+export async function rejectionOf(promise: Promise<unknown>, type: abstract new (...args: never[]) => Error): Promise<string> {
+  const err = await promise.then(
+    () => assert.fail("it succeeded"),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof type, String(err));
+  return err.message;
+}

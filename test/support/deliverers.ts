@@ -1,14 +1,11 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { fileURLToPath } from "node:url";
+import type { ChildProcess } from "node:child_process";
 import { CapabilitySchema, type Capability } from "../../gen/platformapi/capabilities/v1/capabilities_pb.js";
 import { createAuthorizer } from "../../src/auth/authorizer.js";
 import { createDeliverer, type Deliverer, type DelivererOptions } from "../../src/delivery/deliverer.js";
 import type { Store } from "../../src/store/store.js";
-import { cleanEnv } from "./serve-process.js";
+import { cleanEnv, startChild } from "./child-process.js";
 import type { TestServer } from "./server.js";
 
-const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const ALL = CapabilitySchema.values.map((v) => v.number as Capability).filter((c) => c !== 0);
 
 /** A deliverer in this process over its own store on the server's data (as another process would open it). */
@@ -77,26 +74,18 @@ export async function spawnDeliveryWorker(
     sinkTimeoutMs: opts.sinkTimeoutMs ?? 60_000,
     retryMs: opts.retryMs ?? 50,
   };
-  const child = spawn(process.execPath, ["--import", "tsx", "test/support/delivery-worker.ts"], {
-    cwd: ROOT,
+  const run = startChild([process.execPath, "--import", "tsx", "test/support/delivery-worker.ts"], {
     env: cleanEnv({ DELIVERY_WORKER: JSON.stringify(config) }),
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  let output = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (output += s));
-  const ready = new Promise<void>((resolve, reject) => {
-    child.stdout!.setEncoding("utf8").on("data", (s: string) => {
-      output += s;
-      if (output.includes("ready\n")) resolve();
-    });
-    child.on("exit", (code) => reject(new Error(`delivery worker exited (${code}) before it was ready: ${output}`)));
-  });
-  await ready;
+  try {
+    await run.waitFor(/^ready$/m, "stdout");
+  } catch (err) {
+    run.kill("SIGKILL");
+    throw err;
+  }
   const gone = async (signal: NodeJS.Signals) => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = once(child, "exit");
-    child.kill(signal);
-    await exited;
+    run.kill(signal);
+    await run.exited;
   };
-  return { child, output: () => output, kill: () => gone("SIGKILL"), stop: () => gone("SIGTERM") };
+  return { child: run.child, output: run.output, kill: () => gone("SIGKILL"), stop: () => gone("SIGTERM") };
 }

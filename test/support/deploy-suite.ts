@@ -150,6 +150,19 @@ function connectTransports(proxy: RunningProxy, ca: TestCa, token: string) {
   };
 }
 
+/** Creates a group named name through the proxy over HTTP/1.1 with headers; asserts it was made (diagnosis added to the message). */
+export async function createThrough(
+  proxy: RunningProxy,
+  ca: TestCa,
+  headers: Record<string, string>,
+  name: string,
+  diagnosis: string,
+): Promise<{ uid: string; name: string }> {
+  const res = await curl(proxy, ca, { method: "POST", path: "/iam/v2beta1/groups", http: "1.1", headers, body: { name } });
+  assert.equal(res.status, 200, `create ${name}: ${JSON.stringify(res.body)}${diagnosis}`);
+  return res.body;
+}
+
 /** What a proxy's suite needs beyond the shared steps. */
 export interface DeploySuiteOptions {
   /** The server settings the deploy README tells operators to set behind this proxy. */
@@ -360,15 +373,8 @@ export function runDeploySuite(kind: ProxyKind, opts: DeploySuiteOptions): void 
       "once /readyz answers 503 (a drain begins), the proxy's own health check stops sending it calls",
       { skip: !opts.activeHealthChecks && `${kind} has no active health checks` },
       async () => {
-        const created = await curl(proxy, ca, {
-          method: "POST",
-          path: "/iam/v2beta1/groups",
-          http: "1.1",
-          headers: auth(),
-          body: { name: "drained" },
-        });
-        assert.equal(created.status, 200, `body: ${JSON.stringify(created.body)}${diagnose()}`);
-        const read = () => curl(proxy, ca, { path: `/iam/v2beta1/groups/${created.body.uid}`, http: "1.1", headers: auth() });
+        const created = await createThrough(proxy, ca, auth(), "drained", diagnose());
+        const read = () => curl(proxy, ca, { path: `/iam/v2beta1/groups/${created.uid}`, http: "1.1", headers: auth() });
         srv.server.health.shutdown();
         // The checks run every 2 s; the bound only ends a proxy that never notices.
         let last = await read();

@@ -1,8 +1,11 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { after, before } from "node:test";
 import { createRemoteJWKSet, jwtVerify, type JWTPayload } from "jose";
 import { DELIVERY_TOKEN_TYPE } from "../../src/auth/tokens.js";
 import { verifyWebhook } from "../../src/delivery/signature.js";
+import { eventType, type EventKind, type EventRecord } from "../../src/domain/events.js";
+import { startTestServer, type TestServer } from "./server.js";
 
 /**
  * A subscriber's endpoint on loopback, for the delivery tests: each sink (a
@@ -117,9 +120,11 @@ const why = (err: unknown) => (err instanceof Error ? `${err.name}: ${err.messag
 
 /**
  * Starts a receiver on 127.0.0.1 whose sinks verify tokens against jwksUrl
- * (the platform's /.well-known/jwks.json) and issuer (its auth URL).
+ * (the platform's /.well-known/jwks.json) and issuer (its auth URL), or
+ * those of a test server.
  */
-export async function startEventReceiver(opts: { jwksUrl: string; issuer: string }): Promise<EventReceiver> {
+export async function startEventReceiver(from: TestServer | { jwksUrl: string; issuer: string }): Promise<EventReceiver> {
+  const opts = "server" in from ? { jwksUrl: `${from.url}/.well-known/jwks.json`, issuer: from.server.tokens.issuer } : from;
   const jwks = createRemoteJWKSet(new URL(opts.jwksUrl));
   const sinks = new Map<string, ReceiverSink>();
   const strays: string[] = [];
@@ -212,5 +217,52 @@ export async function startEventReceiver(opts: { jwksUrl: string; issuer: string
       server.closeAllConnections();
       await new Promise<void>((resolve, reject) => server.close((err) => (err ? reject(err) : resolve())));
     },
+  };
+}
+
+/**
+ * A test server and a receiver of its deliveries, started before the tests of the file (or describe) and stopped
+ * after them: read them in the tests, as world.srv and world.receiver.
+ */
+export function receivingServer(): { readonly srv: TestServer; readonly receiver: EventReceiver } {
+  let srv: TestServer | undefined;
+  let receiver: EventReceiver | undefined;
+  before(async () => {
+    srv = await startTestServer();
+    receiver = await startEventReceiver(srv);
+  });
+  after(async () => {
+    await receiver?.close();
+    await srv?.close();
+  });
+  return {
+    get srv() {
+      return srv!;
+    },
+    get receiver() {
+      return receiver!;
+    },
+  };
+}
+
+/** The subscription of the deliveries the tests make by hand. */
+export const SUBSCRIPTION = "5b0c7c1e-7a1e-4c3e-9a55-4bb0d5c8e0aa";
+/** The group of the events the tests deliver by hand. */
+export const EVENT_GROUP = "9d7c2f3a-0000-4000-8000-00000000000a";
+
+/**
+ * The n-th event the tests deliver by hand, as the store hands it to the delivery loop: the `created` event of
+ * a resource of kind in EVENT_GROUP (body, its uid the subject), by an actor, in request r-n.
+ */
+export function createdEvent(kind: EventKind, n: number, body: { uid: string; [field: string]: unknown }): EventRecord {
+  return {
+    id: `0b7c8a3e-5f7e-4c55-9a55-${String(n).padStart(12, "0")}`,
+    kind,
+    type: eventType(kind, "created"),
+    subject: body.uid,
+    groupUid: EVENT_GROUP,
+    time: Date.UTC(2025, 0, 2, 3, 4, 5),
+    data: JSON.stringify({ actor: { subject: "3f1c" }, requestId: `r-${n}`, body }),
+    position: { txid: 0n, seq: BigInt(n) },
   };
 }

@@ -1,5 +1,9 @@
 import { once } from "node:events";
 import http from "node:http";
+import { create } from "@bufbuild/protobuf";
+import { GroupSchema } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import type { UnaryHandler } from "../../src/server/wrap.js";
+import { deferred } from "./assertions.js";
 
 /** What a held REST create answers once sent: status, body and its Connection header. */
 export interface HeldAnswer {
@@ -42,4 +46,25 @@ export async function heldRestCreate(port: number, token: string, name: string) 
   req.flushHeaders();
   await once(req, "continue");
   return { send: () => req.end(body), response };
+}
+
+/**
+ * A GetGroup handler that records each call's ctx.signal by the uid asked for and answers a group of that uid,
+ * holding the call for "slow" (slowStarted settles once it is in) until release(): whether a handler's signal
+ * aborts, and when.
+ */
+export function signalProbe() {
+  const signals = new Map<string, AbortSignal>();
+  const slow = deferred();
+  const gate = deferred();
+  const getGroup: UnaryHandler = async (request, ctx) => {
+    const uid = (request as { uid: string }).uid;
+    signals.set(uid, ctx.signal);
+    if (uid === "slow") {
+      slow.resolve();
+      await gate.promise;
+    }
+    return create(GroupSchema, { uid, name: "probe" });
+  };
+  return { signals, getGroup, slowStarted: slow.promise, release: gate.resolve };
 }

@@ -36,6 +36,9 @@ export function pgAvailable(): boolean {
   return binDir() !== undefined;
 }
 
+/** A test's skip option where PostgreSQL is not installed: false, or why it is skipped. */
+export const PG_SKIP: false | string = !pgAvailable() && "PostgreSQL is not installed (apt-get install postgresql)";
+
 const asRoot = process.getuid?.() === 0;
 
 /** Runs a PostgreSQL binary, as the postgres user when we are root. */
@@ -70,7 +73,7 @@ process.once("exit", () => {
 /** Starts a new cluster. */
 export async function startPgCluster(opts: { durable?: boolean } = {}): Promise<PgCluster> {
   const bin = binDir();
-  if (!bin) throw new Error("PostgreSQL is not installed (apt-get install postgresql)");
+  if (!bin) throw new Error(PG_SKIP || "PostgreSQL is not installed");
   const dir = mkdtempSync(join(tmpdir(), "platform-pg-"));
   const data = join(dir, "data");
   if (asRoot) {

@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { platformCli } from "./platform-cli.js";
-import type { TestServer } from "./server.js";
+import { startTestServer, type TestServer } from "./server.js";
 
 const TEMPLATE = fileURLToPath(new URL("../../docs/registry/registry.yml", import.meta.url));
 /** The registry's service and issuer in the tests (the server is started with the same values). */
@@ -137,6 +137,50 @@ export async function makeImage(tag = "v1"): Promise<{ layout: string; ref: stri
     if (r.code !== 0) throw new Error(`umoci ${args.join(" ")} failed: ${r.stderr}`);
   }
   return { layout, ref: `oci:${layout}:${tag}`, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** An image made by makeImage. */
+export type TestImage = Awaited<ReturnType<typeof makeImage>>;
+
+/** A test server for the registry, the registry in front of it, and an image to push. */
+export interface RegistryWorld {
+  srv: TestServer;
+  /** The registry running now (restartRegistry replaces it). */
+  registry: TestRegistry;
+  image: TestImage;
+  /** Stops the registry and starts another for the server (it reads the server's key bundle at start). */
+  restartRegistry(): Promise<TestRegistry>;
+  close(): Promise<void>;
+}
+
+/** Starts a test server with REGISTRY_SERVER_ENV and env, then a registry for it, and makes an image tagged v1. */
+export async function startRegistryWorld(env: Record<string, string> = {}): Promise<RegistryWorld> {
+  const srv = await startTestServer({ env: { ...REGISTRY_SERVER_ENV, ...env } });
+  let registry: TestRegistry | undefined;
+  try {
+    registry = await startRegistry(srv);
+    const image = await makeImage("v1");
+    const world: RegistryWorld = {
+      srv,
+      registry,
+      image,
+      async restartRegistry() {
+        await world.registry.close();
+        world.registry = await startRegistry(srv);
+        return world.registry;
+      },
+      async close() {
+        image.remove();
+        await world.registry.close();
+        await srv.close();
+      },
+    };
+    return world;
+  } catch (err) {
+    await registry?.close();
+    await srv.close();
+    throw err;
+  }
 }
 
 /** Registry credentials as skopeo takes them: user _token and an API token, or an identity uid and its OIDC token. */

@@ -1,8 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadConfig } from "../../src/config.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/app/start.js";
+import { loadConfig } from "../../src/config.js";
 import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
 import { freshPgDatabase } from "./pg-cluster.js";

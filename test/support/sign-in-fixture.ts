@@ -4,6 +4,7 @@
  * (the upstream must know our callback), PKCE pairs, and a loopback listener
  * standing in for the command line's.
  */
+import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -209,6 +210,38 @@ export async function tokenRequest(auth: string, form: Record<string, string>, p
   });
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   return { status: res.status, body: (await res.json()) as any, headers: res.headers };
+}
+
+/** A loopback listener like the command line's (startLoopbackListener). */
+export type LoopbackListener = Awaited<ReturnType<typeof startLoopbackListener>>;
+
+/**
+ * platform-cli's authorization code + PKCE flow with a loopback redirect on host: visit is the browser (fetch, or
+ * Chromium) taking the authorize URL (state, extra parameters) through the sign-in to the listener, and it
+ * returns the callback URL it arrived at; the code there is exchanged at tokenAt (the auth URL by default).
+ */
+export async function loopbackCodeFlow(
+  auth: string,
+  visit: (authorize: string, listener: LoopbackListener) => Promise<URL>,
+  opts: { host?: "127.0.0.1" | "::1"; state?: string; extra?: Record<string, string>; tokenAt?: string } = {},
+): Promise<{ callback: URL; redirectUri: string; tokens: Awaited<ReturnType<typeof tokenRequest>> }> {
+  const { verifier, challenge } = pkcePair();
+  const listener = await startLoopbackListener(opts.host);
+  try {
+    const callback = await visit(authorizeUrl(auth, listener.redirectUri, challenge, opts.state ?? "s", opts.extra), listener);
+    const code = callback.searchParams.get("code");
+    assert.ok(code, `a code came back: ${callback.href}`);
+    const tokens = await tokenRequest(opts.tokenAt ?? auth, {
+      grant_type: "authorization_code",
+      client_id: "platform-cli",
+      code,
+      redirect_uri: listener.redirectUri,
+      code_verifier: verifier,
+    });
+    return { callback, redirectUri: listener.redirectUri, tokens };
+  } finally {
+    await listener.close();
+  }
 }
 
 /** Types user code on /device (at `at`, default the auth URL) with fetch: where the page sends the browser (the sign-in page). */

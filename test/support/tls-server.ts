@@ -1,46 +1,10 @@
-import { PassThrough } from "node:stream";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import tls from "node:tls";
+import { watchLogs, type LogWatch } from "./log-lines.js";
 import { startTestServer, type TestServer } from "./server.js";
-import type { TestCa } from "./test-ca.js";
-
-/** One JSON log line of the server. */
-export type LogLine = Record<string, unknown> & { msg?: string; level?: number };
-
-/** The server's log lines as they are written, and a wait for one that matches. */
-export interface LogWatch {
-  lines: LogLine[];
-  /** Resolves with the first line (already written or still to come) that matches. */
-  next(match: (line: LogLine) => boolean): Promise<LogLine>;
-  stream: PassThrough;
-}
-
-/** Collects JSON log lines from a stream the server writes to. */
-export function watchLogs(stream = new PassThrough()): LogWatch {
-  const lines: LogLine[] = [];
-  const waiters: { match: (line: LogLine) => boolean; resolve: (line: LogLine) => void }[] = [];
-  let partial = "";
-  stream.setEncoding("utf8").on("data", (chunk: string) => {
-    const parts = (partial + chunk).split("\n");
-    partial = parts.pop()!;
-    for (const text of parts) {
-      if (text.trim() === "") continue;
-      const line = JSON.parse(text) as LogLine;
-      lines.push(line);
-      for (const w of waiters.splice(0)) {
-        if (w.match(line)) w.resolve(line);
-        else waiters.push(w);
-      }
-    }
-  });
-  return {
-    lines,
-    stream,
-    next: (match) => {
-      const seen = lines.find(match);
-      return seen ? Promise.resolve(seen) : new Promise((resolve) => waiters.push({ match, resolve }));
-    },
-  };
-}
+import { createTestCa, type TestCa } from "./test-ca.js";
 
 /** A test server and its log lines. */
 export type TlsTestServer = TestServer & { logs: LogWatch };
@@ -58,6 +22,33 @@ export async function startTlsServer(
     logStream: logs.stream,
   });
   return Object.assign(srv, { logs });
+}
+
+/**
+ * A test CA made in a fresh temporary directory (dir) and a TLS test server with its certificate (opts as
+ * startTlsServer's); close() stops the server and removes the directory.
+ */
+export async function startTlsServerWithCa(
+  opts: Parameters<typeof startTlsServer>[1] = {},
+): Promise<{ dir: string; ca: TestCa; srv: TlsTestServer; close(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), "platform-tls-"));
+  const remove = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    const ca = createTestCa(join(dir, "ca"));
+    const srv = await startTlsServer(ca, opts);
+    return {
+      dir,
+      ca,
+      srv,
+      async close() {
+        await srv.close();
+        remove();
+      },
+    };
+  } catch (err) {
+    remove();
+    throw err;
+  }
 }
 
 /** What a fresh TLS connection to port sees: the protocol version, ALPN and the server certificate's serial. */
