@@ -16,6 +16,7 @@ import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { GroupsService } from "../../gen/platformapi/iam/v2beta1/groups_pb.js";
+import { mintAdminToken, startServerProcess, stopServerProcess, type ServerProcess } from "../../scripts/support/cli-server.js";
 import { assertRestError, connectError } from "../support/assertions.js";
 import {
   bombCompression,
@@ -27,7 +28,6 @@ import {
   type MemorySample,
 } from "../support/bombs.js";
 import { METRICS_ENV, scrapeMetrics } from "../support/metrics-scrape.js";
-import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { rest, startTestServer, type TestServer } from "../support/server.js";
 
 const MiB = 1024 * 1024;
@@ -86,15 +86,15 @@ async function bombedWatch(baseUrl: string, coding: Coding, bomb: Buffer): Promi
  */
 describe("bombs against a `serve` process from an authenticated caller: refused while reading, memory flat", () => {
   let dataDir: string;
-  let srv: ServeProcess;
+  let srv: ServerProcess;
   let token: string;
   let baseline: MemorySample;
   const figures: string[] = [];
 
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "platform-bombs-"));
-    srv = await startServeProcess({ PLATFORM_DATA_DIR: dataDir, ...METRICS_ENV });
-    token = await srv.adminToken();
+    srv = await startServerProcess(dataDir, { env: METRICS_ENV });
+    token = await mintAdminToken(dataDir);
     // Warm every path once (zlib, both HTTP stacks, Connect, gRPC-Web, gRPC) with calls that are no bombs.
     for (const carrier of ["connect-json", "connect-proto", "grpc-web", "grpc"] as const) {
       // grpc-js decompresses gzip and deflate only; it answers br with UNIMPLEMENTED.
@@ -110,7 +110,7 @@ describe("bombs against a `serve` process from an authenticated caller: refused 
   });
 
   after(async () => {
-    assert.equal((await srv.stop()).code, 0, srv.output());
+    await stopServerProcess(srv);
     rmSync(dataDir, { recursive: true, force: true });
   });
 
