@@ -13,12 +13,14 @@ import { builtinRole } from "../support/principals.js";
 import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 import { createGroup, rest } from "../support/server.js";
 import {
+  authorizeUrl,
   confirmDevice,
   DEVICE_GRANT,
   enterUserCode,
-  loopbackCodeFlow,
+  pkcePair,
   providersFile,
   signInWithFetch,
+  startLoopbackListener,
   startSignInWorld,
   subjectsOn,
   tokenRequest,
@@ -32,8 +34,30 @@ async function cliSignIn(
   login: string,
   opts: { extra?: Record<string, string>; upstreamKey?: string; onUpstream?: (u: URL) => void; callbackAt?: string; tokenAt?: string } = {},
 ) {
-  const visit = async (authorize: string) => new URL(await signInWithFetch(new FetchBrowser(), world.auth, authorize, login, opts));
-  return (await loopbackCodeFlow(world.auth, visit, { extra: opts.extra, tokenAt: opts.tokenAt })).tokens;
+  const { verifier, challenge } = pkcePair();
+  const listener = await startLoopbackListener();
+  try {
+    const back = new URL(
+      await signInWithFetch(
+        new FetchBrowser(),
+        world.auth,
+        authorizeUrl(world.auth, listener.redirectUri, challenge, "s", opts.extra),
+        login,
+        opts,
+      ),
+    );
+    const code = back.searchParams.get("code");
+    assert.ok(code, `a code came back: ${back.href}`);
+    return await tokenRequest(opts.tokenAt ?? world.auth, {
+      grant_type: "authorization_code",
+      client_id: "platform-cli",
+      code,
+      redirect_uri: listener.redirectUri,
+      code_verifier: verifier,
+    });
+  } finally {
+    await listener.close();
+  }
 }
 
 describe("signing in with platform-cli's authorization code + PKCE", () => {
@@ -44,19 +68,37 @@ describe("signing in with platform-cli's authorization code + PKCE", () => {
   after(async () => world?.close());
 
   test("a person signs in, the loopback redirect carries only code, state and iss, and the code buys working tokens", async () => {
-    const visit = async (authorize: string) =>
-      new URL(await signInWithFetch(new FetchBrowser(), world.auth, authorize, "alice@example.com"));
-    const { callback: redirect, redirectUri, tokens } = await loopbackCodeFlow(world.auth, visit, { state: "client-state-1" });
-    assert.equal(`${redirect.origin}${redirect.pathname}`, redirectUri);
-    assert.deepEqual([...redirect.searchParams.keys()].sort(), ["code", "iss", "state"]);
-    assert.equal(redirect.searchParams.get("state"), "client-state-1");
-    assert.equal(redirect.searchParams.get("iss"), world.auth);
-    assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
-    assert.equal(tokens.body.token_type, "Bearer");
-    assert.equal(tokens.headers.get("cache-control"), "no-store");
-    const me = await rest(world.auth, "GET", "/auth/v1/ok", undefined, { authorization: `Bearer ${tokens.body.access_token}` });
-    assert.equal(me.status, 200, JSON.stringify(me.body));
-    assert.equal(me.body.email, "alice@example.com");
+    const { verifier, challenge } = pkcePair();
+    const listener = await startLoopbackListener();
+    try {
+      const browser = new FetchBrowser();
+      const back = await signInWithFetch(
+        browser,
+        world.auth,
+        authorizeUrl(world.auth, listener.redirectUri, challenge, "client-state-1"),
+        "alice@example.com",
+      );
+      const redirect = new URL(back);
+      assert.equal(`${redirect.origin}${redirect.pathname}`, listener.redirectUri);
+      assert.deepEqual([...redirect.searchParams.keys()].sort(), ["code", "iss", "state"]);
+      assert.equal(redirect.searchParams.get("state"), "client-state-1");
+      assert.equal(redirect.searchParams.get("iss"), world.auth);
+      const tokens = await tokenRequest(world.auth, {
+        grant_type: "authorization_code",
+        client_id: "platform-cli",
+        code: redirect.searchParams.get("code")!,
+        redirect_uri: listener.redirectUri,
+        code_verifier: verifier,
+      });
+      assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
+      assert.equal(tokens.body.token_type, "Bearer");
+      assert.equal(tokens.headers.get("cache-control"), "no-store");
+      const me = await rest(world.auth, "GET", "/auth/v1/ok", undefined, { authorization: `Bearer ${tokens.body.access_token}` });
+      assert.equal(me.status, 200, JSON.stringify(me.body));
+      assert.equal(me.body.email, "alice@example.com");
+    } finally {
+      await listener.close();
+    }
   });
 
   test("a role binding made to a person's predicted uid before they ever signed in applies at their first sign-in", async () => {
