@@ -138,11 +138,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     restOperations: transports.restOperations,
     tokens: deps.services.tokens,
     adminSubject: deps.admin,
-    // The log lines of every call answered are written before close() resolves (and the process exits).
     reloadTls: (trigger) => tls?.reload(trigger) ?? false,
     pruneEvents: () => deps.retention.pruneNow(),
     eventCursors: deps.services.events.cursors,
     metricsUrl: metricsListener?.url,
+    // The log lines of every call answered are written before close() resolves (and the process exits).
     close: async () => {
       await deps.stopBackground();
       tls?.close();

@@ -22,6 +22,23 @@ export type CopyStep = (from: Store, tx: StoreParts, copyAll: CopyAll) => Promis
 /** The parts copy.ts copies itself, after every other part's step: the signing keys and the server's secrets. */
 export type CopiedByHand = "keys";
 
+/** A part whose records are written to the target as they are listed from the source, one create each. */
+interface CreatedAsListed<R> {
+  list(query: ListQuery<object, "uid">): Promise<ListResult<R>>;
+  create(record: R): Promise<unknown>;
+}
+
+/** The step of most parts: every record listed from the source's part (of) and created as it is in the target's, counted under kind. */
+export function createEach<R extends { uid: string }>(kind: string, of: (parts: StoreParts) => CreatedAsListed<R>): CopyStep {
+  return (from, tx, copyAll) =>
+    copyAll(
+      kind,
+      (q) => of(from).list(q),
+      {},
+      (record) => of(tx).create(record),
+    );
+}
+
 /** What a copy function returns for a record it left alone. */
 export const SKIPPED = Symbol("skipped");
 

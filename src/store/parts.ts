@@ -1,4 +1,4 @@
-import { copyEvents, copyTags, SKIPPED, type CopiedByHand, type CopyStep } from "./copy-steps.js";
+import { copyEvents, copyTags, createEach, SKIPPED, type CopiedByHand, type CopyStep } from "./copy-steps.js";
 import type { GroupChildKind } from "./sql/groups.js";
 import type { Async, PartName, PartTables, StoreParts, SyncStoreParts, VersionedTable } from "./store.js";
 
@@ -71,13 +71,7 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<P> } = {
     methods: { create: "write", createRoot: "write", rootsCreatedBy: "read", get: "read", list: "read", update: "write", delete: "write" },
     // Child groups are checked first, by the group stores themselves.
     blocksGroupDelete: null,
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "groups",
-        (q) => from.groups.list(q),
-        {},
-        (g) => tx.groups.create(g),
-      ),
+    copy: createEach("groups", (parts) => parts.groups),
   },
   // Deleting an identity deletes its role bindings.
   identities: {
@@ -86,13 +80,7 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<P> } = {
     cached: true,
     methods: { create: "write", get: "read", list: "read", update: "write", touchLastSeen: "write", delete: "write" },
     blocksGroupDelete: { label: "identities", existsSql: "SELECT 1 FROM identities WHERE parent_uid = ? LIMIT 1" },
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "identities",
-        (q) => from.identities.list(q),
-        {},
-        (i) => tx.identities.create(i),
-      ),
+    copy: createEach("identities", (parts) => parts.identities),
   },
   // Deleting a role deletes the invites that would grant it (ON DELETE CASCADE).
   roles: {
@@ -128,13 +116,7 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<P> } = {
     cached: true,
     methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
     blocksGroupDelete: { label: "identity providers", existsSql: "SELECT 1 FROM identity_providers WHERE parent_uid = ? LIMIT 1" },
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "identity providers",
-        (q) => from.identityProviders.list(q),
-        {},
-        (p) => tx.identityProviders.create(p),
-      ),
+    copy: createEach("identity providers", (parts) => parts.identityProviders),
   },
   accountAssociations: {
     table: "account_associations",
@@ -142,39 +124,21 @@ export const STORE_PARTS: { readonly [P in PartName]: PartDeclaration<P> } = {
     methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
     // The association is the group's own (same uid), not a record below it.
     blocksGroupDelete: { label: "account associations", existsSql: "SELECT 1 FROM account_associations WHERE uid = ?" },
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "account associations",
-        (q) => from.accountAssociations.list(q),
-        {},
-        (a) => tx.accountAssociations.create(a),
-      ),
+    copy: createEach("account associations", (parts) => parts.accountAssociations),
   },
   groupInvites: {
     table: "group_invites",
     cached: true,
     methods: { create: "write", get: "read", findByKeyId: "read", list: "read", delete: "write", consume: "write" },
     blocksGroupDelete: { label: "group invites", existsSql: "SELECT 1 FROM group_invites WHERE parent_uid = ? LIMIT 1" },
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "group invites",
-        (q) => from.groupInvites.list(q),
-        {},
-        (i) => tx.groupInvites.create(i),
-      ),
+    copy: createEach("group invites", (parts) => parts.groupInvites),
   },
   repos: {
     table: "repos",
     cached: true,
     methods: { create: "write", get: "read", list: "read", update: "write", delete: "write" },
     blocksGroupDelete: { label: "repos", existsSql: "SELECT 1 FROM repos WHERE parent_uid = ? LIMIT 1" },
-    copy: (from, tx, copyAll) =>
-      copyAll(
-        "repos",
-        (q) => from.repos.list(q),
-        {},
-        (r) => tx.repos.create(r),
-      ),
+    copy: createEach("repos", (parts) => parts.repos),
   },
   tags: {
     table: "tags",
