@@ -88,6 +88,12 @@ const TOOLS = [
     without: "skip unless CI",
   },
   {
+    tool: "patroni, etcd, haproxy (apt-get install patroni etcd-server etcd-client haproxy)",
+    present: () => onPath("patroni") && onPath("etcd") && runs("/usr/sbin/haproxy", ["-v"]),
+    tests: "test/ha/failover.test.ts",
+    without: "skip unless CI",
+  },
+  {
     tool: "strace",
     present: () => spawnSync("strace", ["-f", "-o", "/dev/null", "true"], { stdio: "ignore" }).status === 0,
     tests: "test/store/durability.test.ts (fsyncs per commit)",
@@ -113,7 +119,10 @@ const TOOLS = [
   },
 ];
 
-const files = readdirSync(join(ROOT, "test")).filter((f) => f.endsWith(".test.ts")).length;
+// npm test's files: test/*/*.test.ts.
+const files = readdirSync(join(ROOT, "test"), { withFileTypes: true })
+  .filter((d) => d.isDirectory())
+  .flatMap((d) => readdirSync(join(ROOT, "test", d.name)).filter((f) => f.endsWith(".test.ts"))).length;
 const lines = [
   `npm test: ${files} test files, two at a time, each starting real servers: about 8 minutes on a 2-core machine, longer while`,
   "other work shares it. Results appear file by file as each finishes. What it needs: docs/development.md#running-the-tests",

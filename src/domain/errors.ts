@@ -119,10 +119,14 @@ export class ResourceExhaustedError extends ApiError {
   }
 }
 
-/** The store cannot be reached for now (a database restarting, a network partition): the call may be retried. */
+/**
+ * The database cannot be reached or used now (down, restarting, failing over): nothing was done, unless a write's
+ * COMMIT was sent before the connection broke. Retryable, with RetryInfo (and Retry-After on REST) of a second:
+ * how often the store probes for the database's return.
+ */
 export class UnavailableError extends ApiError {
   constructor(message = "Unavailable: the database cannot be reached right now; retry shortly") {
-    super(Code.Unavailable, "UNAVAILABLE", message);
+    super(Code.Unavailable, "UNAVAILABLE", message, { retryDelayMs: 1000 });
     this.name = "UnavailableError";
   }
 }

@@ -19,6 +19,7 @@ export const SCHEMA_RELEASES: readonly SchemaRelease[] = [
   { version: "0.2.0", sqlite: 12, postgres: 7 },
   { version: "0.3.0", sqlite: 13, postgres: 8 },
   { version: "0.4.0", sqlite: 14, postgres: 9 },
+  { version: "0.5.0", sqlite: 14, postgres: 10 },
 ];
 
 /** The schema versions this code migrates to (the last row). */

@@ -787,6 +787,15 @@ export interface Store extends StoreParts {
    * Wrappers pass it through.
    */
   poolStats?(): PoolStats;
+  /**
+   * Optional: how many times a connection to the database has been lost or
+   * refused so far (PostgreSQL). After a loss the database answering may be
+   * another one (a standby promoted by a failover, a restored backup), whose
+   * versions need not continue this process's: CachingStore starts over
+   * when the count moves. An engine that cannot lose its database has none.
+   * Wrappers pass it through.
+   */
+  connectionLosses?(): number;
   /** True when the store can serve requests. */
   ready(): boolean;
   /**

@@ -138,6 +138,12 @@ if (!pgAvailable()) {
     }
     // A statement that is wrong is no outage.
     assert.equal(connectionFailure(Object.assign(new Error('relation "x" does not exist'), { code: "42P01" })), undefined);
+    assert.equal(connectionFailure(Object.assign(new Error("WITH HOLD is not supported"), { code: "0A000" })), undefined);
+    // What a demoted primary or a standby answers during a failover is: the primary is elsewhere, retry.
+    const readOnly = connectionFailure(Object.assign(new Error("cannot execute INSERT in a read-only transaction"), { code: "25006" }));
+    assert.match(readOnly?.cause ?? "", /read-only \(not the primary\)/);
+    const standby = connectionFailure(Object.assign(new Error("cannot use serializable mode in a hot standby"), { code: "0A000" }));
+    assert.match(standby?.cause ?? "", /hot standby/);
   });
 
   test("the cluster stopped under a running server: one warn line naming the cause, one info line when it is back", async (t) => {

@@ -194,3 +194,36 @@ test("answers stay within the store's byte budget", async () => {
     await store.close();
   }
 });
+
+test("after a lost connection the cache starts over: a database whose versions restart lower never serves an entry read before", async () => {
+  // The engine stands for the database behind the URL; its versions and connection losses are the test's, as after
+  // a failover to a standby that never had the last writes' version moves (a restored backup is the same case).
+  const engine = await openEngine({ databaseUrl: "", dataDir: ":memory:" });
+  let versions = await engine.readVersions();
+  let losses = 0;
+  const store = createCachingStore({
+    ...decorateStore(engine, (_p, _m, original) => original),
+    readVersions: async () => ({ ...versions }),
+    connectionLosses: () => losses,
+  });
+  try {
+    const name = async () => ((await store.refresh(), await store.groups.get(ORG)) as { name: string }).name;
+    await engine.groups.create(group(ORG, null, "before the switch"));
+    versions = { ...versions, groups: 10 };
+    assert.equal(await name(), "before the switch");
+    // The switch: a connection lost, the new database at a lower version, and its data newer.
+    losses++;
+    await engine.groups.update(ORG, { name: "on the new primary" }, 1);
+    versions = { ...versions, groups: 5 };
+    assert.equal(await name(), "on the new primary");
+    // Writes on the new database bring its version back to where the old one was: still no entry from before.
+    await engine.groups.update(ORG, { name: "written again" }, 2);
+    versions = { ...versions, groups: 10 };
+    assert.equal(await name(), "written again");
+    // And the cache still caches: asked again with nothing written, the engine is not read.
+    await engine.groups.update(ORG, { name: "written behind the cache's back" }, 3);
+    assert.equal(await name(), "written again");
+  } finally {
+    await store.close();
+  }
+});

@@ -34,6 +34,14 @@ if (!pgAvailable()) {
         const res = await rest(srv.url, "GET", path);
         const body = assertRestError(res, 503, 14, "UNAVAILABLE");
         assert.doesNotMatch(JSON.stringify(body), /ECONNREFUSED|postgres|SELECT|at /, "no driver text or stack");
+        // Retryable, and said so: RetryInfo, and Retry-After on REST.
+        assert.ok(
+          (body.details as { "@type": string; retryDelay?: string }[]).some(
+            (d) => d["@type"].endsWith("google.rpc.RetryInfo") && d.retryDelay === "1s",
+          ),
+          JSON.stringify(body),
+        );
+        assert.equal(res.headers.get("retry-after"), "1");
       }
       assertRestError(await rest(srv.url, "POST", "/iam/v2beta1/groups", { name: "during outage" }), 503, 14, "UNAVAILABLE");
       const client = grpcClient(GroupsService, srv.port);

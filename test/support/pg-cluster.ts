@@ -4,6 +4,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
 
 /**
  * A throwaway PostgreSQL cluster for tests: Debian's binaries, initdb in a
@@ -133,10 +134,18 @@ export function sharedPgCluster(): Promise<PgCluster> {
   return shared;
 }
 
-/** A fresh empty database on this process's cluster. */
+let bouncer: Promise<PgBouncer> | undefined;
+
+/**
+ * A fresh empty database on this process's cluster. With
+ * PLATFORM_TEST_PGBOUNCER=1 (npm run test:pgbouncer), its URL goes through
+ * a PgBouncer in transaction pooling mode in front of the cluster.
+ */
 export async function freshPgDatabase(): Promise<string> {
   const cluster = await sharedPgCluster();
   const name = `t${process.pid}_${++databases}`;
   await cluster.createDatabase(name);
-  return cluster.url(name);
+  if (process.env.PLATFORM_TEST_PGBOUNCER !== "1") return cluster.url(name);
+  bouncer ??= startPgBouncer(cluster.port);
+  return (await bouncer).url(name);
 }

@@ -1,6 +1,6 @@
 import { ownParts, STORE_PARTS } from "../parts.js";
 import { splitSignal } from "../signal.js";
-import type { ListQuery, ListResult, Store } from "../store.js";
+import type { ListQuery, ListResult, Store, StoreParts } from "../store.js";
 import { VERSIONED_TABLES, zeroVersions, type TableVersions, type VersionedTable } from "../versions.js";
 import { decorateParts, type PartMethod } from "./decorate.js";
 import { QueryCache } from "./query-cache.js";
@@ -44,8 +44,38 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
   const answers = new QueryCache<unknown>(limits.answerBytes);
   const counts = new QueryCache<number>(limits.counts);
 
-  const absorb = (versions: TableVersions) => {
+  // The store's connection losses as last seen: when they move, the database answering may be another one.
+  const losses = () => inner.connectionLosses?.() ?? 0;
+  let seenLosses = losses();
+  /**
+   * Forgets every entry and the versions known, and keeps keys moving forward:
+   * a database met after a lost connection (a standby promoted by a failover,
+   * a restored backup) may count its versions from below what this process
+   * knew, and a key reused with older numbers could find an entry read
+   * before the switch. The epoch jumps past every key handed out so far.
+   */
+  const startOver = () => {
+    for (const t of VERSIONED_TABLES) {
+      epoch += known[t];
+      known[t] = 0;
+    }
+    epoch++;
+  };
+  /** Takes in versions read by a read begun at lossesBefore: not when a connection was lost since. */
+  const absorb = (versions: TableVersions, lossesBefore: number) => {
+    const now = losses();
+    if (now !== seenLosses) {
+      seenLosses = now;
+      startOver();
+    }
+    // Read over a connection that may have gone to the database before the switch: not to be trusted.
+    if (lossesBefore !== now) return;
     for (const t of VERSIONED_TABLES) if (versions[t] > known[t]) known[t] = versions[t];
+  };
+  /** The versions as read now, with the losses before the read (for absorb). */
+  const readVersions = async (): Promise<[TableVersions, number]> => {
+    const before = losses();
+    return [await inner.readVersions(), before];
   };
   const version = (tables: readonly VersionedTable[]) => {
     let sum = epoch;
@@ -57,15 +87,15 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
    * cannot be read (the database went away right after it), every entry is
    * forgotten instead.
    */
-  const versionsAfterWrite = () =>
-    inner.readVersions().catch(() => {
+  const versionsAfterWrite = (): Promise<[TableVersions, number]> =>
+    readVersions().catch(() => {
       epoch++;
-      return zeroVersions();
+      return [zeroVersions(), losses()];
     });
-  const afterWrite = async () => absorb(await versionsAfterWrite());
+  const afterWrite = async () => absorb(...(await versionsAfterWrite()));
   const refreshNow = async () => {
     await inner.refresh();
-    absorb(await inner.readVersions());
+    absorb(...(await readVersions()));
   };
   /**
    * The refresh every call that asked since the last one started will share:
@@ -78,8 +108,15 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
    */
   let nextRefresh: Promise<void> | null = null;
   // A transaction and the versions after it: in the COMMIT's round trip where the engine can, else read after.
-  const transactionThenVersions: NonNullable<Store["transactionThenVersions"]> =
-    inner.transactionThenVersions?.bind(inner) ?? (async (fn, signal) => [await inner.transaction(fn, signal), await versionsAfterWrite()]);
+  const transactionThenVersions = async <T>(
+    fn: (tx: StoreParts) => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<[T, TableVersions, number]> => {
+    const before = losses();
+    if (inner.transactionThenVersions) return [...(await inner.transactionThenVersions(fn, signal)), before];
+    const result = await inner.transaction(fn, signal);
+    return [result, ...(await versionsAfterWrite())];
+  };
 
   const cachedRead = (part: string, method: string, table: VersionedTable, original: PartMethod): PartMethod => {
     const prefix = `${part}.${method}\u0000`;
@@ -143,8 +180,8 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
     // Reads inside a transaction go to the engine: what they see may roll back.
     async transaction(fn, signal) {
       try {
-        const [result, versions] = await transactionThenVersions(fn, signal);
-        absorb(versions);
+        const [result, versions, lossesBefore] = await transactionThenVersions(fn, signal);
+        absorb(versions, lossesBefore);
         return result;
       } catch (err) {
         // A failed transaction wrote nothing, unless the failure came after its COMMIT.
@@ -163,6 +200,7 @@ export function createCachingStore(inner: Store, limits: CacheLimits = DEFAULT_C
       },
     }),
     ...(inner.poolStats && { poolStats: () => inner.poolStats!() }),
+    ...(inner.connectionLosses && { connectionLosses: () => inner.connectionLosses!() }),
     ready: () => inner.ready(),
     describe: () => inner.describe(),
     close: () => inner.close(),

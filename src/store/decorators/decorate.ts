@@ -40,6 +40,7 @@ export function decorateStore(store: Store, wrap: MethodWrapper): Store {
       insertWithEvents: (write, events, signal) => store.insertWithEvents!((parts) => write(decorate(parts)), events, signal),
     }),
     ...(store.poolStats && { poolStats: () => store.poolStats!() }),
+    ...(store.connectionLosses && { connectionLosses: () => store.connectionLosses!() }),
     ready: () => store.ready(),
     describe: () => store.describe(),
     close: () => store.close(),

@@ -16,7 +16,7 @@ import { PgGroupStore } from "./groups.js";
 import { PgIdentityStore } from "./identities.js";
 import { PgIdentityProviderStore } from "./identity-providers.js";
 import { PgKeyStore } from "./keys.js";
-import { CLAIM_VERSION_BUCKET, migratePostgres } from "./migrations.js";
+import { migratePostgres } from "./migrations.js";
 import { PgRepoStore } from "./repos.js";
 import { PgRoleBindingStore } from "./role-bindings.js";
 import { PgRoleStore } from "./roles.js";
@@ -67,13 +67,13 @@ export interface PostgresStoreOptions {
 
 /**
  * Errors that mean the database cannot be used at all (unreachable, refused login, no such database, not
- * allowed): the operator's to fix, as one line. SQLSTATE classes 08 (connection), 28 (authorization), 3D
- * (catalog name), 42501 (insufficient privilege).
+ * allowed, a standby): the operator's to fix, as one line. SQLSTATE classes 08 (connection), 28 (authorization),
+ * 3D (catalog name), 42501 (insufficient privilege), 25006 (read-only: a standby).
  */
 function unusable(err: unknown, url: string): StartupError | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   const system = systemErrorCode(err);
-  const sqlState = typeof code === "string" && (/^(08|28|3D)/.test(code) || code === "42501");
+  const sqlState = typeof code === "string" && (/^(08|28|3D)/.test(code) || code === "42501" || code === "25006");
   const lost = err instanceof Error && /connection (timeout|terminated)|timeout expired/i.test(err.message);
   if (system === undefined && !sqlState && !lost) return undefined;
   const reason = system !== undefined ? describeSystemError(err) : err instanceof Error ? err.message : String(code);
@@ -104,6 +104,8 @@ class Reachability {
   up = true;
   /** Outages so far: a query begun before the current one started proves nothing by succeeding. */
   private outages = 0;
+  /** Connections lost while idle in the pool (no query saw it, so no outage began). */
+  private idleLosses = 0;
   private downSince = 0;
   /** The current outage's cause has been reported. */
   private reported = false;
@@ -120,6 +122,16 @@ class Reachability {
   /** What a query begun now passes to ok() when it succeeds. */
   get epoch(): number {
     return this.outages;
+  }
+
+  /** Connections lost or refused so far: outages, and idle connections the database or a proxy closed. */
+  get losses(): number {
+    return this.outages + this.idleLosses;
+  }
+
+  /** An idle connection of the pool broke (a failover, a proxy's shutdown-sessions, a restart). */
+  idleLost(): void {
+    this.idleLosses++;
   }
 
   /** Passes a result through; a query begun during the outage that succeeded ends it. */
@@ -251,6 +263,15 @@ const PART_MAKERS: { readonly [P in PartName]: (run: Runner) => StoreParts[P] } 
   refreshTokens: (run) => new PgRefreshTokenStore(run),
 };
 
+/**
+ * The error a connection to a standby fails with: SQLSTATE 25006
+ * (read_only_sql_transaction), which connectionFailure takes for the
+ * database being unusable now, not for a mistake.
+ */
+function standbyError(): Error {
+  return Object.assign(new Error("connected to a standby (pg_is_in_recovery), not the primary"), { code: "25006" });
+}
+
 /** True when a server has migrated this database (it has our schema_migrations table). */
 async function hasSchema(pool: pg.Pool): Promise<boolean> {
   const { rows } = await pool.query<{ found: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS found");
@@ -273,14 +294,18 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
     types,
-    // Each connection claims a version bucket of its own before its first user gets it (awaited: pg 8.23
-    // deprecates queueing a query behind another on one client).
+    // A new connection must reach the primary: through a proxy that follows a failover (HAProxy on Patroni's
+    // /primary), a connection made before the proxy noticed may land on the demoted node, now a standby whose
+    // reads may lag writes acknowledged on the new primary. Refused, it is one more UNAVAILABLE to retry.
     onConnect: async (client) => {
-      await client.query(CLAIM_VERSION_BUCKET).catch(() => {});
+      const { rows } = await client.query<{ standby: boolean }>("SELECT pg_is_in_recovery() AS standby");
+      if (rows[0]?.standby === true) throw standbyError();
     },
   });
-  // An idle client losing its connection (a database restart) must not crash the process.
-  pool.on("error", () => {});
+  const reach = new Reachability(pool, redactedUrl(opts.url));
+  // An idle client losing its connection (a database restart, a failover) must not crash the process; it is
+  // counted, so caches start over (connectionLosses).
+  pool.on("error", () => reach.idleLost());
   try {
     if (opts.existing && !(await hasSchema(pool))) {
       throw new StartupError(
@@ -289,10 +314,10 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     }
     await migratePostgres(pool, undefined, opts.migrationLog);
   } catch (err) {
+    reach.stop();
     await pool.end();
     throw unusable(err, opts.url) ?? err;
   }
-  const reach = new Reachability(pool, redactedUrl(opts.url));
   const source = guardedSource(pool, reach);
   const parts = cancellableParts(poolRunner(source));
   let open = true;
@@ -324,6 +349,7 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
       return write(partsOver(eventsCarryingRunner(source, events)));
     },
     // totalCount counts connections being opened too: they are lent out as soon as they are up.
+    connectionLosses: () => reach.losses,
     poolStats: () => ({ inUse: pool.totalCount - pool.idleCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
     ready: () => open && reach.up,
     describe: () => ({ backend: "postgresql", location: redactedUrl(opts.url) }),

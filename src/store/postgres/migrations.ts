@@ -15,6 +15,12 @@ const MIGRATION_LOCK = 0x706c6174; // "plat"
 /** Buckets of the version counters: connections beyond this many share one (correct, but their writes may conflict). */
 export const VERSION_BUCKETS = 64;
 
+/** The advisory-lock space (first key) of the version buckets. */
+const BUCKET_LOCKS = 0x7665; // "ve"
+
+/** The versioned tables when migration 10 moved the buckets into the transaction (each gets its new trigger function). */
+const TRANSACTION_BUCKET_TABLES = [...FIRST_VERSIONED_TABLES, "subscriptions"] as const;
+
 /**
  * The PostgreSQL schema, the same tables and columns as SQLite's after all
  * its migrations. Every uid, name and other ordered key is `text COLLATE "C"`,
@@ -259,7 +265,7 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE FUNCTION version_bucket() RETURNS integer LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('platform_versions.bucket', true), '')::integer, pg_backend_pid() % ${VERSION_BUCKETS})
   $$;
-  ${FIRST_VERSIONED_TABLES.map(bucketTrigger).join("\n  ")}
+  ${FIRST_VERSIONED_TABLES.map(sessionBucketTrigger).join("\n  ")}
   `,
   },
   // 3: a signing key's retirement (ms; NULL while it may verify): the
@@ -333,7 +339,7 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX subscriptions_create_time ON subscriptions(create_time, uid);
   CREATE INDEX subscriptions_update_time ON subscriptions(update_time, uid);
   ALTER TABLE version_buckets ADD COLUMN subscriptions bigint NOT NULL DEFAULT 0;
-  ${bucketTrigger("subscriptions")}
+  ${sessionBucketTrigger("subscriptions")}
   CREATE TABLE subscription_deliveries (
     subscription_uid text COLLATE "C" PRIMARY KEY REFERENCES subscriptions(uid) ON DELETE CASCADE,
     start_time bigint NOT NULL,
@@ -444,28 +450,51 @@ const MIGRATIONS: readonly Migration[] = [
   CREATE INDEX refresh_tokens_family_start_time ON refresh_tokens(family_start_time);
   `,
   },
+  // 10: a version bucket per transaction instead of per connection: a
+  // transaction that writes a versioned table claims a free bucket with a
+  // transaction-level advisory lock, and the lock goes with the COMMIT.
+  // Nothing the server's correctness needs stays on the connection, so it
+  // works behind a transaction-pooling PgBouncer (where a session lock and a
+  // session setting stay on a server connection other clients share) and
+  // needs nothing re-established after a failover. The backend remembers the
+  // bucket it took last (a session setting that is only a hint: through a
+  // pooler it stays with the backend, which is what the bucket's row is
+  // about) and tries it first, so backends settle on buckets of their own:
+  // a bucket taken by a transaction whose snapshot predates its previous
+  // user's commit would fail with a serialization error (and be retried).
+  {
+    name: "version buckets per transaction",
+    sql: `
+  CREATE OR REPLACE FUNCTION version_bucket() RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+  DECLARE
+    claimed integer := nullif(current_setting('platform_versions.tx_bucket', true), '')::integer;
+    home integer;
+  BEGIN
+    IF claimed IS NULL THEN
+      home := coalesce(nullif(current_setting('platform_versions.home_bucket', true), '')::integer, pg_backend_pid() % ${VERSION_BUCKETS});
+      -- The first free bucket from home on (series order, so the filter stops at the first lock taken).
+      SELECT b INTO claimed FROM (SELECT (home + i) % ${VERSION_BUCKETS} AS b FROM generate_series(0, ${VERSION_BUCKETS - 1}) AS i) AS c
+       WHERE pg_try_advisory_xact_lock(${BUCKET_LOCKS}, b) LIMIT 1;
+      IF claimed IS NULL THEN
+        -- Every bucket taken: share home (a concurrent writer of it fails with a serialization error, and is retried).
+        claimed := home;
+      ELSIF claimed <> home THEN
+        PERFORM set_config('platform_versions.home_bucket', claimed::text, false);
+      END IF;
+      PERFORM set_config('platform_versions.tx_bucket', claimed::text, true);
+    END IF;
+    RETURN claimed;
+  END $$;
+  ${TRANSACTION_BUCKET_TABLES.map(bucketFunction).join("\n  ")}
+  `,
+  },
 ];
 
 /**
- * Run on every new connection: claims the first free bucket for the
- * connection's life (the session advisory lock goes with the connection).
- * Answers no row when all are taken.
+ * Migrations 2 and 6's statement trigger (frozen with them): moves its
+ * column of the bucket the connection claimed (migration 10 replaced it).
  */
-/** The advisory-lock space (first key) of the version buckets. */
-const BUCKET_LOCKS = 0x7665; // "ve"
-
-export const CLAIM_VERSION_BUCKET = `SELECT set_config('platform_versions.bucket', b::text, false)
-  FROM (SELECT b FROM generate_series(0, ${VERSION_BUCKETS - 1}) AS b WHERE pg_try_advisory_lock(${BUCKET_LOCKS}, b) LIMIT 1) AS free`;
-
-/**
- * A table's statement trigger: moves its column of this connection's bucket,
- * once per transaction (the transaction-local setting goes with the
- * transaction or savepoint), so a bulk write updates the row once. Its row
- * is found through the primary key, never by a scan of the table: under
- * SERIALIZABLE a scan would lock the whole table for reading, and every two
- * concurrent writers would conflict through it.
- */
-function bucketTrigger(t: string): string {
+function sessionBucketTrigger(t: string): string {
   return `CREATE FUNCTION bump_${t}_version() RETURNS trigger LANGUAGE plpgsql SET enable_seqscan = off AS $$
   BEGIN
     IF current_setting('platform_versions.${t}', true) IS DISTINCT FROM 'bumped' THEN
@@ -474,6 +503,37 @@ function bucketTrigger(t: string): string {
     END IF;
     RETURN NULL;
   END $$;
+  CREATE TRIGGER ${t}_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION bump_${t}_version();`;
+}
+
+/**
+ * A table's statement trigger function (created, or replaced under its
+ * trigger): moves its column of the transaction's bucket (version_bucket()
+ * claims one on the first write), once per transaction (the
+ * transaction-local setting goes with the transaction or savepoint), so a
+ * bulk write updates the row once. The bucket is computed once, before the
+ * UPDATE (the function takes a lock: it is volatile), and its row found
+ * through the primary key, never by a scan of the table: under SERIALIZABLE
+ * a scan would lock the whole table for reading, and every two concurrent
+ * writers would conflict through it.
+ */
+function bucketFunction(t: string): string {
+  return `CREATE OR REPLACE FUNCTION bump_${t}_version() RETURNS trigger LANGUAGE plpgsql SET enable_seqscan = off AS $$
+  DECLARE
+    claimed integer;
+  BEGIN
+    IF current_setting('platform_versions.${t}', true) IS DISTINCT FROM 'bumped' THEN
+      claimed := version_bucket();
+      UPDATE version_buckets SET ${t} = ${t} + 1 WHERE bucket = claimed;
+      PERFORM set_config('platform_versions.${t}', 'bumped', true);
+    END IF;
+    RETURN NULL;
+  END $$;`;
+}
+
+/** A table versioned from now on: its trigger function and its statement trigger (its column is added beside). */
+export function bucketTrigger(t: string): string {
+  return `${bucketFunction(t)}
   CREATE TRIGGER ${t}_version AFTER INSERT OR UPDATE OR DELETE ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION bump_${t}_version();`;
 }
 
@@ -491,43 +551,46 @@ function versionTriggers(tables: readonly string[]): string {
 export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.length;
 
 /**
- * Brings the schema up to date, each step in its own transaction, while
- * holding a session advisory lock: processes starting at once wait for one
- * another, and each step is applied exactly once; `log` is told of each step
- * applied. Refuses (StartupError) a database whose schema is newer than this
- * code: a rollback to an older binary. (target: a schema version before the
- * newest, for tests of a migration.)
+ * Brings the schema up to date, each step in its own transaction, which
+ * first takes a transaction-level advisory lock: processes starting at once
+ * wait for one another, and each step is applied exactly once; `log` is told
+ * of each step applied. No session state (a session lock would stay on a
+ * pooled server connection behind a transaction-pooling PgBouncer). Refuses
+ * (StartupError) a database whose schema is newer than this code: a
+ * rollback to an older binary. (target: a schema version before the newest,
+ * for tests of a migration.)
  */
 export async function migratePostgres(pool: pg.Pool, target = MIGRATIONS.length, log?: MigrationLog): Promise<void> {
   const client = await pool.connect();
+  let broken: Error | undefined;
   try {
-    await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
-    try {
-      await client.query(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
-      );
-      const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
-      const current = rows[0]?.v ?? 0;
-      if (current > MIGRATIONS.length) throw newerSchemaError("postgres", current, MIGRATIONS.length);
-      for (let v = current; v < target; v++) {
-        const started = performance.now();
-        await client.query("BEGIN");
-        try {
-          await client.query(MIGRATIONS[v]!.sql);
-          await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
+    for (;;) {
+      const started = performance.now();
+      await client.query("BEGIN");
+      try {
+        await client.query("SELECT pg_advisory_xact_lock($1)", [MIGRATION_LOCK]);
+        await client.query(
+          "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+        );
+        const { rows } = await client.query<{ v: number | null }>("SELECT max(version) AS v FROM schema_migrations");
+        const v = rows[0]?.v ?? 0;
+        if (v > MIGRATIONS.length) throw newerSchemaError("postgres", v, MIGRATIONS.length);
+        if (v >= target) {
           await client.query("COMMIT");
-        } catch (err) {
-          await client.query("ROLLBACK");
-          throw err;
+          break;
         }
+        await client.query(MIGRATIONS[v]!.sql);
+        await client.query("INSERT INTO schema_migrations (version) VALUES ($1)", [v + 1]);
+        await client.query("COMMIT");
         log?.(stepOf(v, started));
+      } catch (err) {
+        await client.query("ROLLBACK").catch((rollbackErr: Error) => (broken = rollbackErr));
+        throw err;
       }
-      await refuseTransactionIdsBehind(client);
-    } finally {
-      await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]);
     }
+    await refuseTransactionIdsBehind(client);
   } finally {
-    client.release();
+    client.release(broken);
   }
 }
 

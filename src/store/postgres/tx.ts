@@ -42,6 +42,8 @@ const FAILING_STATES: readonly [RegExp, string, boolean][] = [
   [/^57P01$/, "the database server ended the connection (administrator command)", true],
   [/^57P02$/, "the database server ended the connection (crash)", true],
   [/^57P03$/, "the database server is starting up or shutting down", false],
+  // A standby, or a primary being demoted, or one an operator made read-only: writes must wait for the primary.
+  [/^25006$/, "the database is read-only (not the primary)", false],
   [/^08/, "connection failure", false],
 ];
 
@@ -59,7 +61,7 @@ const FAILING_SYSTEM_CODES: Record<string, [string, boolean]> = {
 
 /** The driver's words for a broken or failed connection, which carry no code. */
 const FAILING_MESSAGES: readonly [RegExp, string, boolean][] = [
-  [/Connection terminated|Client has encountered a connection error/i, "connection lost", true],
+  [/Connection terminated|Client has encountered a connection error|Client was closed and is not queryable/i, "connection lost", true],
   [/connection timeout|timeout exceeded when trying to connect/i, "connection timed out", false],
   [/\bSSL\b|\bTLS\b|certificate/i, "TLS failure", false],
 ];
@@ -85,6 +87,8 @@ export function connectionFailure(err: unknown): ConnectionFailure | undefined {
   const system = typeof code === "string" ? FAILING_SYSTEM_CODES[code] : undefined;
   if (system) return failure(system[0], system[1]);
   const state = sqlState(err);
+  // A hot standby refuses SERIALIZABLE with feature_not_supported, which otherwise names a statement's mistake.
+  if (state === "0A000" && /hot standby/i.test(message)) return failure("the database is a hot standby (not the primary)", false);
   if (state !== undefined) {
     const found = FAILING_STATES.find(([pattern]) => pattern.test(state));
     return found && failure(found[1], found[2]);
