@@ -16,7 +16,7 @@ import { openEngine } from "../../src/store/open.js";
 import { POSTGRES_SCHEMA_VERSION } from "../../src/store/postgres/migrations.js";
 import { nextSchemaVersion } from "../../src/store/schema-releases.js";
 import { SQLITE_SCHEMA_VERSION } from "../../src/store/sqlite/migrations.js";
-import { freshPgDatabase, PG_SKIP } from "../support/pg-cluster.js";
+import { freshPgDatabase, PG_SKIP, startPgCluster, startPgStandby, type PgCluster } from "../support/pg-cluster.js";
 import { platformCli } from "../support/platform-cli.js";
 import { seedDataDir } from "../support/seed-data-dir.js";
 
@@ -79,6 +79,27 @@ describe("PostgreSQL", { skip: PG_SKIP }, () => {
     }
     const line = oneLineRefusal(await platformCli({ dataDir: scratch, databaseUrl: url }, ["serve"], SERVE_ENV));
     assert.match(line, newerMessage("PostgreSQL", newer, POSTGRES_SCHEMA_VERSION));
+  });
+
+  test("a standby (read-only, in recovery) is refused in one line, exit 2: the URL must lead to the primary", async () => {
+    const primary = await startPgCluster({ durable: true });
+    let standby: PgCluster | undefined;
+    try {
+      await primary.createDatabase("platform");
+      await (await openEngine({ databaseUrl: primary.url("platform"), dataDir: scratch })).close();
+      standby = await startPgStandby(primary);
+      for (const args of [["serve"], ["admin-token"]]) {
+        const line = oneLineRefusal(await platformCli({ dataDir: scratch, databaseUrl: standby.url("platform") }, args, SERVE_ENV));
+        assert.match(
+          line,
+          /^platform-api: cannot use PostgreSQL at postgres:\/\/.+: connected to a standby \(pg_is_in_recovery\), not the primary\n$/,
+          args.join(" "),
+        );
+      }
+    } finally {
+      standby?.destroy();
+      primary.destroy();
+    }
   });
 
   test("sslmode=require (or prefer, verify-full) against a server without TLS: one line naming it, exit 2, no driver warning", async () => {

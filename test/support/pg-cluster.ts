@@ -71,19 +71,53 @@ process.once("exit", () => {
   }
 });
 
-/** Starts a new cluster. */
-export async function startPgCluster(opts: { durable?: boolean } = {}): Promise<PgCluster> {
-  const bin = binDir();
-  if (!bin) throw new Error(PG_SKIP || "PostgreSQL is not installed");
+/** A temp directory PostgreSQL's binaries may write (owned by the postgres user when we are root). */
+function clusterDir(): string {
   const dir = mkdtempSync(join(tmpdir(), "platform-pg-"));
-  const data = join(dir, "data");
   if (asRoot) {
     const uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }).trim());
     const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }).trim());
     chownSync(dir, uid, gid);
     chmodSync(dir, 0o700);
   }
+  return dir;
+}
+
+/** Starts a new cluster. */
+export async function startPgCluster(opts: { durable?: boolean } = {}): Promise<PgCluster> {
+  const bin = binDir();
+  if (!bin) throw new Error(PG_SKIP || "PostgreSQL is not installed");
+  const dir = clusterDir();
+  const data = join(dir, "data");
   run(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"]);
+  return runCluster(bin, dir, opts);
+}
+
+/**
+ * Starts a hot standby of primary: pg_basebackup (-R: it follows primary by streaming replication) into a new
+ * directory, started on a port of its own. It accepts connections and reads, and refuses writes (read-only).
+ */
+export async function startPgStandby(primary: PgCluster): Promise<PgCluster> {
+  const bin = binDir()!;
+  const dir = clusterDir();
+  run(join(bin, "pg_basebackup"), [
+    "-D",
+    join(dir, "data"),
+    "-R",
+    "--checkpoint=fast",
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(primary.port),
+    "-U",
+    "postgres",
+  ]);
+  return runCluster(bin, dir, {});
+}
+
+/** Runs the cluster whose data directory is dir/data on a free port of 127.0.0.1. */
+async function runCluster(bin: string, dir: string, opts: { durable?: boolean }): Promise<PgCluster> {
+  const data = join(dir, "data");
   const port = await freePort();
   const settings = [
     `-c listen_addresses=127.0.0.1`,
