@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code } from "@connectrpc/connect";
 import pg from "pg";
-import { AbortedError } from "../../src/domain/errors.js";
+import { AbortedError, UnavailableError } from "../../src/domain/errors.js";
 import { createCachingStore } from "../../src/store/decorators/caching.js";
 import { PART_NAMES, STORE_PARTS } from "../../src/store/parts.js";
 import { PgGroupStore } from "../../src/store/postgres/groups.js";
@@ -17,6 +17,7 @@ import { migratePostgres } from "../../src/store/postgres/migrations.js";
 import { MAX_ATTEMPTS, serializable, type ClientSource } from "../../src/store/postgres/tx.js";
 import type { Store } from "../../src/store/store.js";
 import { AUTHZ_TABLES, VERSIONED_TABLES } from "../../src/store/versions.js";
+import { until } from "../support/assertions.js";
 import { freshPgDatabase, pgAvailable } from "../support/pg-cluster.js";
 import { runStoreConformance } from "../support/store-conformance.js";
 import { A, B, group, invite, role } from "../support/store-fixtures.js";
@@ -98,6 +99,32 @@ if (!pgAvailable()) {
       await b.refresh();
       assert.notEqual(b.version(AUTHZ_TABLES), before);
     });
+  });
+
+  test("a connection ended under an open transaction (a failover): that call is UNAVAILABLE, the process lives on, the break is counted", async () => {
+    const url = await freshPgDatabase();
+    const store = await openPostgresStore({ url, maxConnections: 2 });
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      const before = store.connectionLosses!();
+      const attempt = store.transaction(async (tx) => {
+        await tx.groups.create(group(A, null, "org"));
+        // Ended by the administrator while idle in its transaction: PostgreSQL sends 57P01 with no query running,
+        // which node-postgres emits as 'error' on the client the pool has lent out.
+        await admin.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+        );
+        await until(30_000, () => store.connectionLosses!() > before, "the break counted");
+        return tx.groups.get(A);
+      });
+      await assert.rejects(attempt, (err: unknown) => err instanceof UnavailableError);
+      // Served again on a new connection, and nothing of the ended transaction was kept.
+      assert.equal(await store.groups.get(A), null);
+    } finally {
+      await admin.end();
+      await store.close();
+    }
   });
 
   test("a transaction that keeps failing serialization ends in ABORTED after MAX_ATTEMPTS, each attempt rolled back", async () => {

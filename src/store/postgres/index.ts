@@ -104,8 +104,8 @@ class Reachability {
   up = true;
   /** Outages so far: a query begun before the current one started proves nothing by succeeding. */
   private outages = 0;
-  /** Connections lost while idle in the pool (no query saw it, so no outage began). */
-  private idleLosses = 0;
+  /** Connections that broke (while idle in the pool too, where no query saw it and no outage began). */
+  private breaks = 0;
   private downSince = 0;
   /** The current outage's cause has been reported. */
   private reported = false;
@@ -124,14 +124,14 @@ class Reachability {
     return this.outages;
   }
 
-  /** Connections lost or refused so far: outages, and idle connections the database or a proxy closed. */
+  /** Connections lost or refused so far: outages, and connections the database or a proxy closed. */
   get losses(): number {
-    return this.outages + this.idleLosses;
+    return this.outages + this.breaks;
   }
 
-  /** An idle connection of the pool broke (a failover, a proxy's shutdown-sessions, a restart). */
-  idleLost(): void {
-    this.idleLosses++;
+  /** A connection of the pool broke, idle or lent out (a failover, a proxy's shutdown-sessions, a restart). */
+  connectionBroke(): void {
+    this.breaks++;
   }
 
   /** Passes a result through; a query begun during the outage that succeeded ends it. */
@@ -298,14 +298,17 @@ export async function openPostgresStore(opts: PostgresStoreOptions): Promise<Sto
     // /primary), a connection made before the proxy noticed may land on the demoted node, now a standby whose
     // reads may lag writes acknowledged on the new primary. Refused, it is one more UNAVAILABLE to retry.
     onConnect: async (client) => {
+      // A connection that breaks emits 'error' on its client, also while lent out (when the pool has taken its own
+      // listener off): without a listener of ours that would end the process. A query running on it fails too, and
+      // that failure is what the caller sees (UNAVAILABLE); the break is counted, so caches start over.
+      client.on("error", () => reach.connectionBroke());
       const { rows } = await client.query<{ standby: boolean }>("SELECT pg_is_in_recovery() AS standby");
       if (rows[0]?.standby === true) throw standbyError();
     },
   });
   const reach = new Reachability(pool, redactedUrl(opts.url));
-  // An idle client losing its connection (a database restart, a failover) must not crash the process; it is
-  // counted, so caches start over (connectionLosses).
-  pool.on("error", () => reach.idleLost());
+  // The pool passes on an idle client's 'error' (counted by the client's own listener above): it must not end the process.
+  pool.on("error", () => {});
   try {
     if (opts.existing && !(await hasSchema(pool))) {
       throw new StartupError(
