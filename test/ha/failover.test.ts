@@ -438,6 +438,13 @@ describe("PostgreSQL failover on Patroni behind HAProxy (issue 34)", { skip }, (
       return resumed;
     };
 
+    /** Waits for both servers to write again after a switch asked for at atMs, and records the switch. */
+    const resumedAfter = async (kind: "failover" | "switchover", from: string, atMs: number, promoted: { node: string; atMs: number }) => {
+      const resumed = await resumption(atMs, promoted.atMs);
+      progress(`both servers write again: ${resumed.map((r) => Math.round(r - promoted.atMs)).join(", ")} ms after the promotion`);
+      switches.push({ kind, from, to: promoted.node, atMs, promotedAtMs: promoted.atMs, resumedAtMs: resumed });
+    };
+
     let loadError: unknown;
     const loadDone = Promise.all(workers).catch((err: unknown) => (loadError = err));
     try {
@@ -449,16 +456,7 @@ describe("PostgreSQL failover on Patroni behind HAProxy (issue 34)", { skip }, (
       const killed = await c.killPrimaryPostmaster();
       const promoted = await c.waitForNewPrimary(killed.node);
       progress(`${promoted.node} promoted ${Math.round(promoted.atMs - killed.atMs)} ms after the kill of ${killed.node}`);
-      const resumed = await resumption(killed.atMs, promoted.atMs);
-      progress(`both servers write again: ${resumed.map((r) => Math.round(r - promoted.atMs)).join(", ")} ms after the promotion`);
-      switches.push({
-        kind: "failover",
-        from: killed.node,
-        to: promoted.node,
-        atMs: killed.atMs,
-        promotedAtMs: promoted.atMs,
-        resumedAtMs: resumed,
-      });
+      await resumedAfter("failover", killed.node, killed.atMs, promoted);
       // The killed node rejoins as the synchronous standby (rewound if it must be): the switchover needs it.
       phase = "rejoin";
       const rejoinStartMs = performance.now();
@@ -471,16 +469,7 @@ describe("PostgreSQL failover on Patroni behind HAProxy (issue 34)", { skip }, (
       const old = await c.primary();
       const [sw, promoted2] = await Promise.all([c.switchover(), c.waitForNewPrimary(old)]);
       progress(`${promoted2.node} promoted ${Math.round(promoted2.atMs - sw.atMs)} ms after the switchover was asked for`);
-      const resumed2 = await resumption(sw.atMs, promoted2.atMs);
-      progress(`both servers write again: ${resumed2.map((r) => Math.round(r - promoted2.atMs)).join(", ")} ms after the promotion`);
-      switches.push({
-        kind: "switchover",
-        from: sw.from,
-        to: promoted2.node,
-        atMs: sw.atMs,
-        promotedAtMs: promoted2.atMs,
-        resumedAtMs: resumed2,
-      });
+      await resumedAfter("switchover", sw.from, sw.atMs, promoted2);
     } finally {
       stopping = true;
       await loadDone;

@@ -7,7 +7,6 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
-  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -15,6 +14,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { binDir, createDatabaseAt } from "./pg-cluster.js";
 import { freePort } from "./serve-process.js";
 
 /**
@@ -35,23 +35,13 @@ const HAPROXY = "/usr/sbin/haproxy";
 /** The file operators copy, used as it is. */
 export const HAPROXY_PATRONI_CONFIG = new URL("../../docs/deploy/haproxy-patroni.cfg", import.meta.url).pathname;
 
-/** The newest installed PostgreSQL's bin directory, or undefined. */
-function pgBinDir(): string | undefined {
-  const root = "/usr/lib/postgresql";
-  if (!existsSync(root)) return undefined;
-  const versions = readdirSync(root)
-    .filter((v) => existsSync(join(root, v, "bin", "initdb")))
-    .sort((a, b) => Number(b) - Number(a));
-  return versions[0] === undefined ? undefined : join(root, versions[0], "bin");
-}
-
 /** What is missing to run a cluster (Debian package names), or none. */
 export function patroniClusterMissing(): string[] {
   const missing: string[] = [];
   if (!existsSync(PATRONI)) missing.push("patroni");
   if (!existsSync(ETCD)) missing.push("etcd-server");
   if (!existsSync(HAPROXY)) missing.push("haproxy");
-  if (pgBinDir() === undefined) missing.push("postgresql");
+  if (binDir() === undefined) missing.push("postgresql");
   return missing;
 }
 
@@ -293,7 +283,7 @@ for (const [signal, code] of [
 export async function startPatroniCluster(opts: { timeoutMs?: number } = {}): Promise<PatroniCluster> {
   const missing = patroniClusterMissing();
   if (missing.length > 0) throw new Error(`not installed: ${missing.join(", ")}`);
-  const bin = pgBinDir()!;
+  const bin = binDir()!;
   const timeoutMs = opts.timeoutMs ?? 90_000;
   const ids = postgresIds();
   const dir = mkdtempSync(join(tmpdir(), "platform-patroni-"));
@@ -332,15 +322,7 @@ export async function startPatroniCluster(opts: { timeoutMs?: number } = {}): Pr
     port: haproxyPort!,
     url: (database = "postgres") => `postgres://postgres@127.0.0.1:${haproxyPort}/${database}`,
     directUrl: (name, database = "postgres") => `postgres://postgres@127.0.0.1:${nodes.find((n) => n.name === name)!.pgPort}/${database}`,
-    async createDatabase(name) {
-      const client = new pg.Client({ connectionString: cluster.url() });
-      await client.connect();
-      try {
-        await client.query(`CREATE DATABASE "${name.replace(/"/g, "")}"`);
-      } finally {
-        await client.end();
-      }
-    },
+    createDatabase: (name) => createDatabaseAt(cluster.url(), name),
     members,
     primary: () =>
       poll(

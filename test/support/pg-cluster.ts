@@ -23,7 +23,7 @@ export interface PgCluster {
 }
 
 /** The newest installed PostgreSQL's bin directory, or undefined. */
-function binDir(): string | undefined {
+export function binDir(): string | undefined {
   const root = "/usr/lib/postgresql";
   if (!existsSync(root)) return undefined;
   const versions = readdirSync(root)
@@ -115,6 +115,17 @@ export async function startPgStandby(primary: PgCluster): Promise<PgCluster> {
   return runCluster(bin, dir, {});
 }
 
+/** Creates database name through the connection to url (a cluster's postgres database). */
+export async function createDatabaseAt(url: string, name: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE "${name.replace(/"/g, "")}"`);
+  } finally {
+    await client.end();
+  }
+}
+
 /** Runs the cluster whose data directory is dir/data on a free port of 127.0.0.1. */
 async function runCluster(bin: string, dir: string, opts: { durable?: boolean }): Promise<PgCluster> {
   const data = join(dir, "data");
@@ -129,15 +140,7 @@ async function runCluster(bin: string, dir: string, opts: { durable?: boolean })
   const cluster: PgCluster = {
     port,
     url: (database = "postgres") => `postgres://postgres@127.0.0.1:${port}/${database}`,
-    async createDatabase(name) {
-      const client = new pg.Client({ connectionString: cluster.url() });
-      await client.connect();
-      try {
-        await client.query(`CREATE DATABASE "${name.replace(/"/g, "")}"`);
-      } finally {
-        await client.end();
-      }
-    },
+    createDatabase: (name) => createDatabaseAt(cluster.url(), name),
     stop(mode = "fast") {
       run(join(bin, "pg_ctl"), ["-D", data, "-m", mode, "-w", "stop"]);
     },
