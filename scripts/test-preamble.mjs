@@ -88,8 +88,8 @@ const TOOLS = [
     without: "skip unless CI",
   },
   {
-    tool: "patroni, etcd, haproxy (apt-get install patroni etcd-server etcd-client haproxy)",
-    present: () => onPath("patroni") && onPath("etcd") && runs("/usr/sbin/haproxy", ["-v"]),
+    tool: "patroni, etcd, haproxy, pgbouncer (apt-get install patroni etcd-server etcd-client haproxy pgbouncer)",
+    present: () => onPath("patroni") && onPath("etcd") && runs("/usr/sbin/haproxy", ["-v"]) && existsSync("/usr/sbin/pgbouncer"),
     tests: "test/ha/failover.test.ts",
     without: "skip unless CI",
   },

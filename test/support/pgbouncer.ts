@@ -32,7 +32,7 @@ export interface PgBouncer {
  */
 export async function startPgBouncer(
   upstreamPort: number,
-  opts: { poolSize?: number; maxServerConnections?: number } = {},
+  opts: { poolSize?: number; maxServerConnections?: number; settings?: readonly string[] } = {},
 ): Promise<PgBouncer> {
   const dir = mkdtempSync(join(tmpdir(), "platform-pgbouncer-"));
   const asRoot = process.getuid?.() === 0;
@@ -59,6 +59,7 @@ export async function startPgBouncer(
       // (200) — a pool over the cap waits for another's idle connection to close.
       "server_idle_timeout = 1",
       `max_user_connections = ${opts.maxServerConnections ?? 150}`,
+      ...(opts.settings ?? []),
       `logfile = ${logFile}`,
       "log_connections = 0",
       "log_disconnections = 0",
