@@ -38,6 +38,7 @@ import { join } from "node:path";
 import { after, before, describe, test, type TestContext } from "node:test";
 import { skipUnlessPatroniInstalled, startPatroniCluster, type PatroniCluster } from "../support/patroni-cluster.js";
 import { pgbouncerAvailable, startPgBouncer, type PgBouncer } from "../support/pgbouncer.js";
+import { skipOutsideCi } from "../support/proxies.js";
 import { startServeProcess, type ServeProcess } from "../support/serve-process.js";
 
 /** Liveness bounds, never timings: a loaded CI machine must not make the test fail. */
@@ -133,13 +134,6 @@ async function until(check: () => boolean, what: string, boundMs: number, server
 
 const skip = skipUnlessPatroniInstalled();
 
-/** The skip reason without Debian's pgbouncer (under CI=true, a failure: CI installs it). */
-function missingPgBouncer(): string {
-  const why = "pgbouncer not installed (Debian: apt-get install pgbouncer)";
-  if (process.env.CI === "true") throw new Error(`${why}; CI must install it (see .ci/run)`);
-  return `${why}: skipped outside CI`;
-}
-
 /**
  * The ways the servers reach the cluster: straight to HAProxy, and through a PgBouncer in transaction pooling mode in
  * front of HAProxy (server_login_retry 1 s, as docs/high-availability.md advises: its default, 15 s, holds every
@@ -153,7 +147,7 @@ const ROUTES = [
 for (const route of ROUTES)
   describe(
     `PostgreSQL failover on Patroni ${route.name} (issue 34)`,
-    { skip: skip || (route.pgbouncer && !pgbouncerAvailable() && missingPgBouncer()) },
+    { skip: skip || (route.pgbouncer && !pgbouncerAvailable() && skipOutsideCi(["pgbouncer"])) },
     () => {
       let cluster: PatroniCluster | undefined;
       let bouncer: PgBouncer | undefined;

@@ -1,10 +1,10 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
+import { freePort } from "./serve-process.js";
 
 /**
  * A throwaway PostgreSQL cluster for tests: Debian's binaries, initdb in a
@@ -47,17 +47,6 @@ function run(bin: string, args: string[]): void {
   const argv = asRoot ? ["runuser", "-u", "postgres", "--", bin, ...args] : [bin, ...args];
   const res = spawnSync(argv[0]!, argv.slice(1), { encoding: "utf8", cwd: tmpdir() });
   if (res.status !== 0) throw new Error(`${bin} ${args.join(" ")} failed: ${res.stderr || res.stdout}`);
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const port = (srv.address() as AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 const live = new Set<PgCluster>();

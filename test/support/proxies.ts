@@ -39,8 +39,15 @@ export function proxyBinary(kind: ProxyKind): string | null {
  * a suite it never ran.
  */
 export function skipUnlessInstalled(kind: ProxyKind): string | false {
-  if (proxyBinary(kind)) return false;
-  const why = `${kind} is not installed (Debian: apt-get install ${kind})`;
+  return proxyBinary(kind) ? false : skipOutsideCi([kind]);
+}
+
+/**
+ * The `skip` option of a suite whose Debian packages `missing` are not installed: a reason on a developer's
+ * machine; under CI=true it throws, so a CI that forgot to install one fails instead of passing a suite it never ran.
+ */
+export function skipOutsideCi(missing: readonly string[]): string {
+  const why = `${missing.join(", ")} not installed (Debian: apt-get install ${missing.join(" ")})`;
   if (process.env.CI === "true") throw new Error(`${why}; CI must install it (see .ci/run)`);
   return `${why}: skipped outside CI`;
 }
