@@ -193,6 +193,49 @@ if (!pgAvailable()) {
       }
     });
 
+    test(
+      "a 65th concurrent writer (every bucket taken) shares one: the conflict is a serialization failure, and the retry commits",
+      // 65 transactions open at once need 65 server connections: the test PgBouncer pools 20 per database.
+      { skip: process.env.PLATFORM_TEST_PGBOUNCER === "1" && "needs 65 server connections at once (PgBouncer's pool is 20)" },
+      async () => {
+        const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 66 });
+        const out: pg.PoolClient[] = [];
+        try {
+          await migratePostgres(pool);
+          const insert = (c: Queryable, i: number) =>
+            c.query("INSERT INTO groups (uid, parent_uid, name, create_time, update_time) VALUES ($1, NULL, $2, 1, 1)", [
+              i.toString(16).padStart(40, "0"),
+              `org ${i}`,
+            ]);
+          for (let i = 0; i < 64; i++) {
+            const c = await pool.connect();
+            out.push(c);
+            await c.query("BEGIN ISOLATION LEVEL SERIALIZABLE");
+            await insert(c, i);
+          }
+          // All 64 buckets are held: the 65th takes one already written by an open transaction.
+          const late = serializable(pool as unknown as ClientSource, (q) => insert(q, 64));
+          // A conflict through the shared bucket fails one side with a serialization error; the store retries it.
+          const retried: number[] = [];
+          for (const [i, c] of out.entries()) {
+            await c.query("COMMIT").catch((err: { code?: string }) => {
+              assert.equal(err.code, "40001");
+              retried.push(i);
+            });
+          }
+          await late;
+          for (const i of retried) await serializable(pool as unknown as ClientSource, (q) => insert(q, i));
+          const { rows } = await pool.query<{ n: string; v: string }>(
+            "SELECT count(*) AS n, (SELECT sum(groups) FROM version_buckets) AS v FROM groups",
+          );
+          assert.deepEqual([Number(rows[0]!.n), Number(rows[0]!.v)], [65, 65], "every write landed and moved the version once");
+        } finally {
+          for (const c of out) c.release(true);
+          await pool.end();
+        }
+      },
+    );
+
     test("every versioned table, each part's among them, has its column in version_buckets and its version trigger", async () => {
       const pool = new pg.Pool({ connectionString: await freshPgDatabase(), max: 1 });
       try {
